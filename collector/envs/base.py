@@ -1,0 +1,71 @@
+"""The environment interface: tasks, tools, and a grader.
+
+An `Environment` lists `Task`s. For each episode the loop calls `Environment.start(task)`
+and gets a fresh `EpisodeWorld`: the tools bound to that episode's own state, and a grader
+that reads the final state. Worlds are never shared between episodes, so concurrent
+episodes cannot see each other's refunds.
+
+A task prompt is a string or a list of chat messages (system and few-shot turns with tool
+calls and results included, as RL datasets store them).
+
+A user's own environment is loaded from `package.module:attr` in config, where `attr` is
+an `Environment` instance, subclass, or a zero-argument factory returning one.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from collector.turn import JSONObject, Message
+
+
+@dataclass(slots=True, frozen=True)
+class Task:
+    id: str
+    prompt: str | list[Message]
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+ToolFunction = Callable[..., Any] | Callable[..., Awaitable[Any]]
+
+
+@dataclass(slots=True, frozen=True)
+class Tool:
+    """A tool offered to the model.
+
+    `parameters` is the JSON Schema of the arguments; arguments are validated against it
+    before `function` runs, and a validation failure is an error result, never a crash.
+    A `gate` tool (approval, human review) holds its siblings: if a call to it is malformed,
+    no other call of that turn runs.
+    """
+
+    name: str
+    description: str
+    parameters: JSONObject
+    function: ToolFunction
+    gate: bool = False
+
+
+class EpisodeWorld(ABC):
+    """One episode's private state: its tools and its grader."""
+
+    @property
+    @abstractmethod
+    def tools(self) -> Sequence[Tool]: ...
+
+    @abstractmethod
+    def grade(self, final_text: str | None) -> float:
+        """Reward in [0, 1] from the world's final state (and the final answer, if any)."""
+
+
+class Environment(ABC):
+    name: str
+
+    @abstractmethod
+    def tasks(self) -> Sequence[Task]: ...
+
+    @abstractmethod
+    def start(self, task: Task) -> EpisodeWorld: ...

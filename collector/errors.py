@@ -1,0 +1,83 @@
+"""The collector's one error model.
+
+Every failure is attributed to one boundary, translated there with ``raise ... from``, and
+recorded once per episode. Truncation and malformed tool calls are *not* errors: they are
+data (a `Turn` with length signals, a `ToolCall` with status MALFORMED) and typed stop
+reasons. Messages never carry secrets: API keys, headers and raw model fragments stay out.
+
+::
+
+    CollectorError
+    ├── ConfigError                 bad config file, field or value (one line, names it)
+    ├── ProviderError               the model call failed; the episode ends as `error`
+    │   ├── ProviderUnavailable     retryable failures that outlived their retries
+    │   │                           (transport, timeout, 408/409/429/5xx/529, broken stream)
+    │   ├── ContextOverflow         the prompt no longer fits the model's context window
+    │   ├── QuotaExhausted          billing / quota / credits: fatal for the run
+    │   ├── RequestRejected         any other 4xx (auth, bad request, not found)
+    │   └── ProtocolViolation       a 200 reply that is not the transport's wire format
+    ├── EnvironmentFailure          the environment (not a tool call) crashed
+    └── OutputError                 the run directory cannot be written, read or trusted
+
+All are picklable (plain ``args``), so they cross Ray boundaries intact.
+"""
+
+from __future__ import annotations
+
+
+class CollectorError(Exception):
+    """Base of every error the collector raises on purpose."""
+
+
+class ConfigError(CollectorError):
+    """A config file, field or value is wrong. The message is one line naming it."""
+
+
+class ProviderError(CollectorError):
+    """A model call failed for a reason that is not the model's doing.
+
+    `status` is the HTTP status when there was one; `retryable` says whether the failure
+    class is retried (the adapter has already spent its retries when this escapes).
+    """
+
+    retryable: bool = False
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message, status)
+        self.message = message
+        self.status = status
+
+    def __str__(self) -> str:
+        return self.message if self.status is None else f"{self.message} (HTTP {self.status})"
+
+
+class ProviderUnavailable(ProviderError):
+    """Transport errors, timeouts, rate limits, overloads, 5xx and dropped streams."""
+
+    retryable = True
+
+
+class ContextOverflow(ProviderError):
+    """The request exceeds the model's context window. Not retried: an episode-level outcome."""
+
+
+class QuotaExhausted(ProviderError):
+    """Quota, spend cap or credits exhausted. Not retried: it is fatal for the whole run."""
+
+
+class RequestRejected(ProviderError):
+    """Any other 4xx: authentication, permissions, an invalid request. Not retried."""
+
+
+class ProtocolViolation(ProviderError):
+    """A successful status with a body that is not the transport's wire format."""
+
+    retryable = True
+
+
+class EnvironmentFailure(CollectorError):
+    """The environment itself crashed (task set-up or grading); the episode ends as `error`."""
+
+
+class OutputError(CollectorError):
+    """The run directory cannot be written, is corrupt, or belongs to another config."""

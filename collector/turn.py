@@ -1,0 +1,202 @@
+"""The provider-neutral vocabulary: messages, tool calls, and one normalized model turn.
+
+Every provider adapter turns its wire format into a `Turn` and turns a list of `Message`
+back into its own dialect. The episode loop, the episode record and the shard writer only
+ever see these types, so a cut or broken call looks the same whatever transport it came from.
+
+These are plain slotted dataclasses, not pydantic models: they sit on the per-turn hot path
+and cross Ray boundaries, so they must be cheap to build and to pickle.
+
+Length detection. A turn is a *length turn* when any of the `LengthSignal`s holds; the
+adapters check them in this order and record every one that applies:
+
+1. `FINISH_REASON`: the transport's own vocabulary says the cap was hit
+   (`finish_reason: "length"`, `stop_reason: "max_tokens"`, Responses `status: "incomplete"`
+   with reason `max_output_tokens`, `finishReason: "MAX_TOKENS"`);
+2. `CAP_REACHED`: output tokens reached the requested cap, whatever the finish reason says
+   (vLLM and llama.cpp report `tool_calls` for a call cut at the cap);
+3. `STREAM_CUT`: a stream ended inside a tool call or without its terminal event;
+4. `UNCLOSED_TEMPLATE`: the text holds an opened but unclosed chat-template tool-call block.
+
+The raw finish reason is kept beside the derived `finish_class`, never replaced by it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Literal
+
+JSONObject = dict[str, Any]
+
+
+class FinishClass(StrEnum):
+    """The normalized, *derived* finish class of a turn (length detection applied)."""
+
+    STOP = "stop"
+    """A natural end: final text, a stop sequence, or a refusal."""
+    TOOL_CALLS = "tool_calls"
+    """The model asked for tools and the turn is complete."""
+    LENGTH = "length"
+    """The turn was cut by the output cap (any `LengthSignal`)."""
+    CONTENT_FILTER = "content_filter"
+    """The provider withheld content (safety, recitation, blocked prompt)."""
+    OTHER = "other"
+    """Anything else, including unknown finish reasons: kept raw on the turn."""
+
+
+class LengthSignal(StrEnum):
+    """Which evidence marked a turn as cut by the output cap (see the module docstring)."""
+
+    FINISH_REASON = "finish_reason"
+    CAP_REACHED = "cap_reached"
+    STREAM_CUT = "stream_cut"
+    UNCLOSED_TEMPLATE = "unclosed_template"
+
+
+class ArgStatus(StrEnum):
+    """How a tool call's arguments were obtained."""
+
+    OK = "ok"
+    """Strict JSON parsing gave an object (or the transport sent an object)."""
+    REPAIRED = "repaired"
+    """Strict parsing failed; one conservative repair (named in `ToolCall.repair`) gave an object."""
+    MALFORMED = "malformed"
+    """Nothing gave a JSON object; `ToolCall.arguments` is None and the call must never run."""
+
+
+@dataclass(slots=True)
+class ToolCall:
+    """One tool call as the model made it, with how its arguments were parsed.
+
+    `raw_arguments` is the argument text exactly as received (OpenAI families); `raw_object`
+    is the object exactly as received (Anthropic `input`, Gemini `args`). Both are raw model
+    output and may hold secrets or fragments: the episode record never stores them as-is.
+    """
+
+    id: str
+    name: str
+    arguments: JSONObject | None
+    status: ArgStatus
+    raw_arguments: str | None = None
+    raw_object: JSONObject | None = None
+    repair: str | None = None
+    """Name of the repair that applied when `status` is REPAIRED (e.g. "strip_delimiters")."""
+    had_wire_id: bool = True
+    """False when the transport sent no id (Gemini 2.x) and the adapter made one up; such an
+    id is never sent back to the provider."""
+
+
+@dataclass(slots=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+@dataclass(slots=True)
+class Turn:
+    """One model call, normalized. The same shape for every transport and both modes."""
+
+    text: str
+    tool_calls: list[ToolCall]
+    raw_finish_reason: str | None
+    """The transport's own reason, verbatim (`length`, `max_tokens`, `MAX_TOKENS`, `incomplete`...)."""
+    finish_class: FinishClass
+    """Derived: LENGTH whenever `length_signals` is non-empty, else the mapped raw reason."""
+    usage: Usage
+    max_output_tokens: int
+    """The output cap that was requested for this turn."""
+    latency_s: float
+    incomplete_reason: str | None = None
+    """Responses `incomplete_details.reason`, or the equivalent detail where a transport has one."""
+    length_signals: tuple[LengthSignal, ...] = ()
+    unparsed_tool_call: bool = False
+    """The text holds a chat-template tool-call block the server did not parse into a call."""
+    refusal: str | None = None
+    token_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+    response_id: str | None = None
+    """The provider's id for this response (`chatcmpl-…`, `resp_…`, `msg_…`), for tracing."""
+
+    @property
+    def is_length(self) -> bool:
+        """True when the turn was cut by the output cap: nothing from it may ever run."""
+        return bool(self.length_signals)
+
+
+# --- Conversation history, provider-neutral. Adapters translate it to each dialect. ---
+
+
+@dataclass(slots=True)
+class SystemMessage:
+    text: str
+    role: Literal["system"] = "system"
+
+
+@dataclass(slots=True)
+class UserMessage:
+    text: str
+    role: Literal["user"] = "user"
+
+
+@dataclass(slots=True)
+class AssistantMessage:
+    """An assistant turn as replayed to the provider.
+
+    A call whose `status` is MALFORMED is replayed as `"{}"` (or `{}` where the dialect takes
+    objects), never as the raw fragment: some backends re-parse history and 500 on it.
+    """
+
+    text: str
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    role: Literal["assistant"] = "assistant"
+
+
+@dataclass(slots=True)
+class ToolResultMessage:
+    """The result of one tool call; exactly one per call id, right after its assistant turn."""
+
+    call_id: str
+    name: str
+    content: str
+    is_error: bool = False
+    role: Literal["tool"] = "tool"
+
+
+Message = SystemMessage | UserMessage | AssistantMessage | ToolResultMessage
+
+
+@dataclass(slots=True, frozen=True)
+class ToolSpec:
+    """A tool as offered to the model: name, description and a JSON Schema for arguments."""
+
+    name: str
+    description: str
+    parameters: JSONObject
+
+
+@dataclass(slots=True)
+class SamplingParams:
+    """Request parameters passed through to each dialect where the transport has them."""
+
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    stop: list[str] | None = None
+    tool_choice: str | None = None
+    """"auto", "none", "required", or a tool name (forced call)."""
+    logprobs: bool = False
+    top_logprobs: int | None = None
+    extra_body: JSONObject = field(default_factory=dict)
+    """Free server-specific fields merged into the request body (vLLM, llama.cpp)."""
+
+
+@dataclass(slots=True)
+class TurnRequest:
+    """Everything an adapter needs for one model call."""
+
+    model: str
+    messages: list[Message]
+    tools: list[ToolSpec]
+    max_output_tokens: int
+    params: SamplingParams = field(default_factory=SamplingParams)
