@@ -1,0 +1,190 @@
+"""`collector`: the command line. Thin on purpose: parse arguments, call one function, print.
+
+Every subcommand imports what it needs lazily, so `collector validate` and `collector stats`
+never pay for importing Ray. Bad input never shows a traceback: every `CollectorError`
+(and an unreadable path) becomes one line on stderr and exit code 2. Exit code 1 means the
+command ran and found a problem (`check` with violations).
+
+    collector run CONFIG [--set k=v ...] [--address ADDR] [--target X]
+    collector stats RUN_DIR [--by COL,...] [--target X] [--format table|csv|json]
+    collector show RUN_DIR EPISODE_ID
+    collector validate CONFIG [--set k=v ...]
+    collector check RUN_DIR
+    collector sim [--host H] [--port N] [--seed S]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from collector.errors import CollectorError
+
+EXIT_OK, EXIT_PROBLEM, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def _by(values: list[str] | None) -> tuple[str, ...]:
+    if not values:
+        return ("model", "budget")
+    return tuple(col.strip() for value in values for col in value.split(",") if col.strip())
+
+
+def _fraction(text: str) -> float:
+    value = float(text.rstrip("%")) / (100 if text.endswith("%") else 1)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"target must be in [0, 1] or a percentage, got {text}")
+    return value
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from collector.config import load_config
+    from collector.job import run_job
+    from collector.stats import compute_stats, format_stats
+
+    cfg = load_config(args.config, args.set)
+    result = run_job(cfg, address=args.address, show_progress=not args.quiet)
+    print(result.summary(), file=sys.stderr)
+    stats = compute_stats(result.run_dir, by=("model", "budget"), target=args.target)
+    print(format_stats(stats, "table"))
+    return EXIT_OK
+
+
+def _cmd_stats(args: argparse.Namespace) -> int:
+    from collector.stats import compute_stats, format_stats
+
+    stats = compute_stats(args.run_dir, by=_by(args.by), target=args.target)
+    print(format_stats(stats, args.format))
+    return EXIT_OK
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    from collector.analysis import render_episode
+
+    print(render_episode(args.run_dir, args.episode_id))
+    return EXIT_OK
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from collector.config import load_config
+    from collector.plan import plan_work
+
+    cfg = load_config(args.config, args.set)
+    plan = plan_work(cfg)
+    print(f"{args.config}: ok")
+    print(plan.describe())
+    return EXIT_OK
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from collector.check import check_run
+
+    report = check_run(args.run_dir)
+    for problem in report.problems:
+        print(problem)
+    if report.ok:
+        print(f"{args.run_dir}: ok")
+        return EXIT_OK
+    print(f"{args.run_dir}: {len(report.problems)} problem(s)", file=sys.stderr)
+    return EXIT_PROBLEM
+
+
+def _cmd_sim(args: argparse.Namespace) -> int:
+    from collector.sim.server import serve
+
+    print(
+        f"simulated provider on http://{args.host}:{args.port} (seed {args.seed}); Ctrl-C stops it",
+        file=sys.stderr,
+    )
+    serve(args.host, args.port, args.seed)
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="collector",
+        description="Run LLM-agent episodes over a model x output-token-budget sweep into Arrow shards.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def overrides(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--set",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="override a config field, value as TOML (e.g. sweep.budgets=[64,128])",
+        )
+
+    def target(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--target",
+            type=_fraction,
+            default=None,
+            metavar="X",
+            help="per model, report the smallest budget with truncation rate <= X (0.05 or 5%%)",
+        )
+
+    p = sub.add_parser("run", help="run (or resume) the sweep a config describes")
+    p.add_argument("config")
+    overrides(p)
+    p.add_argument(
+        "--address",
+        default=None,
+        help="Ray cluster to attach to (default: ray.address, then RAY_ADDRESS, else local)",
+    )
+    target(p)
+    p.add_argument("--quiet", action="store_true", help="no progress line")
+    p.set_defaults(func=_cmd_run)
+
+    p = sub.add_parser("stats", help="truncation table of a run directory")
+    p.add_argument("run_dir")
+    p.add_argument(
+        "--by", action="append", metavar="COL[,COL...]", help="group by these columns (default model,budget)"
+    )
+    target(p)
+    p.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    p.set_defaults(func=_cmd_stats)
+
+    p = sub.add_parser("show", help="print one episode's transcript")
+    p.add_argument("run_dir")
+    p.add_argument("episode_id")
+    p.set_defaults(func=_cmd_show)
+
+    p = sub.add_parser("validate", help="check a config and show what it would run")
+    p.add_argument("config")
+    overrides(p)
+    p.set_defaults(func=_cmd_validate)
+
+    p = sub.add_parser("check", help="verify every shard of a run directory")
+    p.add_argument("run_dir")
+    p.set_defaults(func=_cmd_check)
+
+    p = sub.add_parser("sim", help="serve the simulated provider (all four wire formats)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8787)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=_cmd_sim)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except CollectorError as exc:
+        print(f"collector: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except OSError as exc:
+        # A path the user gave that cannot be read: their input, not our bug.
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"collector: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("collector: interrupted; run the same command again to resume", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
