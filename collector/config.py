@@ -176,6 +176,8 @@ class RayConfig(_Model):
     """Concurrent episodes per worker."""
     batch_size: PositiveInt = 32
     """Episodes handed to a worker per call (one Ray call per batch, never per model call)."""
+    cpus_per_worker: Annotated[float, Field(ge=0)] = 1.0
+    """CPUs each worker actor reserves in Ray's scheduler (one busy event loop is one core)."""
 
 
 class OutputConfig(_Model):

@@ -54,7 +54,9 @@ def test_bad_value_is_one_line_naming_file_field_and_value(tmp_path: Path) -> No
 def test_unknown_field_is_refused_by_name(tmp_path: Path) -> None:
     """A typo in a field name is an error naming the field, not a silently ignored setting."""
     path = write(tmp_path, MINIMAL + "\n[loop]\nmax_step = 3\n")
-    with pytest.raises(ConfigError, match=r"x\.toml: loop\.max_step: Extra inputs are not permitted \(got 3\)"):
+    with pytest.raises(
+        ConfigError, match=r"x\.toml: loop\.max_step: Extra inputs are not permitted \(got 3\)"
+    ):
         load_config(path)
 
 

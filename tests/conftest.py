@@ -1,0 +1,39 @@
+"""Shared fixtures. Only one: a Ray cluster for the whole session, started on first use.
+
+Ray takes 5-10 s to start here, so every test that needs it shares one embedded cluster
+(runtime-notes.md). `address="local"` so a developer's running cluster is never joined;
+a short temp dir (Ray's socket paths have a length limit) removed at the end; token
+authentication disabled for this throwaway cluster, so a `collector run --address` started
+by a test in a subprocess can attach to it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[str]:
+    """A local Ray cluster (2 CPUs, small object store); yields its address for subprocesses."""
+    import ray
+
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    temp_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        object_store_memory=256 * 1024 * 1024,
+        _temp_dir=temp_dir,
+        log_to_driver=False,
+    )
+    try:
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        ray.shutdown()
+        shutil.rmtree(temp_dir, ignore_errors=True)

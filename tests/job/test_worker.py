@@ -1,0 +1,70 @@
+"""The worker's start-up checks and its in-process episode running (no Ray)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+
+from collector.config import ProviderConfig
+from collector.errors import ConfigError
+from collector.worker import probe, read_api_key, safe_url
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
+def test_missing_key_variable_is_named_not_valued(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A missing API-key variable is a one-line ConfigError naming the variable."""
+    monkeypatch.delenv("COLLECTOR_TEST_KEY", raising=False)
+    provider = ProviderConfig(kind="chat", base_url="http://x/v1", api_key_env="COLLECTOR_TEST_KEY")
+    with pytest.raises(ConfigError, match=r"^provider\.api_key_env: environment variable COLLECTOR_TEST_KEY"):
+        read_api_key(provider, "here")
+
+
+def test_key_read_from_named_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The key comes from the variable the config names; no variable named means no key."""
+    monkeypatch.setenv("COLLECTOR_TEST_KEY", "sk-test")
+    provider = ProviderConfig(kind="chat", base_url="http://x/v1", api_key_env="COLLECTOR_TEST_KEY")
+    assert read_api_key(provider, "here") == "sk-test"
+    assert read_api_key(ProviderConfig(kind="chat", base_url="http://x/v1"), "here") is None
+
+
+def test_safe_url_drops_credentials() -> None:
+    """User info in a base URL never reaches a message."""
+    assert safe_url("https://user:pw@host.example:8443/v1") == "https://host.example:8443/v1"
+
+
+def test_probe_unreachable_is_one_line() -> None:
+    """A base URL nobody listens on is a one-line ConfigError naming the URL, before any episode."""
+    url = f"http://user:secret@127.0.0.1:{free_port()}/v1"
+    with pytest.raises(ConfigError) as info:
+        asyncio.run(probe(url, timeout_s=2.0))
+    message = str(info.value)
+    assert message.startswith("provider.base_url: http://127.0.0.1:")
+    assert "unreachable" in message
+    assert "secret" not in message
+    assert "\n" not in message
+
+
+def test_probe_reachable_passes() -> None:
+    """A listening server passes the probe without a request being sent."""
+
+    async def main() -> None:
+        server = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with server:
+            await probe(f"http://127.0.0.1:{port}/v1")
+
+    asyncio.run(main())
+
+
+def test_probe_rejects_non_http_url() -> None:
+    """A base URL that is not http(s) is refused with the field named."""
+    with pytest.raises(ConfigError, match="not an http"):
+        asyncio.run(probe("ftp://127.0.0.1/x"))
