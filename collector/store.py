@@ -1,0 +1,427 @@
+"""The run directory: where committed episodes live, exactly once.
+
+Layout (``RUN_DIR``)::
+
+    manifest.json             the list of committed shards: the only source of truth
+    config.resolved.json      the resolved config the run was started with, and its fingerprint
+    .lock                     held (flock) while a RunStore is open: one writer per run dir
+    model=<m>/budget=<b>/part-000042-1a2b3c4d.arrow   shards (Hive partitions; Parquet optional)
+    _quarantine/              shards found corrupt on open, moved aside (never deleted)
+
+Exactly once. An episode is *committed* when a shard holding it is named in the manifest.
+`RunStore.commit` writes each shard under a temporary name, fsyncs it, renames it into
+place, fsyncs the directory, and only then replaces the manifest (write temp, fsync, rename).
+A crash at any point leaves either the old manifest (the new shards are orphans: not
+committed, deleted on the next open, their episodes run again) or the new one (committed).
+Episode ids are deterministic (`collector.record.episode_id`), so resume is a set
+difference: the driver runs every id not in `committed_ids()`; an id that is already
+committed, or repeated inside one commit (a late duplicate from a worker presumed dead), is
+dropped at commit. Nothing is ever committed twice, and nothing committed is ever lost.
+
+Trust. A run dir written by a different config is refused: `config_fingerprint` is computed
+by the caller (`collector.config.config_fingerprint`, over the fields that define the data:
+provider and sweep, environment and tasks, samples, seed, loop limits, stop_on, reward and
+redaction policy; not output, Ray or concurrency settings) and compared with the one in the
+manifest. A dir that is not empty and has no manifest is refused too (it is not ours). A
+shard named in the manifest that cannot be read on open (truncated, corrupt, wrong schema
+version, wrong row count) is moved to ``_quarantine/``, dropped from the manifest and
+reported in `RunStore.warnings` (one line naming the file): its episodes count as not
+committed and run again, so a damaged file never stops a resume.
+
+Files are written only by the driver, which alone holds a RunStore: workers on other
+nodes return episodes to it, so nodes need not share a disk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import logging
+import os
+import shutil
+import uuid
+import weakref
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal
+from urllib.parse import quote, unquote
+
+from collector.errors import OutputError
+from collector.record import SCHEMA_VERSION, Episode
+from collector.shards import (
+    EXTENSIONS,
+    ShardFormat,
+    episodes_to_table,
+    read_shard,
+    schema_version_of,
+    write_shard,
+)
+
+try:  # POSIX advisory locks; elsewhere the single-writer rule is the user's to keep
+    import fcntl
+except ImportError:  # pragma: no cover - not on the platforms we run on
+    fcntl = None  # type: ignore[assignment]
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"
+RESOLVED_CONFIG = "config.resolved.json"
+LOCK = ".lock"
+QUARANTINE = "_quarantine"
+TMP_SUFFIX = ".tmp"
+MANIFEST_VERSION = 1
+
+
+def partition_dir(model: str, budget: int) -> str:
+    """The Hive partition of a model and budget, relative to the run dir.
+
+    Model names are URI-escaped (``meta-llama/Llama-3`` -> ``meta-llama%2FLlama-3``), which
+    is how pyarrow's Hive partitioning decodes segments by default.
+    """
+    return f"model={quote(model, safe='')}/budget={int(budget)}"
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, set | frozenset):
+        return sorted(value, key=str)
+    return str(value)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_json_atomic(path: Path, payload: Any) -> None:
+    """Replace `path` with `payload` as JSON: temp file, fsync, rename, fsync the directory."""
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}{TMP_SUFFIX}")
+    data = json.dumps(payload, indent=1, default=_json_default).encode()
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def read_manifest(run_dir: Path) -> dict[str, Any]:
+    """The manifest of `run_dir` (raises OutputError when missing or unreadable)."""
+    path = run_dir / MANIFEST
+    try:
+        manifest = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise OutputError(f"{run_dir} is not a run directory (no {MANIFEST})") from None
+    except (OSError, ValueError) as e:
+        raise OutputError(f"{path} is unreadable: {e}") from e
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("shards"), list):
+        raise OutputError(f"{path} is not a collector manifest")
+    return manifest
+
+
+def committed_shard_paths(run_dir: str | Path) -> list[Path]:
+    """Absolute paths of the shards the manifest names (committed data only)."""
+    root = Path(run_dir)
+    return [root / entry["path"] for entry in read_manifest(root)["shards"]]
+
+
+class RunStore:
+    """The single writer of one run directory. Open it, commit batches, close it.
+
+    `open` -> (`commit`)* -> `close`. Each `commit` is its own transaction: its shards are
+    all in the manifest when it returns, or none are (an exception aborts it and removes
+    what it wrote). Use it as a context manager or call `close`; the lock is also released
+    when the object is garbage-collected or the process dies.
+    """
+
+    def __init__(self, root: Path, manifest: dict[str, Any], fmt: ShardFormat, rows_per_shard: int,
+                 lock_fd: int | None) -> None:
+        self.root = root
+        self.fmt: ShardFormat = fmt
+        self.rows_per_shard = rows_per_shard
+        self.warnings: list[str] = []
+        """One line per problem found on open (corrupt shards quarantined, orphans removed)."""
+        self._manifest = manifest
+        self._ids: set[str] = set()
+        self._lock_fd = lock_fd
+        self._closed = False
+        self._finalizer = weakref.finalize(self, _release_lock, lock_fd)
+
+    # --- opening -----------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        run_dir: str | Path,
+        config_fingerprint: str,
+        resolved_config: dict[str, Any],
+        fmt: Literal["arrow", "parquet"] = "arrow",
+        rows_per_shard: int = 512,
+    ) -> RunStore:
+        """Open (creating if needed) the run dir for writing; raise OutputError (one line) if foreign.
+
+        Refused: a dir written by a config with another fingerprint, with another shard
+        format or schema version, a non-empty dir that is not a run dir, a dir another
+        process has open, or a path that cannot be created or written.
+        """
+        if fmt not in EXTENSIONS:
+            raise OutputError(f"unknown output format {fmt!r} (expected arrow or parquet)")
+        if rows_per_shard <= 0:
+            raise OutputError(f"rows_per_shard must be positive (got {rows_per_shard})")
+        root = Path(run_dir)
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            lock_fd = _acquire_lock(root)
+        except OSError as e:
+            raise OutputError(f"cannot write run dir {root}: {e.strerror or e}") from e
+        try:
+            manifest = cls._load_or_create(root, config_fingerprint, fmt)
+            store = cls(root, manifest, manifest["format"], rows_per_shard, lock_fd)
+        except BaseException:
+            _release_lock(lock_fd)
+            raise
+        try:
+            write_json_atomic(root / RESOLVED_CONFIG, {
+                "fingerprint": config_fingerprint,
+                "schema_version": SCHEMA_VERSION,
+                "config": resolved_config,
+            })
+            store._recover()
+        except OSError as e:
+            store.close()
+            raise OutputError(f"cannot write run dir {root}: {e.strerror or e}") from e
+        except BaseException:
+            store.close()
+            raise
+        return store
+
+    @staticmethod
+    def _load_or_create(root: Path, fingerprint: str, fmt: ShardFormat) -> dict[str, Any]:
+        if not (root / MANIFEST).exists():
+            # Only what an interrupted first open can leave behind may already be here.
+            foreign = [p.name for p in root.iterdir()
+                       if p.name not in (LOCK, RESOLVED_CONFIG) and not p.name.endswith(TMP_SUFFIX)]
+            if foreign:
+                raise OutputError(
+                    f"{root} is not empty and is not a run directory (no {MANIFEST}); "
+                    "choose another output.path"
+                )
+            manifest: dict[str, Any] = {
+                "manifest_version": MANIFEST_VERSION,
+                "schema_version": SCHEMA_VERSION,
+                "fingerprint": fingerprint,
+                "format": fmt,
+                "created": _now(),
+                "updated": _now(),
+                "next_part": 0,
+                "shards": [],
+            }
+            write_json_atomic(root / MANIFEST, manifest)
+            return manifest
+        manifest = read_manifest(root)
+        if manifest.get("fingerprint") != fingerprint:
+            old = str(manifest.get("fingerprint"))[:12]
+            raise OutputError(
+                f"{root} was written by a different config (fingerprint {old}, this config "
+                f"{fingerprint[:12]}); choose another output.path or delete the directory"
+            )
+        if manifest.get("schema_version") != SCHEMA_VERSION:
+            raise OutputError(
+                f"{root} holds shards of schema version {manifest.get('schema_version')}; "
+                f"this collector writes version {SCHEMA_VERSION}: choose another output.path"
+            )
+        if manifest.get("format") != fmt:
+            raise OutputError(
+                f"{root} holds {manifest.get('format')} shards; set output.format = "
+                f"\"{manifest.get('format')}\" to continue it, or choose another output.path"
+            )
+        return manifest
+
+    def _recover(self) -> None:
+        """Read committed ids; quarantine unreadable shards; delete orphans and temp files."""
+        kept = []
+        known: set[str] = set()
+        for entry in self._manifest["shards"]:
+            path = self.root / entry["path"]
+            known.add(entry["path"])
+            ids, problem = _read_ids(path, entry)
+            if problem is None:
+                self._ids.update(ids)
+                kept.append(entry)
+                continue
+            moved = self._quarantine(path)
+            self._warn(f"corrupt shard {entry['path']}: {problem}; moved to {moved}, its episodes run again")
+        if len(kept) != len(self._manifest["shards"]):
+            self._manifest["shards"] = kept
+            self._write_manifest()
+        for path in self._stray_files():
+            rel = path.relative_to(self.root).as_posix()
+            if rel in known:
+                continue
+            # Uncommitted by definition (not in the manifest): a crash between rename and
+            # manifest update, or a temp file. We hold the lock, so no writer owns it.
+            path.unlink(missing_ok=True)
+            if not path.name.endswith(TMP_SUFFIX):
+                self._warn(f"removed uncommitted shard {rel} (not in the manifest)")
+
+    def _stray_files(self) -> Iterable[Path]:
+        for part in self.root.glob("model=*/budget=*"):
+            if part.is_dir():
+                yield from (p for p in part.iterdir() if p.is_file())
+        yield from (p for p in self.root.iterdir() if p.name.endswith(TMP_SUFFIX))
+
+    def _quarantine(self, path: Path) -> str:
+        target_dir = self.root / QUARANTINE
+        target_dir.mkdir(exist_ok=True)
+        flat = path.relative_to(self.root).as_posix().replace("/", "__")
+        target = target_dir / flat
+        if path.exists():
+            shutil.move(str(path), target)
+        return f"{QUARANTINE}/{flat}"
+
+    def _warn(self, message: str) -> None:
+        self.warnings.append(message)
+        log.warning("%s", message)
+
+    # --- the public surface ------------------------------------------------------------
+
+    def committed_ids(self) -> set[str]:
+        """Ids of every committed episode (a copy: the caller may subtract from it)."""
+        return set(self._ids)
+
+    @property
+    def shards(self) -> list[dict[str, Any]]:
+        """The manifest's shard entries (path relative to the run dir, rows, model, budget)."""
+        return [dict(e) for e in self._manifest["shards"]]
+
+    def commit(self, episodes: Sequence[Episode]) -> int:
+        """Durably commit the episodes not yet committed; return how many were new.
+
+        Ids already committed, and repeats inside `episodes`, are dropped. The episodes
+        are grouped by (model, budget) partition and split into shards of at most
+        `rows_per_shard` rows; the manifest is replaced once, after every shard is in
+        place. On any failure the shards of this call are removed and OutputError raised:
+        nothing of it is committed.
+        """
+        if self._closed:
+            raise OutputError(f"run store {self.root} is closed")
+        fresh: dict[tuple[str, int], list[Episode]] = {}
+        seen: set[str] = set()
+        for ep in episodes:
+            if ep.episode_id in self._ids or ep.episode_id in seen:
+                continue
+            seen.add(ep.episode_id)
+            fresh.setdefault((ep.model, ep.budget), []).append(ep)
+        if not seen:
+            return 0
+        written: list[Path] = []
+        entries: list[dict[str, Any]] = []
+        before = len(self._manifest["shards"])
+        try:
+            for (model, budget), group in fresh.items():
+                part_dir = self.root / partition_dir(model, budget)
+                part_dir.mkdir(parents=True, exist_ok=True)
+                for start in range(0, len(group), self.rows_per_shard):
+                    chunk = group[start:start + self.rows_per_shard]
+                    seq = self._manifest["next_part"]
+                    name = f"part-{seq:06d}-{uuid.uuid4().hex[:8]}{EXTENSIONS[self.fmt]}"
+                    self._manifest["next_part"] += 1
+                    final = part_dir / name
+                    tmp = part_dir / f".{name}{TMP_SUFFIX}"
+                    written.append(tmp)
+                    write_shard(tmp, episodes_to_table(chunk), self.fmt)
+                    os.replace(tmp, final)
+                    written.append(final)
+                    entries.append({
+                        "path": final.relative_to(self.root).as_posix(),
+                        "rows": len(chunk),
+                        "model": model,
+                        "budget": budget,
+                        "committed": _now(),
+                    })
+                _fsync_dir(part_dir)
+            self._manifest["shards"].extend(entries)
+            self._write_manifest()
+        except Exception as e:
+            # Abort: whatever this call wrote is not in the manifest; remove it now rather
+            # than leaving it for the next open. Broad on purpose: any failure aborts.
+            del self._manifest["shards"][before:]
+            for path in written:
+                with contextlib.suppress(OSError):
+                    path.unlink(missing_ok=True)
+            if isinstance(e, OutputError):
+                raise
+            raise OutputError(f"commit to {self.root} failed: {type(e).__name__}: {e}") from e
+        self._ids.update(seen)
+        return len(seen)
+
+    def _write_manifest(self) -> None:
+        self._manifest["updated"] = _now()
+        write_json_atomic(self.root / MANIFEST, self._manifest)
+
+    def close(self) -> None:
+        """Release the run dir's lock. Committed data needs no flush: commits are durable."""
+        self._finalizer()
+        self._lock_fd = None
+        self._closed = True
+
+    def __enter__(self) -> RunStore:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+def _read_ids(path: Path, entry: dict[str, Any]) -> tuple[list[str], str | None]:
+    """A committed shard's episode ids, or why the shard cannot be trusted."""
+    if not path.exists():
+        return [], "file is missing"
+    try:
+        table = read_shard(path, ["episode_id"])
+    except Exception as e:  # noqa: BLE001 - any read failure means a damaged file: reported, not raised
+        return [], f"unreadable ({describe_exception(e)})"
+    version = schema_version_of(table.schema)
+    if version != SCHEMA_VERSION:
+        return [], f"schema version {version}, expected {SCHEMA_VERSION}"
+    if table.num_rows != entry.get("rows"):
+        return [], f"{table.num_rows} rows, the manifest says {entry.get('rows')}"
+    return table.column("episode_id").to_pylist(), None
+
+
+def describe_exception(e: BaseException) -> str:
+    """`Type: first line of the message`, for one-line reports about damaged files."""
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
+
+
+def _acquire_lock(root: Path) -> int | None:
+    if fcntl is None:  # pragma: no cover
+        return None
+    fd = os.open(root / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise OutputError(f"run dir {root} is in use by another collector process") from None
+    return fd
+
+
+def _release_lock(fd: int | None) -> None:
+    if fd is None:
+        return
+    with contextlib.suppress(OSError):
+        os.close(fd)  # closing the descriptor drops the flock
+
+
+def decode_partition_value(segment: str) -> str:
+    """Inverse of the escaping in `partition_dir` for one ``key=value`` segment's value."""
+    return unquote(segment.split("=", 1)[1])

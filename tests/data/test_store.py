@@ -1,0 +1,288 @@
+"""The run store: exactly-once commits, resume by set difference, refusing foreign dirs, recovery."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pytest
+
+from collector import store as store_mod
+from collector.errors import OutputError
+from collector.shards import read_shard
+from collector.store import MANIFEST, RESOLVED_CONFIG, RunStore, committed_shard_paths
+from tests.data.factory import make_batch
+
+FP = "fingerprint-aaaaaaaaaaaa"
+CFG: dict[str, Any] = {"name": "t", "sweep": {"models": ["sim-perfect"], "budgets": [64, 128]}}
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def open_store(run_dir: Path, fp: str = FP, fmt: str = "arrow", rows: int = 4) -> RunStore:
+    return RunStore.open(run_dir, fp, CFG, fmt, rows)  # type: ignore[arg-type]
+
+
+def all_rows(run_dir: Path) -> list[str]:
+    """Every committed episode id, with repeats, read from the shards the manifest names."""
+    ids: list[str] = []
+    for path in committed_shard_paths(run_dir):
+        ids.extend(read_shard(path, ["episode_id"]).column("episode_id").to_pylist())
+    return ids
+
+
+@pytest.mark.parametrize("fmt", ["arrow", "parquet"])
+def test_commit_then_resume_by_set_difference(tmp_path: Path, fmt: str) -> None:
+    """Committed ids survive a reopen, so a rerun computes the missing work as a set difference."""
+    work = make_batch(10)
+    with open_store(tmp_path / "run", fmt=fmt) as st:
+        assert st.commit(work[:6]) == 6
+    with open_store(tmp_path / "run", fmt=fmt) as st:
+        done = st.committed_ids()
+        assert done == {e.episode_id for e in work[:6]}
+        todo = [e for e in work if e.episode_id not in done]
+        assert st.commit(todo) == 4
+    assert sorted(all_rows(tmp_path / "run")) == sorted(e.episode_id for e in work)
+
+
+def test_duplicates_are_dropped_at_commit(tmp_path: Path) -> None:
+    """An id already committed, or repeated within one batch, is written once and not counted again."""
+    work = make_batch(5)
+    with open_store(tmp_path / "run") as st:
+        assert st.commit(work[:3]) == 3
+        assert st.commit([work[2], work[3], work[3], work[4], work[0]]) == 2
+        assert st.commit(work) == 0
+    rows = all_rows(tmp_path / "run")
+    assert len(rows) == len(set(rows)) == 5
+
+
+def test_shards_are_hive_partitioned_and_split(tmp_path: Path) -> None:
+    """Rows go to model=/budget= directories, at most rows_per_shard per file; names are URI-escaped."""
+    run = tmp_path / "run"
+    batch = make_batch(9, model="org/Model-7B", budget=64) + make_batch(2, model="b", budget=128)
+    with open_store(run, rows=4) as st:
+        st.commit(batch)
+        sizes = sorted(e["rows"] for e in st.shards)
+    assert sizes == [1, 2, 4, 4]
+    assert (run / "model=org%2FModel-7B" / "budget=64").is_dir()
+    assert len(list((run / "model=b" / "budget=128").glob("part-*.arrow"))) == 1
+    hive = ds.partitioning(pa.schema([("model", pa.string()), ("budget", pa.int64())]), flavor="hive")
+    dataset = ds.dataset(run, format="ipc", partitioning=hive, exclude_invalid_files=True)
+    table = dataset.to_table(columns=["model"], filter=ds.field("budget") == 64)
+    assert table.column("model").unique().to_pylist() == ["org/Model-7B"]
+
+
+def test_manifest_and_resolved_config_are_written(tmp_path: Path) -> None:
+    """The manifest records fingerprint, format and shards; the resolved config is saved beside it."""
+    run = tmp_path / "run"
+    with open_store(run) as st:
+        st.commit(make_batch(3))
+    manifest = json.loads((run / MANIFEST).read_text())
+    assert manifest["fingerprint"] == FP
+    assert manifest["format"] == "arrow"
+    assert sum(e["rows"] for e in manifest["shards"]) == 3
+    saved = json.loads((run / RESOLVED_CONFIG).read_text())
+    assert saved["config"] == CFG
+    assert saved["fingerprint"] == FP
+
+
+def test_a_different_config_is_refused_in_one_line(tmp_path: Path) -> None:
+    """Opening a run dir with another fingerprint raises OutputError with a one-line message."""
+    open_store(tmp_path / "run").close()
+    with pytest.raises(OutputError) as info:
+        open_store(tmp_path / "run", fp="another-fingerprint")
+    message = str(info.value)
+    assert "different config" in message
+    assert "\n" not in message
+
+
+def test_a_different_format_is_refused(tmp_path: Path) -> None:
+    """A run of Arrow shards is not continued as Parquet (one dataset, one format)."""
+    open_store(tmp_path / "run", fmt="arrow").close()
+    with pytest.raises(OutputError, match="arrow shards"):
+        open_store(tmp_path / "run", fmt="parquet")
+
+
+def test_a_foreign_non_empty_directory_is_refused(tmp_path: Path) -> None:
+    """A non-empty directory without a manifest is not taken over."""
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(OutputError, match="not a run directory"):
+        open_store(tmp_path)
+
+
+def test_an_unwritable_path_is_an_output_error(tmp_path: Path) -> None:
+    """A run dir that cannot be created (a file is in the way) is a one-line OutputError."""
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(OutputError, match="cannot write run dir"):
+        open_store(tmp_path / "file" / "run")
+
+
+def test_one_writer_at_a_time(tmp_path: Path) -> None:
+    """A second open of a run dir that is open elsewhere is refused; after close it succeeds."""
+    first = open_store(tmp_path / "run")
+    with pytest.raises(OutputError, match="in use"):
+        open_store(tmp_path / "run")
+    first.close()
+    open_store(tmp_path / "run").close()
+
+
+def test_commit_after_close_is_refused(tmp_path: Path) -> None:
+    """A closed store does not write."""
+    st = open_store(tmp_path / "run")
+    st.close()
+    with pytest.raises(OutputError, match="closed"):
+        st.commit(make_batch(1))
+
+
+def test_crash_between_rename_and_manifest_update(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Shards renamed into place but absent from the manifest are not committed, and are cleaned on open."""
+    run = tmp_path / "run"
+    work = make_batch(6)
+    st = open_store(run)
+    st.commit(work[:2])
+
+    class Killed(BaseException):
+        """Stands in for the process dying: nothing of ours runs after it."""
+
+    def die(path: Path, payload: Any) -> None:
+        raise Killed
+
+    monkeypatch.setattr(store_mod, "write_json_atomic", die)
+    with pytest.raises(Killed):
+        st.commit(work[2:])
+    monkeypatch.undo()
+    st.close()
+    on_disk = list(run.glob("model=*/budget=*/part-*.arrow"))
+    assert len(on_disk) == 2  # the committed shard, and the orphan the "crash" left behind
+
+    with open_store(run) as st2:
+        assert st2.committed_ids() == {e.episode_id for e in work[:2]}
+        assert any("removed uncommitted shard" in w for w in st2.warnings)
+        assert len(list(run.glob("model=*/budget=*/part-*.arrow"))) == 1
+        assert st2.commit(work) == 4
+    rows = all_rows(run)
+    assert sorted(rows) == sorted(e.episode_id for e in work)
+
+
+def test_a_failed_commit_is_aborted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An exception during a commit removes its files and leaves the manifest and ids untouched."""
+    run = tmp_path / "run"
+    work = make_batch(6)
+    with open_store(run) as st:
+        st.commit(work[:2])
+
+        def full_disk(path: Path, payload: Any) -> None:
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(store_mod, "write_json_atomic", full_disk)
+        with pytest.raises(OutputError, match="No space left"):
+            st.commit(work[2:])
+        monkeypatch.undo()
+        assert st.committed_ids() == {e.episode_id for e in work[:2]}
+        assert len(list(run.glob("model=*/budget=*/*"))) == 1
+        assert st.commit(work) == 4
+    assert len(all_rows(run)) == 6
+
+
+def test_temp_files_are_removed_on_open(tmp_path: Path) -> None:
+    """Half-written temp files left by a crash are deleted when the run dir is opened again."""
+    run = tmp_path / "run"
+    with open_store(run) as st:
+        st.commit(make_batch(1))
+    part = next(run.glob("model=*/budget=*"))
+    (part / ".part-000009-deadbeef.arrow.tmp").write_bytes(b"half")
+    (run / ".manifest.json.abcd1234.tmp").write_text("{")
+    open_store(run).close()
+    assert not list(run.rglob("*.tmp"))
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "delete"])
+def test_a_corrupt_shard_is_reported_and_never_stops_resume(tmp_path: Path, damage: str) -> None:
+    """A damaged committed shard is named in one warning line, quarantined, and its episodes run again."""
+    run = tmp_path / "run"
+    work = make_batch(8)
+    with open_store(run) as st:
+        st.commit(work[:4])
+        st.commit(work[4:])
+        victim = run / st.shards[0]["path"]
+    data = victim.read_bytes()
+    if damage == "truncate":
+        victim.write_bytes(data[: len(data) // 2])
+    elif damage == "garbage":
+        victim.write_bytes(b"\x00" * len(data))
+    else:
+        victim.unlink()
+    with open_store(run) as st:
+        assert len(st.warnings) == 1
+        assert victim.name in st.warnings[0]
+        assert "\n" not in st.warnings[0]
+        assert st.committed_ids() == {e.episode_id for e in work[4:]}
+        assert st.commit(work) == 4
+    assert sorted(all_rows(run)) == sorted(e.episode_id for e in work)
+    if damage != "delete":
+        assert list((run / store_mod.QUARANTINE).iterdir())
+
+
+_KILLER = textwrap.dedent(
+    """
+    import os, signal, sys
+    from collector.store import RunStore
+    from tests.data.factory import make_batch
+
+    run, when = sys.argv[1], sys.argv[5]
+    first, count, kill_at = (int(a) for a in sys.argv[2:5])
+    real_replace = os.replace
+    calls = 0
+
+    def replace(src, dst):  # the process dies at the kill_at-th rename, just before or just after it
+        global calls
+        calls += 1
+        if calls == kill_at and when == "before":
+            os.kill(os.getpid(), signal.SIGKILL)
+        real_replace(src, dst)
+        if calls == kill_at and when == "after":
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    os.replace = replace
+    work = make_batch(count, start=first)
+    st = RunStore.open(run, "fp", {}, "arrow", 3)
+    done = st.committed_ids()
+    for i in range(0, len(work), 7):  # overlapping batches: many commits, late duplicates among them
+        st.commit([e for e in work[max(0, i - 3):i + 7] if e.episode_id not in done])
+    sys.exit(3)  # not killed: the test asked for a kill point past the end
+    """
+)
+
+
+# (first task, kill at the n-th rename, before/after it). Renames: the resolved config, then per
+# commit one per shard and one for the manifest; so these land on shards and manifests alike.
+_KILLS = [(0, 7, "before"), (0, 12, "after"), (20, 9, "after"), (40, 14, "before"), (45, 2, "after")]
+
+
+def test_sigkill_at_any_moment_never_loses_or_duplicates(tmp_path: Path) -> None:
+    """A writer SIGKILLed around any rename (shard or manifest) reopens with every committed episode once."""
+    run = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    count = 40
+    for first, kill_at, when in _KILLS:
+        args = [str(run), str(first), str(count), str(kill_at), when]
+        proc = subprocess.run([sys.executable, "-c", _KILLER, *args], cwd=ROOT, env=env, timeout=120)
+        assert proc.returncode == -signal.SIGKILL
+        with RunStore.open(run, "fp", {}, "arrow", 3) as st:
+            rows = all_rows(run)
+            assert len(rows) == len(set(rows))
+            assert st.committed_ids() == set(rows)
+            assert not list(run.rglob("*.tmp"))
+    work = make_batch(45 + count)
+    with RunStore.open(run, "fp", {}, "arrow", 3) as st:
+        assert 0 < len(st.committed_ids()) < len(work)  # the kills landed mid-run
+        st.commit(work)
+    rows = all_rows(run)
+    assert sorted(rows) == sorted(e.episode_id for e in work)
