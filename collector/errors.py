@@ -41,11 +41,14 @@ class ProviderError(CollectorError):
     """
 
     retryable: bool = False
+    retry_after_s: float | None = None
+    """The server's requested wait (`retry-after-ms`, `retry-after`, Gemini `RetryInfo`), if any."""
 
-    def __init__(self, message: str, status: int | None = None) -> None:
-        super().__init__(message, status)
+    def __init__(self, message: str, status: int | None = None, retry_after_s: float | None = None) -> None:
+        super().__init__(message, status, retry_after_s)
         self.message = message
         self.status = status
+        self.retry_after_s = retry_after_s
 
     def __str__(self) -> str:
         return self.message if self.status is None else f"{self.message} (HTTP {self.status})"

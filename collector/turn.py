@@ -85,6 +85,9 @@ class ToolCall:
     had_wire_id: bool = True
     """False when the transport sent no id (Gemini 2.x) and the adapter made one up; such an
     id is never sent back to the provider."""
+    signature: str | None = None
+    """An opaque token the provider wants back with this call on replay (Gemini 3
+    `thoughtSignature`, else 400 "Function call is missing a thought_signature")."""
 
 
 @dataclass(slots=True)

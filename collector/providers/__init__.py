@@ -1,0 +1,79 @@
+"""Provider adapters: four wire formats behind one `Provider` interface.
+
+`build_provider(kind, endpoint, client)` returns the adapter for a wire format:
+
+- ``"chat"``       OpenAI Chat Completions (vLLM, SGLang, llama.cpp, gateways);
+- ``"responses"``  OpenAI Responses;
+- ``"anthropic"``  Anthropic Messages;
+- ``"gemini"``     Gemini generateContent / streamGenerateContent.
+
+`Endpoint.base_url` follows each official SDK's convention: the OpenAI families include the
+version prefix (``http://host:8000/v1``), Anthropic and Gemini take the server root
+(``https://api.anthropic.com``, ``https://generativelanguage.googleapis.com``).
+`base_url_for(kind, root)` turns a server root (the simulator's, say) into that form.
+
+Every adapter is handed its `httpx.AsyncClient` and never builds one; see
+`collector.providers.pool` for a client layout that holds up under thousands of episodes.
+"""
+
+from __future__ import annotations
+
+import random
+
+import httpx
+
+from collector.errors import ConfigError
+from collector.providers.anthropic import AnthropicProvider
+from collector.providers.base import Endpoint, Provider, RetryPolicy
+from collector.providers.chat import ChatProvider
+from collector.providers.gemini import GeminiProvider
+from collector.providers.http import Sleep
+from collector.providers.responses import ResponsesProvider
+
+__all__ = [
+    "PROVIDER_KINDS",
+    "AnthropicProvider",
+    "ChatProvider",
+    "Endpoint",
+    "GeminiProvider",
+    "Provider",
+    "ResponsesProvider",
+    "RetryPolicy",
+    "base_url_for",
+    "build_provider",
+]
+
+_ADAPTERS: dict[str, type[ChatProvider | ResponsesProvider | AnthropicProvider | GeminiProvider]] = {
+    "chat": ChatProvider,
+    "responses": ResponsesProvider,
+    "anthropic": AnthropicProvider,
+    "gemini": GeminiProvider,
+}
+PROVIDER_KINDS: tuple[str, ...] = tuple(_ADAPTERS)
+
+
+def build_provider(
+    kind: str,
+    endpoint: Endpoint,
+    client: httpx.AsyncClient,
+    *,
+    sleep: Sleep | None = None,
+    rng: random.Random | None = None,
+) -> Provider:
+    """The adapter for wire format `kind`, speaking to `endpoint` over `client`.
+
+    `sleep` (default `asyncio.sleep`) and `rng` drive retry back-off; tests inject both.
+    """
+    try:
+        adapter = _ADAPTERS[kind]
+    except KeyError:
+        raise ConfigError(
+            f"unknown provider kind {kind!r}; expected one of {', '.join(PROVIDER_KINDS)}"
+        ) from None
+    return adapter(endpoint, client, sleep=sleep, rng=rng)
+
+
+def base_url_for(kind: str, root: str) -> str:
+    """The `Endpoint.base_url` for a server root: `root/v1` for the OpenAI families, else `root`."""
+    root = root.rstrip("/")
+    return root + "/v1" if kind in ("chat", "responses") else root

@@ -1,0 +1,322 @@
+"""OpenAI Chat Completions (`POST {base_url}/chat/completions`), also spoken by vLLM, SGLang,
+llama.cpp's server, OpenRouter and most gateways.
+
+`base_url` follows the OpenAI SDK convention and includes the version prefix
+(`https://api.openai.com/v1`, `http://localhost:8000/v1`).
+
+Arguments arrive as a JSON *string*, in fragments per `index` when streaming; they are
+parsed once, at the end, by `collector.arguments`. The finish reason is trusted for nothing
+on its own: vLLM reports `tool_calls` for a call cut at the cap, which `CAP_REACHED` catches
+(streams ask for `include_usage` so the count is there), and a Hermes block that the server
+could not parse is left in `content`, which `UNCLOSED_TEMPLATE` catches. OpenRouter's
+`finish_reason: "error"` and a top-level `error` chunk are mid-stream failures: retried whole.
+
+History: system / user / assistant (`tool_calls` with `arguments` as text, `"{}"` for a call
+that did not parse) / one `tool` message per call id. The output cap goes in
+`max_completion_tokens`, or in `Endpoint.cap_field` (many OSS servers want `max_tokens`).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+
+from collector.errors import ProviderError, ProviderUnavailable
+from collector.providers.base import Endpoint
+from collector.providers.common import as_int, call_from_text, encode_body, finish_turn, replay_text
+from collector.providers.http import Http, Sleep
+from collector.sse import SSEEvent
+from collector.turn import (
+    AssistantMessage,
+    FinishClass,
+    JSONObject,
+    Message,
+    SystemMessage,
+    ToolCall,
+    ToolResultMessage,
+    Turn,
+    TurnRequest,
+    Usage,
+    UserMessage,
+)
+
+__all__ = ["ChatProvider", "build_chat_body", "chat_messages"]
+
+_FINISH = {
+    "stop": FinishClass.STOP,
+    "tool_calls": FinishClass.TOOL_CALLS,
+    "function_call": FinishClass.TOOL_CALLS,
+    "length": FinishClass.LENGTH,
+    "content_filter": FinishClass.CONTENT_FILTER,
+}
+_PARSE_ERRORS = (KeyError, TypeError, AttributeError, IndexError, ValueError)
+
+
+def chat_messages(messages: list[Message]) -> list[JSONObject]:
+    """Provider-neutral history in the Chat Completions shape."""
+    out: list[JSONObject] = []
+    for m in messages:
+        if isinstance(m, ToolResultMessage):
+            out.append({"role": "tool", "tool_call_id": m.call_id, "content": m.content})
+        elif isinstance(m, AssistantMessage):
+            item: JSONObject = {"role": "assistant", "content": m.text or None}
+            if m.tool_calls:
+                item["tool_calls"] = [
+                    {
+                        "id": c.id,
+                        "type": "function",
+                        "function": {"name": c.name, "arguments": replay_text(c)},
+                    }
+                    for c in m.tool_calls
+                ]
+            out.append(item)
+        elif isinstance(m, UserMessage):
+            out.append({"role": "user", "content": m.text})
+        elif isinstance(m, SystemMessage):
+            out.append({"role": "system", "content": m.text})
+    return out
+
+
+def build_chat_body(request: TurnRequest, cap_field: str, stream: bool) -> JSONObject:
+    """The request body, sampling parameters included and `extra_body` merged last."""
+    p = request.params
+    body: JSONObject = {"model": request.model, "messages": chat_messages(request.messages)}
+    body[cap_field] = request.max_output_tokens
+    if request.tools:
+        body["tools"] = [
+            {
+                "type": "function",
+                "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+            }
+            for t in request.tools
+        ]
+        if p.tool_choice:
+            if p.tool_choice in ("auto", "none", "required"):
+                body["tool_choice"] = p.tool_choice
+            else:
+                body["tool_choice"] = {"type": "function", "function": {"name": p.tool_choice}}
+    if p.temperature is not None:
+        body["temperature"] = p.temperature
+    if p.top_p is not None:
+        body["top_p"] = p.top_p
+    if p.seed is not None:
+        body["seed"] = p.seed
+    if p.stop:
+        body["stop"] = list(p.stop)
+    if p.logprobs:
+        body["logprobs"] = True
+        if p.top_logprobs is not None:
+            body["top_logprobs"] = p.top_logprobs
+    if stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    if p.extra_body:
+        body.update(p.extra_body)
+    return body
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # some servers send content parts
+        return "".join(
+            p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)
+        )
+    return ""
+
+
+def _logprobs_of(logprobs: Any, into: list[float]) -> None:
+    if isinstance(logprobs, dict):
+        for entry in logprobs.get("content") or ():
+            value = entry.get("logprob") if isinstance(entry, dict) else None
+            if isinstance(value, int | float):
+                into.append(float(value))
+
+
+def _usage(u: Any) -> Usage:
+    if not isinstance(u, dict):
+        return Usage()
+    return Usage(as_int(u.get("prompt_tokens")), as_int(u.get("completion_tokens")))
+
+
+def _map(raw: str | None, has_calls: bool) -> FinishClass:
+    mapped = _FINISH.get(raw or "", FinishClass.OTHER)
+    # A forced (named) tool choice finishes with "stop" on OpenAI and vLLM.
+    if has_calls and mapped is FinishClass.STOP:
+        return FinishClass.TOOL_CALLS
+    return mapped
+
+
+class ChatProvider:
+    """The Chat Completions adapter. Streaming or not per `Endpoint.streaming`."""
+
+    kind = "chat"
+
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        client: httpx.AsyncClient,
+        *,
+        sleep: Sleep | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        headers = {"authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
+        self._http = Http(client, endpoint, "chat", headers, sleep, rng)
+        self._url = endpoint.base_url.rstrip("/") + "/chat/completions"
+        self._cap_field = endpoint.cap_field or "max_completion_tokens"
+        self._streaming = endpoint.streaming
+
+    async def complete(self, request: TurnRequest) -> Turn:
+        body = encode_body(build_chat_body(request, self._cap_field, self._streaming))
+        cap = request.max_output_tokens
+        if self._streaming:
+            return await self._http.retrying(lambda: self._stream_once(body, cap))
+        return await self._http.retrying(lambda: self._post_once(body, cap))
+
+    async def _post_once(self, body: bytes, cap: int) -> Turn:
+        payload, elapsed = await self._http.post_json(self._url, body)
+        try:
+            return self._parse(payload, cap, elapsed)
+        except _PARSE_ERRORS:
+            raise self._http.protocol_error("reply is not a chat completion") from None
+
+    def _parse(self, payload: Any, cap: int, elapsed: float) -> Turn:
+        if payload.get("error"):
+            raise self._http.stream_error(payload)
+        choice = payload["choices"][0]
+        raw = choice.get("finish_reason")
+        if raw == "error":
+            raise self._http.stream_error(
+                choice if "error" in choice else {"error": {"type": "server_error"}}
+            )
+        message = choice["message"]
+        calls: list[ToolCall] = []
+        for i, tc in enumerate(message.get("tool_calls") or ()):
+            fn = tc["function"]
+            wire_id = tc.get("id")
+            call_id = wire_id if isinstance(wire_id, str) and wire_id else f"call_gen_{i}"
+            calls.append(
+                call_from_text(call_id, str(fn.get("name") or ""), fn.get("arguments"), bool(wire_id))
+            )
+        logprobs: list[float] = []
+        _logprobs_of(choice.get("logprobs"), logprobs)
+        token_ids = choice.get("token_ids")
+        refusal = message.get("refusal")
+        return finish_turn(
+            text=_text_of(message.get("content")),
+            tool_calls=calls,
+            raw_finish_reason=raw,
+            mapped=_map(raw, bool(calls)),
+            says_length=raw == "length",
+            usage=_usage(payload.get("usage")),
+            max_output_tokens=cap,
+            latency_s=elapsed,
+            refusal=refusal if isinstance(refusal, str) else None,
+            token_ids=list(token_ids) if isinstance(token_ids, list) else None,
+            logprobs=logprobs or None,
+            response_id=payload.get("id"),
+        )
+
+    async def _stream_once(self, body: bytes, cap: int) -> Turn:
+        acc, elapsed = await self._http.stream(self._url, body, self._consume)
+        try:
+            return acc.turn(cap, elapsed)
+        except _PARSE_ERRORS:
+            raise self._http.protocol_error("stream is not chat completion chunks") from None
+
+    async def _consume(self, events: AsyncIterator[SSEEvent]) -> _ChatStream:
+        acc = _ChatStream()
+        async for event in events:
+            if event.data.startswith("[DONE]"):
+                return acc
+            try:
+                acc.feed(json.loads(event.data), self._http)
+            except ProviderError:
+                raise
+            except _PARSE_ERRORS:
+                raise self._http.protocol_error("stream chunk is not JSON chat completion chunk") from None
+        raise ProviderUnavailable("chat: stream ended without [DONE]")
+
+
+class _ChatStream:
+    """Accumulates chunks of choice 0: text, per-index call fragments, finish reason, usage."""
+
+    __slots__ = ("calls", "finish", "logprobs", "refusal", "response_id", "text", "token_ids", "usage")
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.refusal: list[str] = []
+        self.calls: dict[int, list[Any]] = {}  # index -> [id, name, [fragments]]
+        self.finish: str | None = None
+        self.usage = Usage()
+        self.logprobs: list[float] = []
+        self.token_ids: list[int] = []
+        self.response_id: str | None = None
+
+    def feed(self, chunk: Any, http: Http) -> None:
+        if chunk.get("error"):
+            raise http.stream_error(chunk)
+        if self.response_id is None and isinstance(chunk.get("id"), str):
+            self.response_id = chunk["id"]
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            self.usage = _usage(usage)
+        for choice in chunk.get("choices") or ():
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            content = delta.get("content")
+            if isinstance(content, str) and content:
+                self.text.append(content)
+            refusal = delta.get("refusal")
+            if isinstance(refusal, str) and refusal:
+                self.refusal.append(refusal)
+            for pos, tc in enumerate(delta.get("tool_calls") or ()):
+                index = tc.get("index", pos)
+                slot = self.calls.get(index)
+                if slot is None:
+                    slot = self.calls[index] = [None, "", []]
+                if tc.get("id") and slot[0] is None:
+                    slot[0] = tc["id"]
+                fn = tc.get("function") or {}
+                if fn.get("name") and not slot[1]:
+                    slot[1] = fn["name"]
+                fragment = fn.get("arguments")
+                if isinstance(fragment, str):
+                    slot[2].append(fragment)
+            _logprobs_of(choice.get("logprobs"), self.logprobs)
+            ids = choice.get("token_ids")
+            if isinstance(ids, list):
+                self.token_ids.extend(ids)
+            finish = choice.get("finish_reason")
+            if finish == "error":
+                raise http.stream_error(chunk if chunk.get("error") else {"error": {"type": "server_error"}})
+            if finish:
+                self.finish = finish
+
+    def turn(self, cap: int, elapsed: float) -> Turn:
+        calls = [
+            call_from_text(slot[0] or f"call_gen_{index}", slot[1], "".join(slot[2]), slot[0] is not None)
+            for index, slot in sorted(self.calls.items())
+        ]
+        raw = self.finish
+        return finish_turn(
+            text="".join(self.text),
+            tool_calls=calls,
+            raw_finish_reason=raw,
+            mapped=_map(raw, bool(calls)),
+            says_length=raw == "length",
+            usage=self.usage,
+            max_output_tokens=cap,
+            latency_s=elapsed,
+            # [DONE] arrived but the choice never finished: the output was cut off.
+            stream_cut=raw is None,
+            refusal="".join(self.refusal) or None,
+            token_ids=self.token_ids or None,
+            logprobs=self.logprobs or None,
+            response_id=self.response_id,
+        )

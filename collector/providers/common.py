@@ -1,0 +1,141 @@
+"""Pieces every adapter shares: tool-call construction, the length checks, and replay of arguments.
+
+`finish_turn` is the single place where a turn becomes a length turn. It applies the checks in
+the order documented in `collector.turn` and records every one that holds:
+
+1. FINISH_REASON   the adapter says the transport's own vocabulary reported the cap;
+2. CAP_REACHED     `usage.output_tokens >= max_output_tokens` (servers that say `tool_calls`
+                   for a call cut at the cap: vllm #58228, llama.cpp);
+3. STREAM_CUT      the adapter saw a stream end inside a tool call (a block never closed, no
+                   finish reason) although the terminal event arrived;
+4. UNCLOSED_TEMPLATE  the text holds an opened, unclosed chat-template tool-call block.
+
+Keeping this in one function means the four transports cannot disagree about what "cut" is.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from collector.arguments import has_template_opener, parse_arguments, unclosed_template
+from collector.turn import (
+    ArgStatus,
+    FinishClass,
+    JSONObject,
+    LengthSignal,
+    ToolCall,
+    Turn,
+    Usage,
+)
+
+__all__ = [
+    "as_int",
+    "call_from_object",
+    "call_from_text",
+    "encode_body",
+    "finish_turn",
+    "replay_object",
+    "replay_text",
+]
+
+
+def encode_body(body: JSONObject) -> bytes:
+    """The request body, encoded once per call (retries reuse the bytes)."""
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def as_int(value: Any) -> int:
+    """A token count from the wire; anything that is not a plain int counts as 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def call_from_text(call_id: str, name: str, raw: Any, had_wire_id: bool = True) -> ToolCall:
+    """A call whose arguments arrive as JSON text (OpenAI families, Anthropic streams)."""
+    if isinstance(raw, str):
+        value, status, repair = parse_arguments(raw)
+        return ToolCall(
+            call_id, name, value, status, raw_arguments=raw, repair=repair, had_wire_id=had_wire_id
+        )
+    if isinstance(raw, dict):
+        # A non-conforming server sent an object where the wire says string: keep it as an object.
+        return ToolCall(call_id, name, raw, ArgStatus.OK, raw_object=raw, had_wire_id=had_wire_id)
+    return ToolCall(call_id, name, None, ArgStatus.MALFORMED, had_wire_id=had_wire_id)
+
+
+def call_from_object(call_id: str, name: str, raw: Any, had_wire_id: bool = True) -> ToolCall:
+    """A call whose arguments arrive as an object (Anthropic `input`, Gemini `args`).
+
+    An object is OK as far as parsing goes; whether the call may run is decided by the turn's
+    length status, never by the fact that it parsed.
+    """
+    if raw is None:
+        raw = {}  # Gemini omits `args` for a call without parameters.
+    if isinstance(raw, dict):
+        return ToolCall(call_id, name, raw, ArgStatus.OK, raw_object=raw, had_wire_id=had_wire_id)
+    return ToolCall(call_id, name, None, ArgStatus.MALFORMED, had_wire_id=had_wire_id)
+
+
+def replay_text(call: ToolCall) -> str:
+    """Argument text to send back: the model's own text when it parsed, `"{}"` when it did not.
+
+    A repaired call is replayed as the repaired object, never with the leaked delimiter that
+    some backends (Qwen on vLLM) would re-parse and reject with a 500.
+    """
+    if call.status is ArgStatus.MALFORMED or call.arguments is None:
+        return "{}"
+    if call.status is ArgStatus.OK and call.raw_arguments is not None:
+        return call.raw_arguments
+    return json.dumps(call.arguments, ensure_ascii=False, separators=(",", ":"))
+
+
+def replay_object(call: ToolCall) -> JSONObject:
+    """Argument object to send back (dialects that take objects); `{}` for a malformed call."""
+    if call.status is ArgStatus.MALFORMED or call.arguments is None:
+        return {}
+    return call.arguments
+
+
+def finish_turn(
+    *,
+    text: str,
+    tool_calls: list[ToolCall],
+    raw_finish_reason: str | None,
+    mapped: FinishClass,
+    says_length: bool,
+    usage: Usage,
+    max_output_tokens: int,
+    latency_s: float,
+    stream_cut: bool = False,
+    incomplete_reason: str | None = None,
+    refusal: str | None = None,
+    token_ids: list[int] | None = None,
+    logprobs: list[float] | None = None,
+    response_id: str | None = None,
+) -> Turn:
+    """Apply the length checks in their documented order and build the `Turn`."""
+    signals: list[LengthSignal] = []
+    if says_length:
+        signals.append(LengthSignal.FINISH_REASON)
+    if max_output_tokens > 0 and usage.output_tokens >= max_output_tokens:
+        signals.append(LengthSignal.CAP_REACHED)
+    if stream_cut:
+        signals.append(LengthSignal.STREAM_CUT)
+    if text and unclosed_template(text) is not None:
+        signals.append(LengthSignal.UNCLOSED_TEMPLATE)
+    return Turn(
+        text=text,
+        tool_calls=tool_calls,
+        raw_finish_reason=raw_finish_reason,
+        finish_class=FinishClass.LENGTH if signals else mapped,
+        usage=usage,
+        max_output_tokens=max_output_tokens,
+        latency_s=latency_s,
+        incomplete_reason=incomplete_reason,
+        length_signals=tuple(signals),
+        unparsed_tool_call=bool(text) and has_template_opener(text),
+        refusal=refusal,
+        token_ids=token_ids,
+        logprobs=logprobs,
+        response_id=response_id,
+    )

@@ -1,0 +1,293 @@
+"""Gemini (`POST {base_url}/v1beta/models/{model}:generateContent`, and
+`:streamGenerateContent?alt=sse`); `base_url` is the server root. The key goes in
+`x-goog-api-key`, never in the `?key=` query (URLs end up in logs).
+
+Calls arrive whole, as `functionCall` parts with `args` as an *object*, and a tool-call turn
+ends with `finishReason: "STOP"` (there is no tool-specific reason): calls are recognised by
+their parts. A call cut by `maxOutputTokens` never materialises on the Gemini API; the turn
+ends `MAX_TOKENS`, which is a length turn whatever its parts hold. `CONTINUATION` (the
+per-request token limit) is a length reason too. Thinking consumes the same cap on 2.5
+models, so output tokens are `candidatesTokenCount + thoughtsTokenCount`.
+
+Gemini 2.x often sends calls without `id`: the adapter makes a stable one from the response
+id and the call's position (`had_wire_id=False`) and never sends it back; results are linked
+by `name` (+ `id` only when the model gave one). Gemini 3 `thoughtSignature`s are kept on the
+call and replayed beside it.
+
+A stream has no end marker: the last chunk carries `finishReason`. A stream that closes
+without one is a dropped stream (retried). Prompt-level blocks (`promptFeedback.blockReason`,
+no candidates) are content_filter turns with the block reason as the incomplete reason.
+
+History: system messages go to `systemInstruction`; assistant turns become `model` contents
+(text, `functionCall` parts with `args` `{}` for a call that did not parse); tool results
+become `functionResponse` parts (`{"output": ...}` or `{"error": ...}`) in a `user` content.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+
+from collector.errors import ProviderError, ProviderUnavailable
+from collector.providers.base import Endpoint
+from collector.providers.common import as_int, call_from_object, encode_body, finish_turn, replay_object
+from collector.providers.http import Http, Sleep
+from collector.sse import SSEEvent
+from collector.turn import (
+    AssistantMessage,
+    FinishClass,
+    JSONObject,
+    SystemMessage,
+    ToolCall,
+    ToolResultMessage,
+    Turn,
+    TurnRequest,
+    Usage,
+    UserMessage,
+)
+
+__all__ = ["GeminiProvider", "build_gemini_body"]
+
+_PARSE_ERRORS = (KeyError, TypeError, AttributeError, IndexError, ValueError)
+_LENGTH_REASONS = frozenset({"MAX_TOKENS", "CONTINUATION"})
+_FILTER_REASONS = frozenset(
+    {
+        "SAFETY",
+        "RECITATION",
+        "BLOCKLIST",
+        "PROHIBITED_CONTENT",
+        "SPII",
+        "IMAGE_SAFETY",
+        "IMAGE_PROHIBITED_CONTENT",
+        "IMAGE_RECITATION",
+        "MODEL_ARMOR",
+    }
+)
+
+
+def build_gemini_body(request: TurnRequest) -> JSONObject:
+    """The request body, sampling parameters included and `extra_body` merged last."""
+    system: list[str] = []
+    contents: list[JSONObject] = []
+    calls: dict[str, ToolCall] = {}
+
+    def add(role: str, part: JSONObject) -> None:
+        if contents and contents[-1]["role"] == role:
+            contents[-1]["parts"].append(part)
+        else:
+            contents.append({"role": role, "parts": [part]})
+
+    for m in request.messages:
+        if isinstance(m, ToolResultMessage):
+            call = calls.get(m.call_id)
+            response: JSONObject = {
+                "name": m.name,
+                "response": {"error" if m.is_error else "output": m.content},
+            }
+            if call is not None and call.had_wire_id:
+                response = {"id": m.call_id, **response}
+            add("user", {"functionResponse": response})
+        elif isinstance(m, AssistantMessage):
+            if m.text or not m.tool_calls:
+                add("model", {"text": m.text})
+            for c in m.tool_calls:
+                calls[c.id] = c
+                fc: JSONObject = {"name": c.name, "args": replay_object(c)}
+                if c.had_wire_id:
+                    fc["id"] = c.id
+                part: JSONObject = {"functionCall": fc}
+                if c.signature:
+                    part["thoughtSignature"] = c.signature
+                add("model", part)
+        elif isinstance(m, UserMessage):
+            add("user", {"text": m.text})
+        elif isinstance(m, SystemMessage):
+            system.append(m.text)
+    p = request.params
+    config: JSONObject = {"maxOutputTokens": request.max_output_tokens}
+    if p.temperature is not None:
+        config["temperature"] = p.temperature
+    if p.top_p is not None:
+        config["topP"] = p.top_p
+    if p.seed is not None:
+        config["seed"] = p.seed
+    if p.stop:
+        config["stopSequences"] = list(p.stop)
+    if p.logprobs:
+        config["responseLogprobs"] = True
+        if p.top_logprobs is not None:
+            config["logprobs"] = p.top_logprobs
+    body: JSONObject = {"contents": contents, "generationConfig": config}
+    if system:
+        body["systemInstruction"] = {"parts": [{"text": "\n\n".join(system)}]}
+    if request.tools:
+        body["tools"] = [
+            {
+                "functionDeclarations": [
+                    {"name": t.name, "description": t.description, "parametersJsonSchema": t.parameters}
+                    for t in request.tools
+                ]
+            }
+        ]
+        choice = p.tool_choice
+        if choice in ("auto", "none", "required"):
+            mode = {"auto": "AUTO", "none": "NONE", "required": "ANY"}[choice]
+            body["toolConfig"] = {"functionCallingConfig": {"mode": mode}}
+        elif choice:
+            body["toolConfig"] = {"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": [choice]}}
+    if p.extra_body:
+        body.update(p.extra_body)
+    return body
+
+
+class _Reply:
+    """Parts of candidate 0 gathered over one body or many stream chunks."""
+
+    __slots__ = ("block_reason", "calls", "finish", "logprobs", "response_id", "text", "usage")
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.calls: list[ToolCall] = []
+        self.finish: str | None = None
+        self.block_reason: str | None = None
+        self.usage = Usage()
+        self.logprobs: list[float] = []
+        self.response_id: str | None = None
+
+    def feed(self, chunk: Any, http: Http) -> None:
+        if chunk.get("error"):
+            raise http.stream_error(chunk)
+        if isinstance(chunk.get("responseId"), str):
+            self.response_id = chunk["responseId"]
+        u = chunk.get("usageMetadata")
+        if isinstance(u, dict):
+            # Running totals: overwrite.
+            self.usage = Usage(
+                as_int(u.get("promptTokenCount")),
+                as_int(u.get("candidatesTokenCount")) + as_int(u.get("thoughtsTokenCount")),
+            )
+        feedback = chunk.get("promptFeedback")
+        if isinstance(feedback, dict) and isinstance(feedback.get("blockReason"), str):
+            self.block_reason = feedback["blockReason"]
+        candidates = chunk.get("candidates") or ()
+        if not candidates:
+            return
+        candidate = candidates[0]
+        for part in (candidate.get("content") or {}).get("parts") or ():
+            if "functionCall" in part:
+                fc = part["functionCall"]
+                wire_id = fc.get("id")
+                call_id = wire_id if isinstance(wire_id, str) and wire_id else self._made_id(len(self.calls))
+                call = call_from_object(call_id, str(fc.get("name") or ""), fc.get("args"), bool(wire_id))
+                signature = part.get("thoughtSignature")
+                if isinstance(signature, str):
+                    call.signature = signature
+                self.calls.append(call)
+            elif isinstance(part.get("text"), str) and not part.get("thought"):
+                self.text.append(part["text"])
+        result = candidate.get("logprobsResult")
+        if isinstance(result, dict):
+            for entry in result.get("chosenCandidates") or ():
+                value = entry.get("logProbability") if isinstance(entry, dict) else None
+                if isinstance(value, int | float):
+                    self.logprobs.append(float(value))
+        if isinstance(candidate.get("finishReason"), str):
+            self.finish = candidate["finishReason"]
+
+    def _made_id(self, position: int) -> str:
+        # Stable for a given reply; never sent back (had_wire_id=False).
+        return f"gemini_{self.response_id or 'call'}_{position}"
+
+    def turn(self, cap: int, elapsed: float) -> Turn:
+        raw = self.finish
+        if raw in _LENGTH_REASONS:
+            mapped = FinishClass.LENGTH
+        elif raw == "STOP":
+            mapped = FinishClass.TOOL_CALLS if self.calls else FinishClass.STOP
+        elif raw in _FILTER_REASONS or (raw is None and self.block_reason):
+            mapped = FinishClass.CONTENT_FILTER
+        else:
+            mapped = FinishClass.OTHER
+        return finish_turn(
+            text="".join(self.text),
+            tool_calls=self.calls,
+            raw_finish_reason=raw,
+            mapped=mapped,
+            says_length=raw in _LENGTH_REASONS,
+            usage=self.usage,
+            max_output_tokens=cap,
+            latency_s=elapsed,
+            incomplete_reason=self.block_reason,
+            logprobs=self.logprobs or None,
+            response_id=self.response_id,
+        )
+
+
+class GeminiProvider:
+    """The Gemini adapter. Streaming or not per `Endpoint.streaming`."""
+
+    kind = "gemini"
+
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        client: httpx.AsyncClient,
+        *,
+        sleep: Sleep | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        headers = {"x-goog-api-key": endpoint.api_key} if endpoint.api_key else {}
+        self._http = Http(client, endpoint, "gemini", headers, sleep, rng)
+        self._base = endpoint.base_url.rstrip("/") + "/v1beta/models/"
+        self._streaming = endpoint.streaming
+
+    def _url(self, model: str) -> str:
+        model = model.removeprefix("models/")
+        if self._streaming:
+            return f"{self._base}{model}:streamGenerateContent?alt=sse"
+        return f"{self._base}{model}:generateContent"
+
+    async def complete(self, request: TurnRequest) -> Turn:
+        body = encode_body(build_gemini_body(request))
+        url = self._url(request.model)
+        cap = request.max_output_tokens
+        if self._streaming:
+            return await self._http.retrying(lambda: self._stream_once(url, body, cap))
+        return await self._http.retrying(lambda: self._post_once(url, body, cap))
+
+    async def _post_once(self, url: str, body: bytes, cap: int) -> Turn:
+        payload, elapsed = await self._http.post_json(url, body)
+        try:
+            if isinstance(payload, list) and len(payload) == 1:
+                payload = payload[0]
+            reply = _Reply()
+            reply.feed(payload, self._http)
+            if reply.finish is None and reply.block_reason is None:
+                raise self._http.protocol_error("reply has neither a finish reason nor a block reason")
+            return reply.turn(cap, elapsed)
+        except _PARSE_ERRORS:
+            raise self._http.protocol_error("reply is not a GenerateContentResponse") from None
+
+    async def _stream_once(self, url: str, body: bytes, cap: int) -> Turn:
+        reply, elapsed = await self._http.stream(url, body, self._consume)
+        try:
+            return reply.turn(cap, elapsed)
+        except _PARSE_ERRORS:
+            raise self._http.protocol_error("stream is not GenerateContentResponse chunks") from None
+
+    async def _consume(self, events: AsyncIterator[SSEEvent]) -> _Reply:
+        reply = _Reply()
+        async for event in events:
+            try:
+                reply.feed(json.loads(event.data), self._http)
+            except ProviderError:
+                raise
+            except _PARSE_ERRORS:
+                raise self._http.protocol_error("stream chunk is not a GenerateContentResponse") from None
+        if reply.finish is None and reply.block_reason is None:
+            raise ProviderUnavailable("gemini: stream ended without a finish reason")
+        return reply

@@ -1,0 +1,327 @@
+"""Posting and streaming over a handed-in `httpx.AsyncClient`, with retries and error typing.
+
+This is the one place where HTTP failures become `collector.errors` types. Adapters call
+`Http.post_json` or `Http.stream` for a single attempt and wrap the whole attempt (request,
+stream consumption and parsing) in `Http.retrying`, so a stream that fails midway is thrown
+away and asked for again whole, never returned as a turn.
+
+Classification (by status, then the body's structured `code` / `type` / `status`; wording
+is used only to tell a context overflow from other invalid requests on servers that have no
+structured code for it):
+
+- transport errors, timeouts, 408, 409, 429 (rate), 5xx and 529, mid-stream error events of
+  a transient kind, streams ending without their terminal event, and 200 bodies that are not
+  the wire format -> retried, then `ProviderUnavailable` / `ProtocolViolation`;
+- 429 or 402 for quota / billing / credits (OpenAI `insufficient_quota`, Anthropic
+  `billing_error`, Gemini per-day quotas) -> `QuotaExhausted`, never retried;
+- context overflow (`context_length_exceeded`, llama.cpp `exceed_context_size_error`, and the
+  Anthropic, Gemini and vLLM invalid-request wordings) -> `ContextOverflow`, never retried;
+- any other 4xx -> `RequestRejected`, never retried. Anthropic's `x-should-retry` header
+  overrides the status rule, as its SDK does.
+
+Back-off is capped exponential with jitter; a server's own wait (`retry-after-ms`, then
+`retry-after` in seconds or as an HTTP date, then Gemini's `RetryInfo.retryDelay` in the
+body) replaces it, and a wait longer than `RetryPolicy.max_retry_after_s` fails at once.
+The sleep function is injectable so tests never wait.
+
+Secrets: the API key goes into exactly one header and no message built here ever includes a
+header, the URL's query or the key; provider messages are truncated and scrubbed of the key
+and of key-shaped tokens (OpenAI echoes a masked key in its 401 message).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import random
+import re
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import httpx
+
+from collector.errors import (
+    ContextOverflow,
+    ProtocolViolation,
+    ProviderError,
+    ProviderUnavailable,
+    QuotaExhausted,
+    RequestRejected,
+)
+from collector.providers.base import Endpoint
+from collector.sse import SSEDecoder, SSEEvent
+
+__all__ = ["Http", "Sleep", "classify_error_body", "classify_http_error", "parse_retry_after"]
+
+T = TypeVar("T")
+Sleep = Callable[[float], Awaitable[None]]
+
+RETRYABLE_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
+
+_QUOTA_MARKERS = frozenset(
+    {"insufficient_quota", "billing_error", "quota_exceeded", "billing_hard_limit_reached"}
+)
+_CONTEXT_CODES = frozenset(
+    {"context_length_exceeded", "exceed_context_size_error", "context_window_exceeded"}
+)
+# Wordings for servers with no structured code for it (Anthropic, Gemini, vLLM, SGLang).
+_CONTEXT_WORDING = re.compile(
+    r"prompt is too long|maximum context length|input token count .{0,40}exceeds|"
+    r"exceeds the (?:available )?context|context window",
+    re.IGNORECASE,
+)
+_TRANSIENT_STREAM_TYPES = frozenset(
+    {
+        "server_error",
+        "api_error",
+        "overloaded_error",
+        "rate_limit_exceeded",
+        "rate_limit_error",
+        "timeout_error",
+        "internal_error",
+        "unavailable",
+        "internal",
+        "resource_exhausted",
+        "deadline_exceeded",
+        "vector_store_timeout",
+    }
+)
+_KEYLIKE = re.compile(r"\b(?:sk|pk|rk|key|api|AIza)[-_A-Za-z0-9*.]{6,}", re.IGNORECASE)
+_MAX_MESSAGE = 240
+
+
+def _scrub(text: str, secret: str | None) -> str:
+    if secret:
+        text = text.replace(secret, "[redacted]")
+    text = _KEYLIKE.sub("[redacted]", text)
+    text = " ".join(text.split())
+    return text if len(text) <= _MAX_MESSAGE else text[:_MAX_MESSAGE] + "..."
+
+
+def _error_object(body: Any) -> dict[str, Any]:
+    """The error object of any of the four shapes (wrapped, unwrapped vLLM, list-wrapped Gemini)."""
+    if isinstance(body, list) and len(body) == 1:
+        body = body[0]
+    if not isinstance(body, dict):
+        return {}
+    inner = body.get("error")
+    if isinstance(inner, dict):
+        return inner
+    return body
+
+
+def _retry_info_delay(err: Mapping[str, Any]) -> float | None:
+    details = err.get("details")
+    if not isinstance(details, list):
+        return None
+    for item in details:
+        if isinstance(item, dict) and str(item.get("@type", "")).endswith("RetryInfo"):
+            delay = item.get("retryDelay")
+            if isinstance(delay, str) and delay.endswith("s"):
+                try:
+                    return max(0.0, float(delay[:-1]))
+                except ValueError:
+                    return None
+    return None
+
+
+def _daily_quota(err: Mapping[str, Any]) -> bool:
+    details = err.get("details")
+    if not isinstance(details, list):
+        return False
+    for item in details:
+        if isinstance(item, dict) and str(item.get("@type", "")).endswith("QuotaFailure"):
+            for violation in item.get("violations") or ():
+                if isinstance(violation, dict) and "perday" in str(violation.get("quotaId", "")).lower():
+                    return True
+    return False
+
+
+def parse_retry_after(headers: Mapping[str, str], body: Any = None) -> float | None:
+    """Seconds the server asked us to wait, from headers or a Gemini RetryInfo, or None."""
+    value = headers.get("retry-after-ms")
+    if value:
+        try:
+            return max(0.0, float(value) / 1000.0)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value:
+        try:
+            return max(0.0, float(value))
+        except ValueError:
+            try:
+                when = email.utils.parsedate_to_datetime(value)
+            except (TypeError, ValueError, IndexError):
+                when = None
+            if when is not None:
+                if when.tzinfo is None:
+                    when = when.replace(tzinfo=UTC)
+                return max(0.0, (when - datetime.now(UTC)).total_seconds())
+    return _retry_info_delay(_error_object(body)) if body is not None else None
+
+
+def _labels(err: Mapping[str, Any]) -> list[str]:
+    labels = []
+    for key in ("code", "type", "status"):
+        value = err.get(key)
+        if isinstance(value, str) and value:
+            labels.append(value.lower())
+    return labels
+
+
+def classify_error_body(
+    body: Any, status: int | None, secret: str | None, dialect: str, retry_after: float | None = None
+) -> ProviderError:
+    """Type an error from its decoded body (HTTP error or mid-stream error event)."""
+    err = _error_object(body)
+    labels = _labels(err)
+    raw_message = err.get("message")
+    detail = _scrub(raw_message, secret) if isinstance(raw_message, str) else ""
+    kind = "/".join(labels) if labels else "error"
+    message = f"{dialect}: {kind}" + (f": {detail}" if detail else "")
+    if any(label in _QUOTA_MARKERS for label in labels) or status == 402 or _daily_quota(err):
+        return QuotaExhausted(message, status)
+    if any(label in _CONTEXT_CODES for label in labels):
+        return ContextOverflow(message, status)
+    if status in (400, 413, 422) and isinstance(raw_message, str) and _CONTEXT_WORDING.search(raw_message):
+        return ContextOverflow(message, status)
+    if retry_after is None:
+        retry_after = _retry_info_delay(err)
+    if status is None:
+        # A mid-stream error event: transient kinds are retried whole, others are rejections.
+        if any(label in _TRANSIENT_STREAM_TYPES for label in labels) or not labels:
+            return ProviderUnavailable(message, None, retry_after)
+        code = err.get("code")
+        if isinstance(code, int) and (code >= 500 or code in RETRYABLE_STATUSES):
+            return ProviderUnavailable(message, None, retry_after)
+        return RequestRejected(message, None)
+    if status in RETRYABLE_STATUSES or status >= 500:
+        return ProviderUnavailable(message, status, retry_after)
+    return RequestRejected(message, status)
+
+
+def classify_http_error(
+    response: httpx.Response, content: bytes, secret: str | None, dialect: str
+) -> ProviderError:
+    """Type a non-2xx response."""
+    try:
+        body: Any = json.loads(content) if content else None
+    except ValueError:
+        body = None  # HTML from a proxy, or nothing: the status decides.
+    retry_after = parse_retry_after(response.headers, body)
+    error = classify_error_body(body, response.status_code, secret, dialect, retry_after)
+    should_retry = response.headers.get("x-should-retry")
+    if (
+        should_retry == "true"
+        and not error.retryable
+        and not isinstance(error, QuotaExhausted | ContextOverflow)
+    ):
+        return ProviderUnavailable(error.message, error.status, retry_after)
+    if should_retry == "false" and error.retryable:
+        return RequestRejected(error.message, error.status)
+    return error
+
+
+class Http:
+    """One dialect's view of the handed-in client: URL-independent headers, retries, sleep."""
+
+    __slots__ = ("_client", "_dialect", "_headers", "_policy", "_rng", "_secret", "_sleep", "_timeout")
+
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        endpoint: Endpoint,
+        dialect: str,
+        headers: dict[str, str],
+        sleep: Sleep | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._client = client
+        self._dialect = dialect
+        self._headers = {"content-type": "application/json", **headers}
+        self._secret = endpoint.api_key
+        self._policy = endpoint.retry
+        self._timeout = endpoint.request_timeout_s
+        self._sleep: Sleep = sleep or asyncio.sleep
+        self._rng = rng or random.Random()
+
+    def protocol_error(self, what: str) -> ProtocolViolation:
+        """A 200 reply that is not the wire format (no raw content in the message)."""
+        return ProtocolViolation(f"{self._dialect}: {what}")
+
+    def stream_error(self, payload: Any) -> ProviderError:
+        """Type a mid-stream error event."""
+        return classify_error_body(payload, None, self._secret, self._dialect)
+
+    def _transport_error(self, exc: Exception) -> ProviderUnavailable:
+        # The class name only: httpx messages can carry the URL, and URLs can carry keys.
+        return ProviderUnavailable(f"{self._dialect}: transport error {type(exc).__name__}")
+
+    async def post_json(self, url: str, body: bytes) -> tuple[Any, float]:
+        """One POST; the decoded JSON reply and the seconds it took."""
+        started = time.perf_counter()
+        try:
+            response = await self._client.post(
+                url, content=body, headers=self._headers, timeout=self._timeout
+            )
+        except httpx.HTTPError as exc:
+            raise self._transport_error(exc) from None
+        elapsed = time.perf_counter() - started
+        if response.status_code >= 300:
+            raise classify_http_error(response, response.content, self._secret, self._dialect)
+        try:
+            return json.loads(response.content), elapsed
+        except ValueError:
+            raise self.protocol_error("reply body is not JSON") from None
+
+    async def stream(
+        self, url: str, body: bytes, consume: Callable[[AsyncIterator[SSEEvent]], Awaitable[T]]
+    ) -> tuple[T, float]:
+        """One streaming POST; `consume` reads the SSE events and returns what it built."""
+        started = time.perf_counter()
+        headers = {**self._headers, "accept": "text/event-stream"}
+        try:
+            async with self._client.stream(
+                "POST", url, content=body, headers=headers, timeout=self._timeout
+            ) as response:
+                if response.status_code >= 300:
+                    content = await response.aread()
+                    raise classify_http_error(response, content, self._secret, self._dialect)
+                result = await consume(_events(response))
+        except httpx.HTTPError as exc:
+            raise self._transport_error(exc) from None
+        return result, time.perf_counter() - started
+
+    async def retrying(self, attempt: Callable[[], Awaitable[T]]) -> T:
+        """Run `attempt` until it succeeds, fails for good, or the retries are spent."""
+        policy = self._policy
+        retries = 0
+        while True:
+            try:
+                return await attempt()
+            except ProviderError as exc:
+                if not exc.retryable or retries >= policy.max_retries:
+                    raise
+                wait = exc.retry_after_s
+                if wait is not None and wait > policy.max_retry_after_s:
+                    raise ProviderUnavailable(
+                        f"{self._dialect}: server asked to wait {wait:.0f}s, over the limit", exc.status
+                    ) from exc
+                if wait is None:
+                    cap = min(policy.max_backoff_s, policy.initial_backoff_s * (2**retries))
+                    wait = cap * (0.5 + 0.5 * self._rng.random())
+                retries += 1
+                await self._sleep(wait)
+
+
+async def _events(response: httpx.Response) -> AsyncIterator[SSEEvent]:
+    decoder = SSEDecoder()
+    async for chunk in response.aiter_text():
+        for event in decoder.feed(chunk):
+            yield event
+    for event in decoder.close():
+        yield event

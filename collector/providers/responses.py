@@ -1,0 +1,314 @@
+"""OpenAI Responses (`POST {base_url}/responses`); `base_url` includes `/v1` as for chat.
+
+There is no finish reason: a reply has a `status` (kept as the raw reason) and, when
+`incomplete`, `incomplete_details.reason` (kept as the incomplete reason). Only
+`max_output_tokens` is a length reason; `content_filter` stays a content filter (mapping every
+`incomplete` to length is the lossy normalization the field notes warn about). A
+`function_call` item whose own status is `incomplete` also counts as the transport saying
+"cut", since third-party servers have shipped `response.completed` for truncated output.
+
+Calls carry two ids: the item `id` (`fc_…`) and `call_id` (`call_…`); `call_id` is the one
+results link to and the one kept on `ToolCall.id`.
+
+Streaming keys off the terminal event (`response.completed` / `.incomplete` / `.failed`, or
+an `error` event), never off `.done` events; a call item added but never finished by the
+terminal event is a `STREAM_CUT`.
+
+History: system messages go to top-level `instructions` (joined with blank lines), the rest
+to `input` items: user/assistant messages in the short `{"role", "content"}` form,
+`function_call` items (arguments as text, `"{}"` for a call that did not parse) and
+`function_call_output` items linked by `call_id`. Responses has no `seed` or `stop`.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+
+from collector.errors import ProviderError, ProviderUnavailable
+from collector.providers.base import Endpoint
+from collector.providers.common import as_int, call_from_text, encode_body, finish_turn, replay_text
+from collector.providers.http import Http, Sleep
+from collector.sse import SSEEvent
+from collector.turn import (
+    AssistantMessage,
+    FinishClass,
+    JSONObject,
+    SystemMessage,
+    ToolCall,
+    ToolResultMessage,
+    Turn,
+    TurnRequest,
+    Usage,
+    UserMessage,
+)
+
+__all__ = ["ResponsesProvider", "build_responses_body"]
+
+_PARSE_ERRORS = (KeyError, TypeError, AttributeError, IndexError, ValueError)
+_TERMINAL = frozenset({"response.completed", "response.incomplete"})
+
+
+def build_responses_body(request: TurnRequest, stream: bool) -> JSONObject:
+    """The request body, sampling parameters included and `extra_body` merged last."""
+    instructions: list[str] = []
+    items: list[JSONObject] = []
+    for m in request.messages:
+        if isinstance(m, ToolResultMessage):
+            items.append({"type": "function_call_output", "call_id": m.call_id, "output": m.content})
+        elif isinstance(m, AssistantMessage):
+            if m.text:
+                items.append({"role": "assistant", "content": m.text})
+            for c in m.tool_calls:
+                items.append(
+                    {"type": "function_call", "call_id": c.id, "name": c.name, "arguments": replay_text(c)}
+                )
+        elif isinstance(m, UserMessage):
+            items.append({"role": "user", "content": m.text})
+        elif isinstance(m, SystemMessage):
+            instructions.append(m.text)
+    p = request.params
+    body: JSONObject = {
+        "model": request.model,
+        "input": items,
+        "max_output_tokens": request.max_output_tokens,
+    }
+    if instructions:
+        body["instructions"] = "\n\n".join(instructions)
+    if request.tools:
+        body["tools"] = [
+            {
+                "type": "function",
+                "name": t.name,
+                "description": t.description,
+                "parameters": t.parameters,
+                "strict": False,
+            }
+            for t in request.tools
+        ]
+        if p.tool_choice:
+            if p.tool_choice in ("auto", "none", "required"):
+                body["tool_choice"] = p.tool_choice
+            else:
+                body["tool_choice"] = {"type": "function", "name": p.tool_choice}
+    if p.temperature is not None:
+        body["temperature"] = p.temperature
+    if p.top_p is not None:
+        body["top_p"] = p.top_p
+    if p.logprobs:
+        body["include"] = ["message.output_text.logprobs"]
+        if p.top_logprobs is not None:
+            body["top_logprobs"] = p.top_logprobs
+    if stream:
+        body["stream"] = True
+    if p.extra_body:
+        body.update(p.extra_body)
+    return body
+
+
+def _usage(u: Any) -> Usage:
+    if not isinstance(u, dict):
+        return Usage()
+    return Usage(as_int(u.get("input_tokens")), as_int(u.get("output_tokens")))
+
+
+def _logprobs_into(entries: Any, into: list[float]) -> None:
+    for entry in entries or ():
+        value = entry.get("logprob") if isinstance(entry, dict) else None
+        if isinstance(value, int | float):
+            into.append(float(value))
+
+
+class _Reply:
+    """What one reply amounts to, from a whole body or from stream events."""
+
+    __slots__ = (
+        "calls",
+        "incomplete",
+        "item_cut",
+        "logprobs",
+        "open_calls",
+        "refusal",
+        "response_id",
+        "status",
+        "text",
+        "usage",
+    )
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.refusal: list[str] = []
+        self.calls: list[ToolCall] = []
+        self.status: str | None = None
+        self.incomplete: str | None = None
+        self.usage = Usage()
+        self.logprobs: list[float] = []
+        self.item_cut = False
+        self.open_calls = False
+        self.response_id: str | None = None
+
+    def add_item(self, item: Any, with_text: bool = True) -> None:
+        kind = item.get("type")
+        if kind == "function_call":
+            if item.get("status") == "incomplete":
+                self.item_cut = True
+            call_id = item.get("call_id") or item.get("id") or f"call_gen_{len(self.calls)}"
+            self.calls.append(call_from_text(call_id, str(item.get("name") or ""), item.get("arguments")))
+        elif kind == "message" and with_text:
+            for part in item.get("content") or ():
+                if part.get("type") == "output_text":
+                    self.text.append(part.get("text") or "")
+                    _logprobs_into(part.get("logprobs"), self.logprobs)
+                elif part.get("type") == "refusal":
+                    self.refusal.append(part.get("refusal") or "")
+
+    def end(self, response: Any) -> None:
+        self.status = response.get("status")
+        details = response.get("incomplete_details")
+        if isinstance(details, dict) and isinstance(details.get("reason"), str):
+            self.incomplete = details["reason"]
+        self.usage = _usage(response.get("usage"))
+        if isinstance(response.get("id"), str):
+            self.response_id = response["id"]
+
+    def turn(self, cap: int, elapsed: float, stream_cut: bool = False) -> Turn:
+        status, reason = self.status, self.incomplete
+        says_length = (status == "incomplete" and reason == "max_output_tokens") or self.item_cut
+        if status == "completed":
+            mapped = FinishClass.TOOL_CALLS if self.calls else FinishClass.STOP
+        elif status == "incomplete" and reason == "content_filter":
+            mapped = FinishClass.CONTENT_FILTER
+        else:
+            mapped = FinishClass.OTHER
+        return finish_turn(
+            text="".join(self.text),
+            tool_calls=self.calls,
+            raw_finish_reason=status,
+            mapped=mapped,
+            says_length=says_length,
+            usage=self.usage,
+            max_output_tokens=cap,
+            latency_s=elapsed,
+            stream_cut=stream_cut,
+            incomplete_reason=reason,
+            refusal="".join(self.refusal) or None,
+            logprobs=self.logprobs or None,
+            response_id=self.response_id,
+        )
+
+
+class ResponsesProvider:
+    """The Responses adapter. Streaming or not per `Endpoint.streaming`."""
+
+    kind = "responses"
+
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        client: httpx.AsyncClient,
+        *,
+        sleep: Sleep | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        headers = {"authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
+        self._http = Http(client, endpoint, "responses", headers, sleep, rng)
+        self._url = endpoint.base_url.rstrip("/") + "/responses"
+        self._streaming = endpoint.streaming
+
+    async def complete(self, request: TurnRequest) -> Turn:
+        body = encode_body(build_responses_body(request, self._streaming))
+        cap = request.max_output_tokens
+        if self._streaming:
+            return await self._http.retrying(lambda: self._stream_once(body, cap))
+        return await self._http.retrying(lambda: self._post_once(body, cap))
+
+    async def _post_once(self, body: bytes, cap: int) -> Turn:
+        payload, elapsed = await self._http.post_json(self._url, body)
+        try:
+            if payload.get("status") == "failed" or (payload.get("error") and "output" not in payload):
+                raise self._http.stream_error({"error": payload.get("error") or {}})
+            reply = _Reply()
+            for item in payload["output"]:
+                reply.add_item(item)
+            reply.end(payload)
+            return reply.turn(cap, elapsed)
+        except _PARSE_ERRORS:
+            raise self._http.protocol_error("reply is not a Responses object") from None
+
+    async def _stream_once(self, body: bytes, cap: int) -> Turn:
+        (reply, cut), elapsed = await self._http.stream(self._url, body, self._consume)
+        try:
+            return reply.turn(cap, elapsed, stream_cut=cut)
+        except _PARSE_ERRORS:
+            raise self._http.protocol_error("stream is not Responses events") from None
+
+    async def _consume(self, events: AsyncIterator[SSEEvent]) -> tuple[_Reply, bool]:
+        reply = _Reply()
+        # output_index -> [item, fragments, finished]
+        items: dict[int, list[Any]] = {}
+        text_by_index: dict[int, list[str]] = {}
+        async for event in events:
+            try:
+                data = json.loads(event.data)
+                kind = data.get("type") or event.event
+                if kind == "response.output_item.added":
+                    items[data.get("output_index", len(items))] = [data["item"], [], False]
+                elif kind == "response.function_call_arguments.delta":
+                    slot = items.get(data.get("output_index", -1))
+                    if slot is not None:
+                        slot[1].append(data.get("delta") or "")
+                elif kind == "response.function_call_arguments.done":
+                    slot = items.get(data.get("output_index", -1))
+                    if slot is not None and isinstance(data.get("arguments"), str):
+                        slot[1] = [data["arguments"]]
+                elif kind == "response.output_item.done":
+                    index = data.get("output_index", -1)
+                    items[index] = [data["item"], items.get(index, [None, []])[1], True]
+                elif kind == "response.output_text.delta":
+                    text_by_index.setdefault(data.get("output_index", 0), []).append(data.get("delta") or "")
+                    _logprobs_into(data.get("logprobs"), reply.logprobs)
+                elif kind == "response.refusal.delta":
+                    reply.refusal.append(data.get("delta") or "")
+                elif kind in _TERMINAL:
+                    response = data["response"]
+                    reply.end(response)
+                    return self._settle(reply, items, text_by_index, response)
+                elif kind == "response.failed":
+                    raise self._http.stream_error({"error": (data.get("response") or {}).get("error") or {}})
+                elif kind == "error":
+                    raise self._http.stream_error(data)
+            except ProviderError:
+                raise
+            except _PARSE_ERRORS:
+                raise self._http.protocol_error("stream event is not a Responses event") from None
+        raise ProviderUnavailable("responses: stream ended without a terminal event")
+
+    @staticmethod
+    def _settle(
+        reply: _Reply, items: dict[int, list[Any]], text_by_index: dict[int, list[str]], response: Any
+    ) -> tuple[_Reply, bool]:
+        cut = False
+        if not items:
+            # A server that sent only the terminal event: its `output` is the whole reply.
+            for item in response.get("output") or ():
+                reply.add_item(item)
+            return reply, False
+        for index in sorted(set(items) | set(text_by_index)):
+            slot = items.get(index)
+            if slot is not None and slot[0] is not None and slot[0].get("type") == "function_call":
+                item = dict(slot[0])
+                if slot[2]:
+                    final_args = item.get("arguments")
+                    if not isinstance(final_args, str):
+                        item["arguments"] = "".join(slot[1])
+                else:
+                    cut = True  # the call never reached output_item.done
+                    item["arguments"] = "".join(slot[1])
+                reply.add_item(item)
+            elif index in text_by_index:
+                reply.text.append("".join(text_by_index[index]))
+        return reply, cut
