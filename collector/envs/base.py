@@ -30,6 +30,7 @@ class Task:
 
 
 ToolFunction = Callable[..., Any] | Callable[..., Awaitable[Any]]
+ArgumentValidator = Callable[[JSONObject], tuple[tuple[Any, ...], dict[str, Any]]]
 
 
 @dataclass(slots=True, frozen=True)
@@ -39,7 +40,8 @@ class Tool:
     `parameters` is the JSON Schema of the arguments; arguments are validated against it
     before `function` runs, and a validation failure is an error result, never a crash.
     A `gate` tool (approval, human review) holds its siblings: if a call to it is malformed,
-    no other call of that turn runs.
+    fails validation or returns an error, no other call of that turn runs. Build tools with
+    `collector.tools.tool()` rather than by hand: it derives the schema and the validator.
     """
 
     name: str
@@ -47,6 +49,15 @@ class Tool:
     parameters: JSONObject
     function: ToolFunction
     gate: bool = False
+    validator: ArgumentValidator | None = None
+    """Turns validated arguments into the call's (args, kwargs), or raises
+    `collector.tools.ToolArgumentError`. `collector.tools.tool()` fills it from the type
+    hints; when None, arguments are checked against `parameters` and passed as keywords."""
+    timeout_s: float | None = None
+    """This tool's own timeout; None uses the loop's `tool_timeout_s`."""
+    inline: bool = False
+    """Run a plain (non-async) function on the event loop instead of a worker thread. For
+    fast in-memory tools only: an inline function cannot be timed out."""
 
 
 class EpisodeWorld(ABC):

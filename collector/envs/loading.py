@@ -1,0 +1,97 @@
+"""Finding the environment a config names: a built-in, or the user's own `package.module:attr`.
+
+`load_environment(spec, options)`:
+- `spec` is a built-in name (`arithmetic`, `support_desk`) or ``package.module:attr``
+  (``attr`` may be dotted) naming an `Environment` instance, an `Environment` subclass, or
+  a factory returning one. Classes and factories are called with `options` as keyword
+  arguments; an instance takes no options.
+- `options["task_file"]`, when present, is taken out before that call: the tasks then come
+  from the JSONL/Parquet file (`collector.envs.tasks`) while worlds and grading stay the
+  environment's. The built-ins build each world from the task's metadata or prompt, so any
+  file of prompts in their phrasing works with them.
+
+Every failure is a one-line `ConfigError` naming what was wrong, raised before any episode
+starts.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from collector.envs.base import Environment, EpisodeWorld, Task
+from collector.envs.tasks import load_tasks
+from collector.errors import ConfigError
+
+BUILTINS: Mapping[str, str] = {
+    "arithmetic": "collector.envs.arithmetic:ArithmeticEnv",
+    "support_desk": "collector.envs.support_desk:SupportDeskEnv",
+}
+
+
+class TaskFileEnvironment(Environment):
+    """An environment whose tasks come from a file; worlds and grading are the inner one's."""
+
+    def __init__(self, inner: Environment, tasks: Sequence[Task]) -> None:
+        self.inner = inner
+        self.name = getattr(inner, "name", type(inner).__name__)
+        self._tasks = list(tasks)
+
+    def tasks(self) -> Sequence[Task]:
+        return self._tasks
+
+    def start(self, task: Task) -> EpisodeWorld:
+        return self.inner.start(task)
+
+
+def load_environment(spec: str, options: Mapping[str, Any] | None = None) -> Environment:
+    """The environment named by `spec`, built with `options` (see the module docstring)."""
+    opts = dict(options or {})
+    task_file = opts.pop("task_file", None)
+    target = BUILTINS.get(spec, spec)
+    if ":" not in target:
+        known = ", ".join(sorted(BUILTINS))
+        raise ConfigError(f"env.name: {spec!r} is neither a built-in ({known}) nor package.module:attr")
+    obj = _resolve(target, spec)
+    env = _instantiate(obj, opts, spec)
+    if not getattr(env, "name", None):
+        env.name = spec
+    if task_file is not None:
+        env = TaskFileEnvironment(env, load_tasks(str(task_file)))
+    return env
+
+
+def _resolve(target: str, spec: str) -> Any:
+    module_name, _, attr_path = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"env.name: cannot import module {module_name!r} ({exc.msg})") from None
+    obj: Any = module
+    for part in attr_path.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ConfigError(f"env.name: {module_name!r} has no attribute {attr_path!r}") from None
+    return obj
+
+
+def _instantiate(obj: Any, options: dict[str, Any], spec: str) -> Environment:
+    if isinstance(obj, Environment):
+        if options:
+            raise ConfigError(f"env.options: {spec!r} is an environment instance and takes no options")
+        return obj
+    if not callable(obj):
+        raise ConfigError(f"env.name: {spec!r} is not an Environment, a subclass or a factory")
+    try:
+        env = obj(**options)
+    except TypeError as exc:
+        raise ConfigError(f"env.options: {spec!r} rejected the options: {exc}") from None
+    except ConfigError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any constructor failure is a config problem, reported in one line
+        raise ConfigError(f"env.name: building {spec!r} failed: {type(exc).__name__}: {exc}") from None
+    if not isinstance(env, Environment):
+        raise ConfigError(f"env.name: {spec!r} did not produce an Environment (got {type(env).__name__})")
+    return env
