@@ -1,0 +1,171 @@
+"""The simulated provider as an ASGI app: five endpoints, four wire formats, one generator.
+
+Per request: parse the body strictly in the called dialect (errors come back in that
+dialect's shape), pick the preset by model name (404 if unknown), derive the random stream
+from (server seed, canonical body), maybe inject a transient fault, ask the policy for the
+next move, generate and cut the turn, and render it in the dialect, streamed or not.
+
+Determinism. The reply is a pure function of the server seed and the canonical request
+body (keys sorted, `stream`/`stream_options` removed, so a streamed and a non-streamed call
+of the same conversation yield the same turn), plus the optional `x-sim-seed` header.
+Identical requests give byte-identical replies. Transient faults are the one exception by
+design: a retry of the same body must be able to succeed, so the fault draw also uses how
+many times this app has seen that body (`attempt`), kept in a bounded in-memory table, and
+only for presets that inject faults.
+
+Request headers the simulator honours (none is needed):
+- `x-sim-latency-ms`: latency for this request, overriding the preset's;
+- `x-sim-fault`: force `rate_limit`, `overload`, `server_error`, `drop` or `none`;
+- `x-sim-seed`: mixed into the random stream (distinct samples of one identical prompt).
+
+Streams are rendered whole and sent as one `text/event-stream` body: the framing and event
+order are the wire's, and the server does no per-event work (benchmarks need thousands of
+requests a second). A dropped stream is the first part of the events, without the terminal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import random
+from collections.abc import Callable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from collector.sim import chat as chat_wire
+from collector.sim.errors import Dialect, SimError, error_payload, error_response
+from collector.sim.generate import Generation, generate
+from collector.sim.history import ParsedRequest
+from collector.sim.policy import decide
+from collector.sim.presets import PRESETS, ModelPreset
+
+FAULTS = ("rate_limit", "overload", "server_error", "drop")
+_MAX_TRACKED = 200_000
+"""Bodies remembered for fault attempts; the table is cleared when it grows past this."""
+
+
+def _canonical(body: dict[str, Any]) -> bytes:
+    clean = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
+    return json.dumps(clean, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+class _Simulator:
+    """Holds the seed, the presets and the fault-attempt table; one instance per app."""
+
+    def __init__(self, seed: int, presets: dict[str, ModelPreset]) -> None:
+        self.seed = seed
+        self.presets = presets
+        self.attempts: dict[bytes, int] = {}
+
+    def digest(self, dialect: str, model: str, canonical: bytes, extra: str) -> bytes:
+        h = hashlib.blake2b(digest_size=16)
+        h.update(f"{self.seed}\0{dialect}\0{model}\0{extra}\0".encode())
+        h.update(canonical)
+        return h.digest()
+
+    def fault_for(self, preset: ModelPreset, digest: bytes, forced: str | None, stream: bool) -> str | None:
+        if forced is not None:
+            return None if forced == "none" else forced
+        if preset.fault_prob <= 0.0:
+            return None
+        if len(self.attempts) > _MAX_TRACKED:
+            self.attempts.clear()
+        attempt = self.attempts.get(digest, 0)
+        self.attempts[digest] = attempt + 1
+        u = random.Random(int.from_bytes(digest, "big") ^ (attempt + 1) * 0x9E3779B97F4A7C15).random()
+        for name, p in (("rate_limit", preset.rate_limit_prob), ("overload", preset.overload_prob),
+                        ("server_error", preset.server_error_prob), ("drop", preset.stream_drop_prob)):
+            if u < p:
+                # A non-streaming reply cannot be dropped midway: it is served whole.
+                return name if (name != "drop" or stream) else None
+            u -= p
+        return None
+
+
+Parser = Callable[[dict[str, Any]], ParsedRequest]
+Renderer = Callable[[ParsedRequest, Generation], dict[str, Any]]
+StreamRenderer = Callable[[ParsedRequest, Generation], list[str]]
+StreamFailer = Callable[[ParsedRequest, Generation, dict[str, Any]], list[str]]
+
+
+async def _handle(sim: _Simulator, request: Request, dialect: Dialect, parse: Parser, render: Renderer,
+                  render_stream: StreamRenderer, path_model: str | None = None,
+                  path_stream: bool | None = None) -> Response:
+    raw = await request.body()
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return error_response(dialect, 400, "The request body is not valid JSON.")
+    if not isinstance(body, dict):
+        return error_response(dialect, 400, "The request body must be a JSON object.")
+    if path_model is not None:
+        body = {**body, "model": path_model, "stream": path_stream}
+    model = body.get("model")
+    if isinstance(model, str) and model not in sim.presets:
+        return error_response(
+            dialect, 404, f"The model `{model}` does not exist or you do not have access to it.",
+            param="model")
+    try:
+        req = parse(body)
+    except SimError as exc:
+        return error_response(dialect, exc.status, exc.message, param=exc.param)
+    preset = sim.presets[req.model]
+    headers = request.headers
+    if path_model is not None:
+        body.pop("model")
+        body.pop("stream")
+    canonical = _canonical(body)
+    req.prompt_tokens = max(1, len(canonical) // 4)
+    digest = sim.digest(dialect, req.model, canonical, headers.get("x-sim-seed", ""))
+    fault = sim.fault_for(preset, digest, headers.get("x-sim-fault"), req.stream)
+    if fault is not None and fault not in FAULTS:
+        return error_response(dialect, 400, f"Unknown x-sim-fault {fault!r}.")
+    rng = random.Random(int.from_bytes(digest, "big"))
+    gen = generate(decide(req.history, req.tools), preset, req.cap, rng)
+    latency = gen.latency_s
+    if "x-sim-latency-ms" in headers:
+        try:
+            latency = max(0.0, float(headers["x-sim-latency-ms"]) / 1000.0)
+        except ValueError:
+            return error_response(dialect, 400, "x-sim-latency-ms must be a number.")
+    if latency > 0:
+        await asyncio.sleep(latency)
+    if fault == "rate_limit":
+        return error_response(dialect, 429, "Rate limit reached for the simulated model. Please try again.",
+                              retry_after_s=preset.retry_after_s)
+    if fault == "overload":
+        if dialect == "anthropic":
+            return error_response(dialect, 529, "Overloaded")
+        return error_response(dialect, 503, "The model is overloaded. Please try again later.")
+    if fault == "server_error":
+        return error_response(dialect, 500, "The server had an error while processing your request.")
+    if not req.stream:
+        return Response(json.dumps(render(req, gen)), media_type="application/json")
+    events = render_stream(req, gen)
+    if fault == "drop":
+        events = events[: max(1, len(events) // 2)]
+    return Response("".join(events), media_type="text/event-stream")
+
+
+def create_app(seed: int = 0, presets: dict[str, ModelPreset] | None = None) -> Starlette:
+    """The simulated provider: `/v1/chat/completions`, `/v1/responses`, `/v1/messages`,
+    `/v1beta/models/{model}:generateContent` and `:streamGenerateContent` (`?alt=sse`).
+
+    `presets` defaults to `collector.sim.presets.PRESETS`; a test may pass its own table.
+    """
+    sim = _Simulator(seed, dict(PRESETS if presets is None else presets))
+
+    async def chat(request: Request) -> Response:
+        return await _handle(sim, request, "chat", chat_wire.parse, chat_wire.render, chat_wire.render_stream)
+
+    return Starlette(routes=[
+        Route("/v1/chat/completions", chat, methods=["POST"]),
+    ])
+
+
+__all__ = ["FAULTS", "create_app", "error_payload"]

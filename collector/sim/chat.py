@@ -1,0 +1,172 @@
+"""OpenAI Chat Completions (`POST /v1/chat/completions`): strict parsing and rendering.
+
+Rendering follows provider-protocols.md section 1: arguments are always a *string*; a call
+cut by the cap keeps its truncated argument string and the reply says `finish_reason:
+"length"` (or `"tool_calls"` for the hidden-cut fault, as vLLM streaming and llama.cpp do);
+`usage.completion_tokens` equals the cap exactly when the turn was cut. Streams are
+`data: <chunk>` events ending with `data: [DONE]`, tool-call arguments arriving as string
+fragments per `index`. Leaks (section 6) are rendered here: a delimiter around or after the
+arguments, or, for vLLM non-streaming truncation, the raw Hermes block in `content` with
+`tool_calls: []`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from collector.sim.errors import SimError
+from collector.sim.generate import Generation, SimCall
+from collector.sim.history import (
+    DEFAULT_CAP,
+    CallLedger,
+    ParsedRequest,
+    check_json_arguments,
+    optional_cap,
+    require,
+    text_of,
+)
+from collector.sim.policy import HistoryItem
+from collector.sim.presets import LeakFamily
+
+PIECE = 16
+"""Characters per streamed fragment (four simulated tokens)."""
+
+
+def parse(body: dict[str, Any]) -> ParsedRequest:
+    model = require(body, "model", str, "request")
+    messages = require(body, "messages", list, "request")
+    if not messages:
+        raise SimError(400, "messages must not be empty.", param="messages")
+    history: list[HistoryItem] = []
+    ledger = CallLedger()
+    for i, msg in enumerate(messages):
+        where = f"messages[{i}]"
+        role = require(msg, "role", str, where)
+        if role == "tool":
+            call_id = require(msg, "tool_call_id", str, where)
+            name = ledger.settle(call_id)
+            history.append(("result", call_id, name, text_of(msg.get("content"), where), False))
+            continue
+        ledger.close_turn()
+        if role in ("user", "system", "developer"):
+            text = text_of(msg.get("content"), where)
+            if role == "user":
+                history.append(("user", text))
+        elif role == "assistant":
+            calls = msg.get("tool_calls") or []
+            if not isinstance(calls, list):
+                raise SimError(400, f"{where}: tool_calls must be a list.")
+            if msg.get("content") is None and not calls:
+                raise SimError(400, f"{where}: an assistant message needs content or tool_calls.")
+            for j, call in enumerate(calls):
+                cw = f"{where}.tool_calls[{j}]"
+                call_id = require(call, "id", str, cw)
+                fn = require(call, "function", dict, cw)
+                name = require(fn, "name", str, cw)
+                args = check_json_arguments(fn.get("arguments"), cw)
+                ledger.open(call_id, name)
+                history.append(("call", call_id, name, args))
+        else:
+            raise SimError(400, f"{where}: unknown role {role!r}.", param=f"{where}.role")
+    ledger.close_turn()
+    tools: set[str] = set()
+    for tool in body.get("tools") or []:
+        fn = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise SimError(400, "tools[] entries need function.name.", param="tools")
+        tools.add(fn["name"])
+    cap = optional_cap(body, "max_completion_tokens", "max_tokens") or DEFAULT_CAP
+    stream = body.get("stream") is True
+    opts = body.get("stream_options")
+    include_usage = stream and isinstance(opts, dict) and opts.get("include_usage") is True
+    return ParsedRequest(model=model, history=history, tools=frozenset(tools), cap=cap, stream=stream,
+                         include_usage=include_usage)
+
+
+def shown_arguments(call: SimCall, leak: LeakFamily | None) -> str:
+    """The argument string as the (possibly leaky) gateway shows it."""
+    args = call.arguments
+    if leak == "trailing":
+        return args + "<tool_call|>" if call.closed else args
+    if leak == "wrapped":
+        return "<tool_call>" + args + ("</tool_call>" if call.closed else "")
+    if leak == "concatenated" and call.closed:
+        return args + '<tool_call|>{"name": ' + json.dumps(call.name) + "}"
+    return args
+
+
+def hermes_block(gen: Generation) -> str:
+    """The raw Hermes template text of the turn's calls, as vLLM leaves it in `content`."""
+    out = []
+    for call in gen.calls:
+        block = '<tool_call>\n{"name": ' + json.dumps(call.name) + ', "arguments": ' + call.arguments
+        out.append(block + "}\n</tool_call>\n" if call.closed else block)
+    return "".join(out)
+
+
+def finish_reason(gen: Generation) -> str:
+    if gen.cut:
+        return "tool_calls" if gen.hidden_cut else "length"
+    return "tool_calls" if gen.calls else "stop"
+
+
+def _usage(req: ParsedRequest, gen: Generation) -> dict[str, Any]:
+    return {"prompt_tokens": req.prompt_tokens, "completion_tokens": gen.output_tokens,
+            "total_tokens": req.prompt_tokens + gen.output_tokens,
+            "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+            "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0,
+                                          "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0}}
+
+
+def render(req: ParsedRequest, gen: Generation) -> dict[str, Any]:
+    """The non-streaming `chat.completion` object."""
+    message: dict[str, Any] = {"role": "assistant", "content": gen.text or None}
+    reason = finish_reason(gen)
+    if gen.leak == "hermes_content" and gen.cut_in_call:
+        # vLLM's Hermes parser failed on the cut block: raw text in content, no calls, engine's reason.
+        message["content"] = gen.text + hermes_block(gen)
+        message["tool_calls"] = []
+        reason = "length"
+    elif gen.calls:
+        message["tool_calls"] = [
+            {"id": "call_" + c.call_id, "type": "function",
+             "function": {"name": c.name, "arguments": shown_arguments(c, gen.leak)}}
+            for c in gen.calls
+        ]
+    message["refusal"] = None
+    message["annotations"] = []
+    return {
+        "id": "chatcmpl-" + gen.hex_id, "object": "chat.completion", "created": gen.created,
+        "model": req.model,
+        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": reason}],
+        "usage": _usage(req, gen), "service_tier": "default", "system_fingerprint": "fp_sim",
+    }
+
+
+def render_stream(req: ParsedRequest, gen: Generation) -> list[str]:
+    """The SSE events of the streamed reply, `[DONE]` last."""
+    head = ('{"id":"chatcmpl-' + gen.hex_id + '","object":"chat.completion.chunk","created":'
+            + str(gen.created) + ',"model":' + json.dumps(req.model) + ',"system_fingerprint":"fp_sim",')
+    tail = ',"usage":null}' if req.include_usage else "}"
+    events: list[str] = []
+
+    def chunk(delta: dict[str, Any], reason: str | None = None) -> None:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}
+        events.append("data: " + head + '"choices":[' + json.dumps(choice) + "]" + tail + "\n\n")
+
+    chunk({"role": "assistant", "content": "", "refusal": None})
+    text = gen.text
+    for i in range(0, len(text), PIECE):
+        chunk({"content": text[i:i + PIECE]})
+    for c in gen.calls:
+        chunk({"tool_calls": [{"index": c.index, "id": "call_" + c.call_id, "type": "function",
+                               "function": {"name": c.name, "arguments": ""}}]})
+        args = shown_arguments(c, gen.leak)
+        for i in range(0, len(args), PIECE):
+            chunk({"tool_calls": [{"index": c.index, "function": {"arguments": args[i:i + PIECE]}}]})
+    chunk({}, finish_reason(gen))
+    if req.include_usage:
+        events.append("data: " + head + '"choices":[],"usage":' + json.dumps(_usage(req, gen)) + "}\n\n")
+    events.append("data: [DONE]\n\n")
+    return events

@@ -1,0 +1,163 @@
+"""The simulated policy: what the model *means* to do next, whatever the wire format.
+
+It really works the built-in environments' tasks (the shared prompt spec in issue 3): it
+finds the last user message that matches one of the task templates, looks at the calls made
+since then and their results, and either calls the tools that are still needed or answers
+from the results. A result that reads as an error (the collector's "not executed" or
+"arguments were malformed" results, Anthropic `is_error`, Gemini `{"error": ...}`) does not
+count, so the call is issued again: that is how a model recovers.
+
+The simulator never imports `collector.envs`: the templates below are the contract, and a
+prompt that matches none gets a short answer with no call.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+# A parsed conversation, neutral across the four wire formats:
+#   ("user", text) | ("call", call_id, name, args_or_None) | ("result", call_id, name, text, is_error)
+HistoryItem = tuple[Any, ...]
+
+MAX_ATTEMPTS = 4
+"""Calls of one tool after which the model gives up and answers (no infinite loops)."""
+
+_TEMPLATES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("arithmetic", re.compile(
+        r"What is (?P<expr>[0-9][0-9+\-* ]*[0-9])\? "
+        r"Use the calculator tool, then reply with the number only\.")),
+    ("refund", re.compile(
+        r"Order (?P<order_id>\S+) for customer (?P<customer_id>\S+) arrived damaged\. "
+        r"Refund the full amount of (?P<amount>\d+) dollars\.")),
+    ("close", re.compile(
+        r"Customer (?P<customer_id>\S+) wants every ticket older than (?P<days>\d+) days closed\.")),
+    ("email", re.compile(
+        r'Email (?P<to>\S+) with the subject "(?P<subject>[^"]*)" and this body: (?P<body>.+?)\s*\Z', re.S)),
+    ("approval", re.compile(
+        r"Order (?P<order_id>\S+) for customer (?P<customer_id>\S+) needs a refund of (?P<amount>\d+) "
+        r"dollars; refunds over 500 need approval first\.")),
+    ("lookup", re.compile(r"What is the status of order (?P<order_id>[^\s?]+)\?")),
+)
+
+_ERROR_TEXT = re.compile(
+    r"(?i)^\s*(error\b|not executed)|arguments were malformed|cut by the output-token limit")
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedCall:
+    name: str
+    arguments: tuple[tuple[str, Any], ...]
+    """Ordered members; the serializer keeps this order."""
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """Either calls to make now (`calls` non-empty) or a final answer (`answer`)."""
+
+    calls: tuple[PlannedCall, ...] = ()
+    answer: str = ""
+    task: str = "none"
+
+
+def _needed_calls(task: str, m: re.Match[str]) -> tuple[PlannedCall, ...]:
+    g = m.groupdict()
+    if task == "arithmetic":
+        return (PlannedCall("calculator", (("expression", g["expr"]),)),)
+    if task == "refund":
+        return (PlannedCall("refund", (("order_id", g["order_id"]), ("amount", int(g["amount"])))),)
+    if task == "close":
+        return (PlannedCall("close_tickets", (
+            ("customer_id", g["customer_id"]), ("older_than_days", int(g["days"])))),)
+    if task == "email":
+        return (PlannedCall("send_email", (
+            ("to", g["to"]), ("subject", g["subject"]), ("body", g["body"]))),)
+    if task == "approval":
+        return (
+            PlannedCall("request_approval", (
+                ("action", "refund"), ("order_id", g["order_id"]), ("reason", "refund over 500"))),
+            PlannedCall("refund", (("order_id", g["order_id"]), ("amount", int(g["amount"])))),
+        )
+    return (PlannedCall("lookup_order", (("order_id", g["order_id"]),)),)
+
+
+def _is_error(text: str, flagged: bool) -> bool:
+    if flagged or _ERROR_TEXT.search(text):
+        return True
+    if text.startswith("{"):
+        try:
+            obj = json.loads(text)
+        except ValueError:
+            return False
+        return isinstance(obj, dict) and "error" in obj
+    return False
+
+
+def _status_of(text: str) -> str:
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return text.strip()
+    if isinstance(obj, dict):
+        for key in ("status", "output", "result"):
+            value = obj.get(key)
+            if isinstance(value, str):
+                return value
+    return text.strip()
+
+
+def _answer(task: str, m: re.Match[str], results: dict[str, str]) -> str:
+    g = m.groupdict()
+    if task == "arithmetic":
+        return _status_of(results["calculator"])
+    if task == "refund":
+        return f"Refunded {g['amount']} dollars on order {g['order_id']}."
+    if task == "close":
+        return f"Closed the tickets of customer {g['customer_id']} older than {g['days']} days."
+    if task == "email":
+        return f"Sent the email to {g['to']}."
+    if task == "approval":
+        return f"Approval requested and {g['amount']} dollars refunded on order {g['order_id']}."
+    return f"Order {g['order_id']} is {_status_of(results['lookup_order'])}."
+
+
+def decide(history: list[HistoryItem], tools: frozenset[str]) -> Plan:
+    """The next move given the conversation so far and the names of the offered tools."""
+    start = -1
+    task = "none"
+    match: re.Match[str] | None = None
+    for i in range(len(history) - 1, -1, -1):
+        item = history[i]
+        if item[0] != "user":
+            continue
+        for name, pattern in _TEMPLATES:
+            found = pattern.search(item[1])
+            if found:
+                start, task, match = i, name, found
+                break
+        if match is not None:
+            break
+    if match is None:
+        return Plan(answer="I can help with orders, tickets, emails and arithmetic.")
+    needed = _needed_calls(task, match)
+    if any(c.name not in tools for c in needed):
+        return Plan(answer="I do not have the tools this request needs.", task=task)
+    ok: dict[str, str] = {}
+    attempts: dict[str, int] = {}
+    names_by_id: dict[str, str] = {}
+    for item in history[start + 1:]:
+        if item[0] == "call":
+            names_by_id[item[1]] = item[2]
+            attempts[item[2]] = attempts.get(item[2], 0) + 1
+        elif item[0] == "result":
+            name = names_by_id.get(item[1]) or str(item[2])
+            if not _is_error(item[3], item[4]):
+                ok[name] = item[3]
+    pending = tuple(c for c in needed if c.name not in ok)
+    if not pending:
+        return Plan(answer=_answer(task, match, ok), task=task)
+    if any(attempts.get(c.name, 0) >= MAX_ATTEMPTS for c in pending):
+        return Plan(answer="I could not complete the request.", task=task)
+    return Plan(calls=pending, task=task)
