@@ -124,6 +124,9 @@ class EnvConfig(_Model):
     """Optional JSONL or Parquet file of tasks (columns: id, prompt, metadata)."""
     options: dict[str, object] = {}
     """Passed to the environment's constructor."""
+    python_path: list[str] = []
+    """Directories put on `sys.path` (driver and workers) before a `module:attr` environment is
+    imported, for an environment that is not installed. Relative to where `collector run` runs."""
 
 
 class RewardConfig(_Model):
@@ -292,7 +295,7 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> RunConfig:
 _SELECTION_ONLY: dict[str, Any] = {
     "samples_per_task": True,
     "sweep": {"models": True, "budgets": True},
-    "env": {"tasks": True},
+    "env": {"tasks": True, "python_path": True},
     "ray": True,
     "output": True,
 }
@@ -331,6 +334,22 @@ def run_id(cfg: RunConfig) -> str:
     so shards from several runs can be concatenated for a trainer without collisions.
     """
     return f"{cfg.name}-{config_fingerprint(cfg)[:8]}"
+
+
+def with_absolute_paths(cfg: RunConfig, base: str | Path | None = None) -> RunConfig:
+    """The config with its file paths (task file, python_path) made absolute against `base`.
+
+    Workers do not share the driver's working directory, so paths are pinned down in the
+    driver before the config crosses to them. Not used for the fingerprint, which must not
+    depend on where the command was started.
+    """
+    root = Path(base) if base is not None else Path.cwd()
+    env = cfg.env
+    task_file = str(root / env.task_file) if env.task_file is not None else None
+    paths = [str(root / p) for p in env.python_path]
+    return cfg.model_copy(
+        update={"env": env.model_copy(update={"task_file": task_file, "python_path": paths})}
+    )
 
 
 def resolved_config(cfg: RunConfig) -> dict[str, Any]:

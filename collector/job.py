@@ -49,7 +49,7 @@ from typing import Any
 import ray
 import ray.exceptions
 
-from collector.config import RunConfig, resolved_config
+from collector.config import RunConfig, resolved_config, with_absolute_paths
 from collector.errors import CollectorError, ConfigError, QuotaExhausted
 from collector.plan import Plan, WorkItem, plan_work
 from collector.progress import Progress
@@ -373,20 +373,22 @@ def run_job(
         if not todo:
             result.elapsed_s = time.monotonic() - started
             return result
-        progress = Progress(result.planned, already=result.already) if show_progress else None
-        driver = _Driver(cfg, plan, result, progress, on_commit)
+        driver = _Driver(cfg, plan, result, None, on_commit)
         driver.store = store
         driver.queue.extend(todo)
         with provider_urls(plan.providers, cfg.seed) as urls, ray_session(address, cfg.ray.workers):
             try:
-                driver.start_workers(WorkerSetup(cfg, plan.run_id, urls))
+                driver.start_workers(WorkerSetup(with_absolute_paths(cfg), plan.run_id, urls))
+                # The clock starts once workers are ready: the rate shown is collection speed.
+                if show_progress:
+                    driver.progress = Progress(result.planned, already=result.already)
                 driver.show(force=True)
                 driver.loop()
             finally:
                 # Whatever ends the run (done, Ctrl-C, an error), finished episodes are kept.
                 driver.commit(force=True)
-                if progress is not None:
-                    progress.close(result.committed, result.counts)
+                if driver.progress is not None:
+                    driver.progress.close(result.committed, result.counts)
                 driver.stop_workers()
         result.elapsed_s = time.monotonic() - started
         if driver.stop_reason is not None:

@@ -15,7 +15,9 @@ This module imports no Ray: it is cheap, and the worker uses it too.
 from __future__ import annotations
 
 import hashlib
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from collector.config import ProviderConfig, RunConfig, config_fingerprint, run_id
 from collector.envs.base import Environment, Task
@@ -76,6 +78,10 @@ def load_env(cfg: RunConfig) -> Environment:
     """Build the configured environment (built-in name or `package.module:attr`)."""
     from collector.envs.loading import load_environment
 
+    for entry in reversed(cfg.env.python_path):
+        path = str(Path(entry).resolve())
+        if path not in sys.path:
+            sys.path.insert(0, path)
     options = dict(cfg.env.options)
     if cfg.env.task_file is not None:
         options.setdefault("task_file", cfg.env.task_file)

@@ -1,0 +1,97 @@
+"""The Ray job end to end against the simulator: run, resume, refusal, worker death."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from collector.errors import OutputError
+from collector.job import Snapshot, run_job
+from collector.plan import plan_work
+from collector.shards import read_shard
+from collector.store import committed_shard_paths
+from tests.job.helpers import committed_id_counts, small_config
+
+pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_cluster")]
+
+
+def test_run_commits_every_planned_episode_once(tmp_path: Path) -> None:
+    """A run through Ray workers commits each planned episode exactly once, from both workers."""
+    cfg = small_config(tmp_path / "run")
+    result = run_job(cfg, show_progress=False)
+    planned = {item.episode_id for item in plan_work(cfg).items}
+    counts = committed_id_counts(tmp_path / "run")
+    assert set(counts) == planned
+    assert set(counts.values()) == {1}
+    assert result.committed == len(planned) == 24
+    assert sum(result.counts.values()) == 24
+    workers = set()
+    for path in committed_shard_paths(tmp_path / "run"):
+        workers.update(read_shard(path).column("worker").to_pylist())
+    assert workers == {"w0.1", "w1.1"}
+
+
+def test_resume_runs_only_missing_episodes(tmp_path: Path) -> None:
+    """Rerunning a finished config runs nothing; a grown sweep runs only its new episodes."""
+    run_dir = tmp_path / "run"
+    first = run_job(small_config(run_dir, sweep__budgets=[32]), show_progress=False)
+    assert first.committed == 12
+    again = run_job(small_config(run_dir, sweep__budgets=[32]), show_progress=False)
+    assert (again.already, again.committed) == (12, 0)
+    grown = run_job(small_config(run_dir, sweep__budgets=[32, 64]), show_progress=False)
+    assert (grown.already, grown.committed) == (12, 12)
+    counts = committed_id_counts(run_dir)
+    assert len(counts) == 24
+    assert set(counts.values()) == {1}
+
+
+def test_run_dir_of_another_config_is_refused(tmp_path: Path) -> None:
+    """A run directory written by a config with other data-defining fields is refused in one line."""
+    run_dir = tmp_path / "run"
+    run_job(small_config(run_dir, sweep__budgets=[32], env__tasks=2), show_progress=False)
+    with pytest.raises(OutputError) as info:
+        run_job(
+            small_config(run_dir, sweep__budgets=[32], env__tasks=2, loop__max_steps=3), show_progress=False
+        )
+    assert "\n" not in str(info.value)
+
+
+def test_external_environment_module_from_config(tmp_path: Path) -> None:
+    """An environment module outside the package, found via env.python_path, runs from config."""
+    here = Path(__file__).parent / "extenv"
+    cfg = small_config(
+        tmp_path / "run",
+        env__name="countdown_env:CountdownEnv",
+        env__python_path=[str(here)],
+        env__options={"n": 3},
+        samples_per_task=1,
+        sweep__budgets=[256],
+    )
+    result = run_job(cfg, show_progress=False)
+    assert result.committed == 3
+    rows = [row for p in committed_shard_paths(tmp_path / "run") for row in read_shard(p).to_pylist()]
+    assert {row["env"] for row in rows} == {"countdown_env:CountdownEnv"}
+    assert all(row["stop_reason"] == "done" and row["reward"] == 1.0 for row in rows)
+
+
+def test_killed_worker_episodes_are_rerun_and_committed_once(tmp_path: Path) -> None:
+    """Killing a worker mid-run re-dispatches its in-flight episodes; each is committed once."""
+    import ray
+
+    killed: list[object] = []
+
+    def kill_busiest(snapshot: Snapshot) -> None:
+        if not killed and snapshot.busy_actors:
+            killed.append(snapshot.busy_actors[0])
+            ray.kill(snapshot.busy_actors[0], no_restart=True)
+
+    # sim-slow answers after ~50 ms, so the killed worker still holds episodes in flight.
+    cfg = small_config(tmp_path / "run", sweep__models=["sim-slow"], env__tasks=10)
+    result = run_job(cfg, show_progress=False, on_commit=kill_busiest)
+    assert killed
+    assert result.worker_restarts >= 1
+    assert result.redispatched >= 1
+    counts = committed_id_counts(tmp_path / "run")
+    assert set(counts) == {item.episode_id for item in plan_work(cfg).items}
+    assert set(counts.values()) == {1}
