@@ -59,7 +59,7 @@ class Redactor:
         if alternatives:
             self._text_pattern: re.Pattern[str] | None = re.compile(
                 r"(?i)(\"?[\w-]*(?:" + alternatives + r")[\w-]*\"?\s*[:=]\s*)"
-                r"(\"(?:[^\"\\]|\\.)*\"|'[^']*'|[^\s,;&}\]]+)"
+                r"(\"(?:[^\"\\]|\\.)*\"|'[^']*'|(?:(?:bearer|basic)\s+)?[^\s,;&}\]]+)"
             )
         else:
             self._text_pattern = None

@@ -137,11 +137,11 @@ class SupportDeskWorld(EpisodeWorld):
         days = int(p.get("days", 30))
         for customer in customers:
             for _ in range(rng.randint(2, 4)):
-                age = rng.choice((max(0, days - rng.randint(1, days or 1)), days + rng.randint(1, 60)))
+                age = rng.choice((max(1, days - rng.randint(1, days or 1)), days + rng.randint(1, 60)))
                 self.tickets.append(Ticket(f"T-{len(self.tickets) + 100}", customer, age))
         if "customer_id" in p:  # the target always has one ticket on each side of the threshold
             self.tickets.append(Ticket(f"T-{len(self.tickets) + 100}", p["customer_id"], days + 5))
-            self.tickets.append(Ticket(f"T-{len(self.tickets) + 100}", p["customer_id"], max(0, days - 5)))
+            self.tickets.append(Ticket(f"T-{len(self.tickets) + 100}", p["customer_id"], max(1, days - 5)))
 
     @property
     def tools(self) -> Sequence[Tool]:

@@ -1,0 +1,192 @@
+"""Loading environments by name or `package.module:attr`, and tasks from JSONL/Parquet files."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from collector.envs.arithmetic import ArithmeticEnv
+from collector.envs.loading import TaskFileEnvironment, load_environment
+from collector.envs.support_desk import SupportDeskEnv
+from collector.envs.tasks import load_tasks
+from collector.errors import ConfigError
+from collector.turn import ArgStatus, AssistantMessage, SystemMessage, ToolResultMessage, UserMessage
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+CHAT_PROMPT = [
+    {"role": "system", "content": "You are a support agent."},
+    {"role": "user", "content": "What is the status of order A-1?"},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "fs1",
+                "type": "function",
+                "function": {"name": "lookup_order", "arguments": '{"order_id": "A-1"}'},
+            }
+        ],
+    },
+    {"role": "tool", "tool_call_id": "fs1", "content": '{"status": "shipped"}'},
+    {"role": "assistant", "content": "It is shipped."},
+    {"role": "user", "content": [{"type": "text", "text": "What is the status of order A-1007?"}]},
+]
+
+
+def test_builtins_load_by_name_with_options() -> None:
+    """Built-in names load their environment; options go to the constructor."""
+    env = load_environment("arithmetic", {"num_tasks": 3, "seed": 1})
+    assert isinstance(env, ArithmeticEnv)
+    assert len(env.tasks()) == 3
+    assert env.name == "arithmetic"
+    assert isinstance(load_environment("support_desk", {}), SupportDeskEnv)
+
+
+def test_module_attr_specs_load_instances_classes_and_factories() -> None:
+    """`package.module:attr` accepts a class, a factory or an instance."""
+    assert isinstance(
+        load_environment("collector.envs.arithmetic:ArithmeticEnv", {"num_tasks": 2}), ArithmeticEnv
+    )
+    env = load_environment("collector.envs.support_desk:SupportDeskEnv", None)
+    assert env.name == "support_desk"
+
+
+@pytest.mark.parametrize(
+    ("spec", "options", "message"),
+    [
+        ("nope", {}, "neither a built-in"),
+        ("no_such_module_xyz:Env", {}, "cannot import module"),
+        ("collector.envs.arithmetic:Missing", {}, "has no attribute"),
+        ("arithmetic", {"bogus": 1}, "rejected the options"),
+        ("collector.envs.arithmetic:PROMPT", {}, "not an Environment"),
+        ("collector.envs.arithmetic:evaluate", {"expression": "1"}, "did not produce an Environment"),
+    ],
+)
+def test_bad_specs_are_one_line_config_errors(spec: str, options: dict[str, object], message: str) -> None:
+    """Every loading failure is a one-line ConfigError naming the problem."""
+    with pytest.raises(ConfigError, match=message) as info:
+        load_environment(spec, options)
+    assert "\n" not in str(info.value)
+
+
+def test_example_environment_outside_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The example user environment in examples/my_env loads from `my_env:environment`."""
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    monkeypatch.delitem(sys.modules, "my_env", raising=False)
+    env = load_environment("my_env:environment", {})
+    assert env.name == "unit_prices"
+    assert len(env.tasks()) > 0
+    env = load_environment("my_env:UnitPricesEnv", {"num_tasks": 4})
+    assert len(env.tasks()) == 4
+
+
+def test_jsonl_tasks_with_chat_prompts(tmp_path: Path) -> None:
+    """JSONL rows load with string or chat-message prompts, few-shot tool calls included."""
+    file = tmp_path / "tasks.jsonl"
+    rows = [
+        {"id": "a", "prompt": "What is 2 + 3? Use the calculator tool, then reply with the number only."},
+        {"prompt": CHAT_PROMPT, "metadata": json.dumps({"source": "x"})},
+    ]
+    file.write_text("\n".join(json.dumps(r) for r in rows) + "\n\n")
+    tasks = load_tasks(file)
+    assert [t.id for t in tasks] == ["a", "tasks-2"]
+    assert tasks[1].metadata == {"source": "x"}
+    prompt = tasks[1].prompt
+    assert isinstance(prompt, list)
+    assert [type(m) for m in prompt] == [
+        SystemMessage,
+        UserMessage,
+        AssistantMessage,
+        ToolResultMessage,
+        AssistantMessage,
+        UserMessage,
+    ]
+    assert isinstance(prompt[2], AssistantMessage)
+    assert prompt[2].tool_calls[0].arguments == {"order_id": "A-1"}
+    assert isinstance(prompt[3], ToolResultMessage)
+    assert prompt[3].name == "lookup_order"
+
+
+def test_parquet_tasks_and_task_file_option(tmp_path: Path) -> None:
+    """A Parquet task file feeds a built-in env through options["task_file"]; worlds come from prompts."""
+    file = tmp_path / "desk.parquet"
+    table = pa.Table.from_pylist(
+        [
+            {"id": "p1", "prompt": "What is the status of order A-1007?"},
+        ]
+    )
+    pq.write_table(table, file)
+    env = load_environment("support_desk", {"task_file": str(file)})
+    assert isinstance(env, TaskFileEnvironment)
+    assert env.name == "support_desk"
+    (task,) = env.tasks()
+    world = env.start(task)
+    assert "A-1007" in world.orders
+
+    chat_file = tmp_path / "chat.parquet"
+    flat = [*CHAT_PROMPT[:-1], {"role": "user", "content": "What is the status of order A-1007?"}]
+    pq.write_table(pa.Table.from_pylist([{"id": "c", "prompt": flat, "metadata": {"k": "v"}}]), chat_file)
+    (chat,) = load_tasks(chat_file)
+    assert isinstance(chat.prompt, list)
+    assert chat.metadata == {"k": "v"}
+    world = load_environment("support_desk", {}).start(chat)
+    assert world.kind == "lookup"
+    assert world.params["order_id"] == "A-1007"
+
+
+def test_malformed_few_shot_arguments_are_kept_malformed(tmp_path: Path) -> None:
+    """Few-shot arguments that are not a JSON object load as MALFORMED (replayed as "{}"), never repaired."""
+    prompt = [dict(m) for m in CHAT_PROMPT]
+    prompt[2] = {
+        "role": "assistant",
+        "tool_calls": [
+            {"id": "fs1", "function": {"name": "lookup_order", "arguments": '{"order_id": "A-1"'}}
+        ],
+    }
+    file = tmp_path / "t.jsonl"
+    file.write_text(json.dumps({"id": "x", "prompt": prompt}))
+    (task,) = load_tasks(file)
+    assert isinstance(task.prompt, list)
+    assert isinstance(task.prompt[2], AssistantMessage)
+    assert task.prompt[2].tool_calls[0].status is ArgStatus.MALFORMED
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ({"id": "x"}, "missing column 'prompt'"),
+        ({"prompt": 5}, "prompt must be a string"),
+        ({"prompt": "p", "metadata": "{"}, "metadata is not valid JSON"),
+        ({"prompt": CHAT_PROMPT[:3]}, "have no result"),
+        ({"prompt": [*CHAT_PROMPT[:3], CHAT_PROMPT[1]]}, "have no result before this message"),
+        ({"prompt": [CHAT_PROMPT[1], CHAT_PROMPT[3]]}, "unknown or already answered call id"),
+        ({"prompt": [{"role": "robot", "content": "x"}]}, "unknown role"),
+    ],
+)
+def test_bad_task_rows_name_file_and_row(tmp_path: Path, row: dict[str, object], message: str) -> None:
+    """A bad row is a one-line ConfigError naming the file and row, raised at load time."""
+    file = tmp_path / "bad.jsonl"
+    file.write_text(json.dumps({"id": "ok", "prompt": "fine"}) + "\n" + json.dumps(row) + "\n")
+    with pytest.raises(ConfigError, match=message) as info:
+        load_tasks(file)
+    assert "row 2" in str(info.value) or "line 2" in str(info.value)
+
+
+def test_missing_and_unreadable_task_files(tmp_path: Path) -> None:
+    """A missing file, broken JSON or a non-Parquet .parquet file is a ConfigError."""
+    with pytest.raises(ConfigError, match="no such file"):
+        load_tasks(tmp_path / "absent.jsonl")
+    broken = tmp_path / "b.jsonl"
+    broken.write_text("{not json\n")
+    with pytest.raises(ConfigError, match="line 1: not valid JSON"):
+        load_tasks(broken)
+    fake = tmp_path / "f.parquet"
+    fake.write_text("nope")
+    with pytest.raises(ConfigError, match="not a readable Parquet file"):
+        load_tasks(fake)
