@@ -37,7 +37,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from collector.sim import anthropic as anthropic_wire
 from collector.sim import chat as chat_wire
+from collector.sim import gemini as gemini_wire
+from collector.sim import responses as responses_wire
 from collector.sim.errors import Dialect, SimError, error_payload, error_response
 from collector.sim.generate import Generation, generate
 from collector.sim.history import ParsedRequest
@@ -90,7 +93,6 @@ class _Simulator:
 Parser = Callable[[dict[str, Any]], ParsedRequest]
 Renderer = Callable[[ParsedRequest, Generation], dict[str, Any]]
 StreamRenderer = Callable[[ParsedRequest, Generation], list[str]]
-StreamFailer = Callable[[ParsedRequest, Generation, dict[str, Any]], list[str]]
 
 
 async def _handle(sim: _Simulator, request: Request, dialect: Dialect, parse: Parser, render: Renderer,
@@ -163,8 +165,30 @@ def create_app(seed: int = 0, presets: dict[str, ModelPreset] | None = None) -> 
     async def chat(request: Request) -> Response:
         return await _handle(sim, request, "chat", chat_wire.parse, chat_wire.render, chat_wire.render_stream)
 
+    async def responses(request: Request) -> Response:
+        return await _handle(sim, request, "responses", responses_wire.parse, responses_wire.render,
+                             responses_wire.render_stream)
+
+    async def messages(request: Request) -> Response:
+        return await _handle(sim, request, "anthropic", anthropic_wire.parse, anthropic_wire.render,
+                             anthropic_wire.render_stream)
+
+    async def gemini(request: Request) -> Response:
+        target = request.path_params["target"]
+        model, _, method = target.rpartition(":")
+        if method not in ("generateContent", "streamGenerateContent") or not model:
+            return error_response("gemini", 404, f"Method {target!r} is not found.")
+        return await _handle(sim, request, "gemini", gemini_wire.parse, gemini_wire.render,
+                             gemini_wire.render_stream, path_model=model,
+                             path_stream=method == "streamGenerateContent")
+
     return Starlette(routes=[
         Route("/v1/chat/completions", chat, methods=["POST"]),
+        Route("/v1/responses", responses, methods=["POST"]),
+        Route("/v1/messages", messages, methods=["POST"]),
+        Route("/v1beta/models/{target:path}", gemini, methods=["POST"]),
+        # google-genai says `v1` instead of `v1beta` when handed a custom base_url.
+        Route("/v1/models/{target:path}", gemini, methods=["POST"]),
     ])
 
 

@@ -122,6 +122,9 @@ class SimCall:
     """Random alphanumerics; each transport adds its own prefix (`call_`, `toolu_`, ...)."""
     full_arguments: str
     """The whole serialization the model meant to write (after any malformed edit)."""
+    clean_arguments: str
+    """The serialization without the malformed edit (same length): what an object transport's
+    server-side constrained decoder would have produced."""
     arguments: str
     """The part actually emitted (a prefix of `full_arguments`)."""
     arguments_done: bool
@@ -212,7 +215,8 @@ def generate(plan: Plan, preset: ModelPreset, cap: int, rng: random.Random) -> G
         full_object = dict(call.arguments)
         partial = {k: v for (k, v), end in zip(call.arguments, ends, strict=True) if len(emitted) > end}
         calls.append(SimCall(
-            index=i, name=call.name, call_id=_alnum(rng, 24), full_arguments=full, arguments=emitted,
+            index=i, name=call.name, call_id=_alnum(rng, 24), full_arguments=full, clean_arguments=args,
+            arguments=emitted,
             arguments_done=done, closed=closed, partial_object=partial, full_object=full_object,
             malformed=malformed,
         ))

@@ -1,0 +1,168 @@
+"""Anthropic Messages (`POST /v1/messages`): strict parsing and rendering.
+
+Rendering follows provider-protocols.md section 3. `max_tokens` is required (400
+`invalid_request_error` without it). Arguments are an *object* (`input`), so only the stop
+reason shows a cut: `stop_reason: "max_tokens"`.
+
+Choice for a cut `tool_use` in a non-streaming reply (section 8 item 4 leaves it open):
+`input` holds the members that were finished, i.e. whose value was followed by `,` or `}`
+before the cut; an unfinished value is dropped whole, never shortened (so `1000` cut after
+`10` is absent, not `10`), and a call cut before its first member is `{}`. Streaming sends
+the raw `input_json_delta` fragments, which simply stop, then `content_block_stop`,
+`message_delta` with the stop reason and cumulative usage, and `message_stop`. Every event
+carries its `event:` line (the SDK drops events without one), with a `ping` after the
+first block starts, as the real API does.
+
+Malformed arguments and template leaks do not apply: Anthropic's server returns objects.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from collector.sim.errors import SimError
+from collector.sim.generate import Generation
+from collector.sim.history import CallLedger, ParsedRequest, require, text_of
+from collector.sim.policy import HistoryItem
+
+PIECE = 16
+
+
+def _tool_result_text(block: dict[str, Any], where: str) -> str:
+    return text_of(block.get("content"), where)
+
+
+def parse(body: dict[str, Any]) -> ParsedRequest:
+    model = require(body, "model", str, "request")
+    if "max_tokens" not in body:
+        raise SimError(400, "max_tokens: Field required", param="max_tokens")
+    cap = body["max_tokens"]
+    if not isinstance(cap, int) or isinstance(cap, bool) or cap < 1:
+        raise SimError(400, "max_tokens: must be a positive integer", param="max_tokens")
+    messages = require(body, "messages", list, "request")
+    if not messages:
+        raise SimError(400, "messages: at least one message is required", param="messages")
+    system = body.get("system")
+    if system is not None:
+        text_of(system, "system")
+    history: list[HistoryItem] = []
+    ledger = CallLedger()
+    for i, msg in enumerate(messages):
+        where = f"messages.{i}"
+        role = require(msg, "role", str, where)
+        content = msg.get("content")
+        blocks: list[Any] = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        if not isinstance(blocks, list):
+            raise SimError(400, f"{where}.content: must be a string or a list of blocks")
+        if role == "assistant":
+            ledger.close_turn()
+            for j, block in enumerate(blocks):
+                bw = f"{where}.content.{j}"
+                if isinstance(block, dict) and block.get("type") == "tool_use":
+                    call_id = require(block, "id", str, bw)
+                    name = require(block, "name", str, bw)
+                    args = require(block, "input", dict, bw)
+                    ledger.open(call_id, name)
+                    history.append(("call", call_id, name, args))
+                elif not isinstance(block, dict):
+                    raise SimError(400, f"{bw}: content blocks must be objects")
+        elif role == "user":
+            texts: list[str] = []
+            for j, block in enumerate(blocks):
+                bw = f"{where}.content.{j}"
+                if not isinstance(block, dict):
+                    raise SimError(400, f"{bw}: content blocks must be objects")
+                if block.get("type") == "tool_result":
+                    call_id = require(block, "tool_use_id", str, bw)
+                    try:
+                        name = ledger.settle(call_id)
+                    except SimError as exc:
+                        raise SimError(400, f"{bw}: unexpected `tool_use_id` found in `tool_result` blocks: "
+                                            f"{call_id}. Each `tool_result` block must have a corresponding "
+                                            "`tool_use` block in the previous message.") from exc
+                    history.append(("result", call_id, name, _tool_result_text(block, bw),
+                                    block.get("is_error") is True))
+                elif block.get("type") == "text" and isinstance(block.get("text"), str):
+                    texts.append(block["text"])
+            if ledger.pending:
+                missing = ", ".join(ledger.pending)
+                raise SimError(400, f"{where}: `tool_use` ids were found without `tool_result` blocks "
+                                    f"immediately after: {missing}. Each `tool_use` block must have a "
+                                    "corresponding `tool_result` block in the next message.")
+            if texts:
+                history.append(("user", "\n".join(texts)))
+        else:
+            raise SimError(400, f"{where}.role: Input should be 'user' or 'assistant'")
+    ledger.close_turn()
+    tools: set[str] = set()
+    for tool in body.get("tools") or []:
+        if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
+            raise SimError(400, "tools: each tool needs a name", param="tools")
+        tools.add(tool["name"])
+    return ParsedRequest(model=model, history=history, tools=frozenset(tools), cap=cap,
+                         stream=body.get("stream") is True)
+
+
+def stop_reason(gen: Generation) -> str:
+    if gen.cut:
+        return "max_tokens"
+    return "tool_use" if gen.calls else "end_turn"
+
+
+def _content(gen: Generation) -> list[dict[str, Any]]:
+    blocks: list[dict[str, Any]] = []
+    if gen.text:
+        blocks.append({"type": "text", "text": gen.text})
+    for c in gen.calls:
+        blocks.append({"type": "tool_use", "id": "toolu_" + c.call_id, "name": c.name,
+                       "input": c.full_object if c.closed else c.partial_object})
+    return blocks
+
+
+def _usage(req: ParsedRequest, output_tokens: int) -> dict[str, Any]:
+    return {"input_tokens": req.prompt_tokens, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
+            "output_tokens": output_tokens}
+
+
+def render(req: ParsedRequest, gen: Generation) -> dict[str, Any]:
+    return {"id": "msg_" + gen.hex_id, "type": "message", "role": "assistant", "model": req.model,
+            "content": _content(gen), "stop_reason": stop_reason(gen), "stop_sequence": None,
+            "usage": _usage(req, gen.output_tokens)}
+
+
+def render_stream(req: ParsedRequest, gen: Generation) -> list[str]:
+    events: list[str] = []
+
+    def emit(kind: str, payload: dict[str, Any]) -> None:
+        events.append(f"event: {kind}\ndata: {json.dumps({'type': kind, **payload})}\n\n")
+
+    emit("message_start", {"message": {
+        "id": "msg_" + gen.hex_id, "type": "message", "role": "assistant", "model": req.model, "content": [],
+        "stop_reason": None, "stop_sequence": None, "usage": _usage(req, 1)}})
+    index = 0
+    if gen.text:
+        emit("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}})
+        emit("ping", {})
+        for i in range(0, len(gen.text), PIECE):
+            emit("content_block_delta", {"index": 0, "delta": {"type": "text_delta",
+                                                               "text": gen.text[i:i + PIECE]}})
+        emit("content_block_stop", {"index": 0})
+        index = 1
+    for c in gen.calls:
+        emit("content_block_start", {"index": index, "content_block": {
+            "type": "tool_use", "id": "toolu_" + c.call_id, "name": c.name, "input": {}}})
+        if index == 0:
+            emit("ping", {})
+        emit("content_block_delta",
+             {"index": index, "delta": {"type": "input_json_delta", "partial_json": ""}})
+        args = c.clean_arguments[:len(c.arguments)]
+        for i in range(0, len(args), PIECE):
+            emit("content_block_delta", {"index": index, "delta": {"type": "input_json_delta",
+                                                                   "partial_json": args[i:i + PIECE]}})
+        emit("content_block_stop", {"index": index})
+        index += 1
+    emit("message_delta", {"delta": {"stop_reason": stop_reason(gen), "stop_sequence": None},
+                           "usage": {"output_tokens": gen.output_tokens}})
+    emit("message_stop", {})
+    return events

@@ -1,0 +1,173 @@
+"""Gemini (`POST /v1beta/models/{model}:generateContent` and `:streamGenerateContent?alt=sse`).
+
+Rendering follows provider-protocols.md section 4. Arguments are an *object* (`args`) and
+a function-call turn ends with `finishReason: "STOP"` (Gemini has no tool-specific reason).
+
+Choice for a call cut by `maxOutputTokens` (section 8 item 7): the Gemini API emits a
+`functionCall` only as a whole part, so a call that did not close is dropped; the text
+before it is kept and the candidate ends `MAX_TOKENS` (with `content: {"role": "model"}`
+and no parts when nothing was produced). A call that did close before the cut, in a turn
+with parallel calls, is still shown: only the finish reason says the turn was cut.
+Malformed arguments come back the way Gemini reports them: no parts, finish reason
+`MALFORMED_FUNCTION_CALL` and a `finishMessage`.
+
+Calls carry an 8-character `id` (Gemini 3 style); a `functionResponse` is matched by `id`
+when its call had one, else by name. The model comes from the URL path.
+Streams are `data: <GenerateContentResponse>` events with no end marker; the last one has
+the finish reason and the final usage.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from collector.sim.errors import SimError
+from collector.sim.generate import Generation
+from collector.sim.history import DEFAULT_CAP, CallLedger, ParsedRequest, require
+from collector.sim.policy import HistoryItem
+from collector.sim.tokenizer import count_tokens
+
+PIECE = 64
+
+
+def _response_text(response: object) -> tuple[str, bool]:
+    if isinstance(response, dict):
+        if "error" in response:
+            err = response["error"]
+            return (err if isinstance(err, str) else json.dumps(err)), True
+        out = response.get("output", response)
+        return (out if isinstance(out, str) else json.dumps(out)), False
+    return json.dumps(response), False
+
+
+def parse(body: dict[str, Any]) -> ParsedRequest:
+    model = require(body, "model", str, "request")
+    contents = require(body, "contents", list, "request")
+    if not contents:
+        raise SimError(400, "* GenerateContentRequest.contents: contents is not specified")
+    history: list[HistoryItem] = []
+    ledger = CallLedger()
+    for i, content in enumerate(contents):
+        where = f"contents[{i}]"
+        parts = require(content, "parts", list, where)
+        role = content.get("role", "user")
+        if role == "model":
+            ledger.close_turn()
+            for j, part in enumerate(parts):
+                pw = f"{where}.parts[{j}]"
+                if not isinstance(part, dict):
+                    raise SimError(400, f"{pw}: parts must be objects")
+                call = part.get("functionCall")
+                if call is None:
+                    continue
+                name = require(call, "name", str, pw + ".functionCall")
+                args = call.get("args", {})
+                if not isinstance(args, dict):
+                    raise SimError(400, f"{pw}.functionCall.args: must be an object")
+                call_id = call.get("id")
+                key = call_id if isinstance(call_id, str) else f"\0{name}\0{j}"
+                ledger.open(key, name)
+                history.append(("call", key, name, args))
+        elif role in ("user", "function"):
+            texts: list[str] = []
+            for j, part in enumerate(parts):
+                pw = f"{where}.parts[{j}]"
+                if not isinstance(part, dict):
+                    raise SimError(400, f"{pw}: parts must be objects")
+                resp = part.get("functionResponse")
+                if resp is not None:
+                    name = require(resp, "name", str, pw + ".functionResponse")
+                    rid = resp.get("id")
+                    if isinstance(rid, str):
+                        ledger.settle(rid)
+                        key = rid
+                    else:
+                        key = ledger.settle_by_name(name)
+                    text, is_error = _response_text(resp.get("response"))
+                    history.append(("result", key, name, text, is_error))
+                elif isinstance(part.get("text"), str):
+                    texts.append(part["text"])
+            if ledger.pending:
+                raise SimError(400, "Please ensure that the number of function response parts is equal to "
+                                    "the number of function call parts of the function call turn.")
+            if texts:
+                history.append(("user", "\n".join(texts)))
+        else:
+            raise SimError(400, f"{where}.role: Please use a valid role: user, model.")
+    ledger.close_turn()
+    tools: set[str] = set()
+    for tool in body.get("tools") or []:
+        for decl in (tool.get("functionDeclarations") or []) if isinstance(tool, dict) else []:
+            if not isinstance(decl, dict) or not isinstance(decl.get("name"), str):
+                raise SimError(400, "tools[].functionDeclarations[]: name is required")
+            tools.add(decl["name"])
+    config = body.get("generationConfig") or {}
+    if not isinstance(config, dict):
+        raise SimError(400, "generationConfig must be an object")
+    cap = config.get("maxOutputTokens", DEFAULT_CAP)
+    if not isinstance(cap, int) or isinstance(cap, bool) or cap < 1:
+        raise SimError(400, "generationConfig.maxOutputTokens must be a positive integer")
+    return ParsedRequest(model=model, history=history, tools=frozenset(tools), cap=cap,
+                         stream=body.get("stream") is True)
+
+
+def finish_reason(gen: Generation) -> str:
+    if gen.cut:
+        return "MAX_TOKENS"
+    if any(c.malformed for c in gen.calls):
+        return "MALFORMED_FUNCTION_CALL"
+    return "STOP"
+
+
+def _usage(req: ParsedRequest, output_tokens: int) -> dict[str, Any]:
+    usage: dict[str, Any] = {"promptTokenCount": req.prompt_tokens}
+    if output_tokens:
+        usage["candidatesTokenCount"] = output_tokens
+    usage["totalTokenCount"] = req.prompt_tokens + output_tokens
+    return usage
+
+
+def _call_parts(gen: Generation) -> list[dict[str, Any]]:
+    return [{"functionCall": {"id": c.call_id[:8], "name": c.name, "args": c.full_object}}
+            for c in gen.calls if c.closed]
+
+
+def _chunk(req: ParsedRequest, gen: Generation, content: dict[str, Any], reason: str | None,
+           output_tokens: int) -> dict[str, Any]:
+    candidate: dict[str, Any] = {"content": content}
+    if reason is not None:
+        candidate["finishReason"] = reason
+    if reason == "MALFORMED_FUNCTION_CALL":
+        bad = next(c for c in gen.calls if c.malformed)
+        candidate["finishMessage"] = f"Malformed function call: {bad.name}({bad.arguments}"
+    candidate["index"] = 0
+    return {"candidates": [candidate], "usageMetadata": _usage(req, output_tokens),
+            "modelVersion": req.model, "responseId": gen.hex_id[:22]}
+
+
+def render(req: ParsedRequest, gen: Generation) -> dict[str, Any]:
+    reason = finish_reason(gen)
+    if reason == "MALFORMED_FUNCTION_CALL":
+        return _chunk(req, gen, {}, reason, gen.output_tokens)
+    parts: list[dict[str, Any]] = [{"text": gen.text}] if gen.text else []
+    parts += _call_parts(gen)
+    content: dict[str, Any] = {"role": "model", "parts": parts} if parts else {"role": "model"}
+    return _chunk(req, gen, content, reason, gen.output_tokens)
+
+
+def render_stream(req: ParsedRequest, gen: Generation) -> list[str]:
+    events: list[str] = []
+    reason = finish_reason(gen)
+    text = gen.text
+    for i in range(0, len(text), PIECE):
+        content = {"role": "model", "parts": [{"text": text[i:i + PIECE]}]}
+        chunk = _chunk(req, gen, content, None, count_tokens(text[:i + PIECE]))
+        events.append("data: " + json.dumps(chunk) + "\n\n")
+    if reason != "MALFORMED_FUNCTION_CALL":
+        for part in _call_parts(gen):
+            events.append("data: " + json.dumps(_chunk(req, gen, {"role": "model", "parts": [part]}, None,
+                                                       gen.output_tokens)) + "\n\n")
+    last: dict[str, Any] = {} if reason == "MALFORMED_FUNCTION_CALL" else {"role": "model"}
+    events.append("data: " + json.dumps(_chunk(req, gen, last, reason, gen.output_tokens)) + "\n\n")
+    return events

@@ -1,0 +1,160 @@
+"""OpenAI Responses (`POST /v1/responses`): strict parsing and rendering.
+
+Rendering follows provider-protocols.md section 2. There is no finish reason: a cut turn is
+`status: "incomplete"` with `incomplete_details.reason: "max_output_tokens"`, and the item
+the cut landed in (a `message` or a `function_call`) has `status: "incomplete"`. Arguments
+are strings, so the string-side leaks apply. Streams are `event: <type>` + `data:` pairs
+with a growing `sequence_number`, ending with `response.completed` or
+`response.incomplete`; for a cut call `response.function_call_arguments.done` is still sent
+with the partial string (section 8 item 6 notes this is unverified; clients must key off
+the terminal event, which is what a faithful client does anyway).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from collector.sim.chat import shown_arguments
+from collector.sim.errors import SimError
+from collector.sim.generate import Generation
+from collector.sim.history import (
+    DEFAULT_CAP,
+    CallLedger,
+    ParsedRequest,
+    check_json_arguments,
+    optional_cap,
+    require,
+    text_of,
+)
+from collector.sim.policy import HistoryItem
+
+PIECE = 16
+
+
+def parse(body: dict[str, Any]) -> ParsedRequest:
+    model = require(body, "model", str, "request")
+    raw_input = body.get("input")
+    history: list[HistoryItem] = []
+    if isinstance(raw_input, str):
+        history.append(("user", raw_input))
+    elif isinstance(raw_input, list) and raw_input:
+        ledger = CallLedger()
+        after_outputs = False
+        for i, item in enumerate(raw_input):
+            where = f"input[{i}]"
+            if not isinstance(item, dict):
+                raise SimError(400, f"{where}: items must be objects.", param=where)
+            kind = item.get("type", "message" if "role" in item else None)
+            if kind == "function_call":
+                if after_outputs:
+                    ledger.close_turn()
+                    after_outputs = False
+                call_id = require(item, "call_id", str, where)
+                name = require(item, "name", str, where)
+                args = check_json_arguments(item.get("arguments"), where)
+                ledger.open(call_id, name)
+                history.append(("call", call_id, name, args))
+            elif kind == "function_call_output":
+                call_id = require(item, "call_id", str, where)
+                name = ledger.settle(call_id)
+                history.append(("result", call_id, name, text_of(item.get("output"), where), False))
+                after_outputs = True
+            elif kind == "message":
+                role = require(item, "role", str, where)
+                ledger.close_turn()
+                after_outputs = False
+                if role == "user":
+                    history.append(("user", text_of(item.get("content"), where)))
+                elif role not in ("assistant", "system", "developer"):
+                    raise SimError(400, f"{where}: unknown role {role!r}.", param=f"{where}.role")
+            elif kind != "reasoning":
+                raise SimError(400, f"{where}: unsupported item type {kind!r}.", param=f"{where}.type")
+        ledger.close_turn()
+    else:
+        raise SimError(400, "input must be a non-empty string or list of items.", param="input")
+    tools: set[str] = set()
+    for tool in body.get("tools") or []:
+        if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
+            raise SimError(400, "tools[] entries need a name.", param="tools")
+        tools.add(tool["name"])
+    cap = optional_cap(body, "max_output_tokens") or DEFAULT_CAP
+    return ParsedRequest(model=model, history=history, tools=frozenset(tools), cap=cap,
+                         stream=body.get("stream") is True)
+
+
+def _items(gen: Generation, final: bool) -> list[dict[str, Any]]:
+    """Output items, final (`final=True`) or as first announced by `output_item.added`."""
+    items: list[dict[str, Any]] = []
+    if gen.text:
+        text_cut = gen.cut and not gen.calls
+        items.append({"id": "msg_" + gen.hex_id, "type": "message", "role": "assistant",
+                      "status": ("incomplete" if text_cut else "completed") if final else "in_progress",
+                      "content": [_text_part(gen.text)] if final else []})
+    for c in gen.calls:
+        items.append({"id": "fc_" + c.call_id, "type": "function_call",
+                      "status": ("completed" if c.closed else "incomplete") if final else "in_progress",
+                      "arguments": shown_arguments(c, gen.leak) if final else "",
+                      "call_id": "call_" + c.call_id, "name": c.name})
+    return items
+
+
+def _text_part(text: str) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def _response(req: ParsedRequest, gen: Generation, status: str) -> dict[str, Any]:
+    done = status != "in_progress"
+    usage = None
+    if done:
+        usage = {"input_tokens": req.prompt_tokens,
+                 "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+                 "output_tokens": gen.output_tokens, "output_tokens_details": {"reasoning_tokens": 0},
+                 "total_tokens": req.prompt_tokens + gen.output_tokens}
+    return {
+        "id": "resp_" + gen.hex_id, "object": "response", "created_at": gen.created, "status": status,
+        "completed_at": gen.created + 1 if status == "completed" else None, "error": None,
+        "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
+        "instructions": None, "max_output_tokens": req.cap, "model": req.model,
+        "output": _items(gen, final=True) if done else [], "parallel_tool_calls": True,
+        "previous_response_id": None, "tool_choice": "auto", "tools": [], "usage": usage,
+    }
+
+
+def render(req: ParsedRequest, gen: Generation) -> dict[str, Any]:
+    return _response(req, gen, "incomplete" if gen.cut else "completed")
+
+
+def render_stream(req: ParsedRequest, gen: Generation) -> list[str]:
+    events: list[str] = []
+
+    def emit(kind: str, payload: dict[str, Any]) -> None:
+        data = {"type": kind, "sequence_number": len(events), **payload}
+        events.append(f"event: {kind}\ndata: {json.dumps(data)}\n\n")
+
+    emit("response.created", {"response": _response(req, gen, "in_progress")})
+    emit("response.in_progress", {"response": _response(req, gen, "in_progress")})
+    started = _items(gen, final=False)
+    final = _items(gen, final=True)
+    for index, (first, last) in enumerate(zip(started, final, strict=True)):
+        emit("response.output_item.added", {"output_index": index, "item": first})
+        item_id = last["id"]
+        if last["type"] == "message":
+            text = gen.text
+            where = {"item_id": item_id, "output_index": index, "content_index": 0}
+            emit("response.content_part.added", {**where, "part": _text_part("")})
+            for i in range(0, len(text), PIECE):
+                emit("response.output_text.delta", {**where, "delta": text[i:i + PIECE], "logprobs": []})
+            emit("response.output_text.done", {**where, "text": text, "logprobs": []})
+            emit("response.content_part.done", {**where, "part": _text_part(text)})
+        else:
+            args = last["arguments"]
+            for i in range(0, len(args), PIECE):
+                emit("response.function_call_arguments.delta",
+                     {"item_id": item_id, "output_index": index, "delta": args[i:i + PIECE]})
+            emit("response.function_call_arguments.done",
+                 {"item_id": item_id, "output_index": index, "arguments": args})
+        emit("response.output_item.done", {"output_index": index, "item": last})
+    status = "incomplete" if gen.cut else "completed"
+    emit(f"response.{status}", {"response": _response(req, gen, status)})
+    return events
