@@ -36,6 +36,7 @@ from collector.providers.common import (
     call_from_text,
     encode_body,
     finish_turn,
+    merge_extra,
     replay_object,
 )
 from collector.providers.http import Http, Sleep
@@ -128,7 +129,7 @@ def build_anthropic_body(request: TurnRequest, stream: bool) -> JSONObject:
     if stream:
         body["stream"] = True
     if p.extra_body:
-        body.update(p.extra_body)
+        merge_extra(body, p.extra_body)
     return body
 
 

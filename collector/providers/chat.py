@@ -27,7 +27,14 @@ import httpx
 
 from collector.errors import ProviderError, ProviderUnavailable
 from collector.providers.base import Endpoint
-from collector.providers.common import as_int, call_from_text, encode_body, finish_turn, replay_text
+from collector.providers.common import (
+    as_int,
+    call_from_text,
+    encode_body,
+    finish_turn,
+    merge_extra,
+    replay_text,
+)
 from collector.providers.http import Http, Sleep
 from collector.sse import SSEEvent
 from collector.turn import (
@@ -115,7 +122,7 @@ def build_chat_body(request: TurnRequest, cap_field: str, stream: bool) -> JSONO
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
     if p.extra_body:
-        body.update(p.extra_body)
+        merge_extra(body, p.extra_body)
     return body
 
 

@@ -35,6 +35,7 @@ __all__ = [
     "call_from_text",
     "encode_body",
     "finish_turn",
+    "merge_extra",
     "replay_object",
     "replay_text",
 ]
@@ -43,6 +44,22 @@ __all__ = [
 def encode_body(body: JSONObject) -> bytes:
     """The request body, encoded once per call (retries reuse the bytes)."""
     return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def merge_extra(body: JSONObject, extra: JSONObject) -> None:
+    """Merge `extra_body` into a request body, last: objects merge key by key, anything else replaces.
+
+    Merging objects lets a user add `generationConfig.thinkingConfig` (Gemini) or
+    `stream_options.include_obfuscation` without restating the fields the adapter set.
+    """
+    for key, value in extra.items():
+        current = body.get(key)
+        if isinstance(current, dict) and isinstance(value, dict):
+            merged = dict(current)
+            merge_extra(merged, value)
+            body[key] = merged
+        else:
+            body[key] = value
 
 
 def as_int(value: Any) -> int:

@@ -34,7 +34,14 @@ import httpx
 
 from collector.errors import ProviderError, ProviderUnavailable
 from collector.providers.base import Endpoint
-from collector.providers.common import as_int, call_from_object, encode_body, finish_turn, replay_object
+from collector.providers.common import (
+    as_int,
+    call_from_object,
+    encode_body,
+    finish_turn,
+    merge_extra,
+    replay_object,
+)
 from collector.providers.http import Http, Sleep
 from collector.sse import SSEEvent
 from collector.turn import (
@@ -140,7 +147,7 @@ def build_gemini_body(request: TurnRequest) -> JSONObject:
         elif choice:
             body["toolConfig"] = {"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": [choice]}}
     if p.extra_body:
-        body.update(p.extra_body)
+        merge_extra(body, p.extra_body)
     return body
 
 

@@ -31,7 +31,14 @@ import httpx
 
 from collector.errors import ProviderError, ProviderUnavailable
 from collector.providers.base import Endpoint
-from collector.providers.common import as_int, call_from_text, encode_body, finish_turn, replay_text
+from collector.providers.common import (
+    as_int,
+    call_from_text,
+    encode_body,
+    finish_turn,
+    merge_extra,
+    replay_text,
+)
 from collector.providers.http import Http, Sleep
 from collector.sse import SSEEvent
 from collector.turn import (
@@ -106,7 +113,7 @@ def build_responses_body(request: TurnRequest, stream: bool) -> JSONObject:
     if stream:
         body["stream"] = True
     if p.extra_body:
-        body.update(p.extra_body)
+        merge_extra(body, p.extra_body)
     return body
 
 
