@@ -1,0 +1,362 @@
+"""Truncation statistics over a run: the table `collector stats` prints and the notebook plots.
+
+Per group (model x budget by default, any scalar columns with `by`):
+
+- ``episodes``: committed episodes in the group, errors included;
+- ``truncation_rate`` with a Wilson 95% interval (``trunc_low``, ``trunc_high``): the share
+  of episodes with at least one turn cut by the output cap (`is_truncated`, whether or not
+  the cut ended the episode);
+- ``malformed_rate``, ``done_rate``: shares ending as `malformed_tool_call` / `done`;
+- ``error_rate``: share ending as `error`, over *all* episodes;
+- ``mean_reward``; ``wasted_output_tokens`` (total spent on cut or discarded turns) and
+  ``wasted_fraction`` of all output tokens.
+
+Why errors leave the other denominators: an `error` episode is the provider's or the
+environment's failure, not the model's behaviour at that budget; one that failed on its
+first call says nothing about truncation. So every behaviour rate and the mean reward are
+over ``valid = episodes - errors``; the error rate is reported beside them so nothing hides.
+
+Why Wilson: the rates that matter are small (a few percent truncation) on a few hundred
+episodes, where the normal interval runs below zero and undercovers; Wilson's does neither
+and is defined at 0 and n successes.
+
+With a `target`, per model (per `by` group without `budget`): the smallest budget whose
+truncation rate is at or under it (``budget``), and the smallest whose *upper* 95% bound is
+(``budget_confident``), the one to pick when a surprise costs more than tokens.
+
+Speed: only the needed columns are read (a pyarrow dataset over the committed shards), and
+one `group_by` over ``by + stop_reason`` does the counting in Arrow; Python only folds the
+few resulting groups.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+
+from collector.errors import ConfigError
+from collector.shards import SCHEMA, format_of
+from collector.stop import StopReason
+from collector.store import committed_shard_paths
+
+#: z for a two-sided 95% interval.
+Z95 = 1.959963984540054
+
+StatsFormat = Literal["table", "csv", "json"]
+
+_MEASURES = ["is_truncated", "reward", "wasted_output_tokens", "output_tokens"]
+
+
+def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """The Wilson score interval for `successes` out of `n` (NaN, NaN when n is 0)."""
+    if n <= 0:
+        return math.nan, math.nan
+    p = successes / n
+    denom = 1.0 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    # At 0 and n successes the bounds are exactly 0 and 1; say so rather than 0.9999999999999999.
+    low = 0.0 if successes <= 0 else max(0.0, centre - half)
+    high = 1.0 if successes >= n else min(1.0, centre + half)
+    return low, high
+
+
+@dataclass(slots=True)
+class GroupStats:
+    """One row of the table: the `by` values in `key`, then the statistics."""
+
+    key: dict[str, Any]
+    episodes: int = 0
+    valid: int = 0
+    """Episodes that did not end in error: the denominator of every behaviour rate."""
+    truncated: int = 0
+    malformed: int = 0
+    done: int = 0
+    errors: int = 0
+    reward_sum: float = 0.0
+    wasted_output_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def truncation_rate(self) -> float:
+        return self.truncated / self.valid if self.valid else math.nan
+
+    @property
+    def truncation_interval(self) -> tuple[float, float]:
+        return wilson_interval(self.truncated, self.valid)
+
+    @property
+    def malformed_rate(self) -> float:
+        return self.malformed / self.valid if self.valid else math.nan
+
+    @property
+    def done_rate(self) -> float:
+        return self.done / self.valid if self.valid else math.nan
+
+    @property
+    def error_rate(self) -> float:
+        return self.errors / self.episodes if self.episodes else math.nan
+
+    @property
+    def mean_reward(self) -> float:
+        return self.reward_sum / self.valid if self.valid else math.nan
+
+    @property
+    def wasted_fraction(self) -> float:
+        return self.wasted_output_tokens / self.output_tokens if self.output_tokens else math.nan
+
+    def as_dict(self) -> dict[str, Any]:
+        """The flat row: key columns, then every statistic (the csv/json/Arrow shape)."""
+        low, high = self.truncation_interval
+        return {
+            **self.key,
+            "episodes": self.episodes,
+            "valid": self.valid,
+            "truncated": self.truncated,
+            "truncation_rate": self.truncation_rate,
+            "trunc_low": low,
+            "trunc_high": high,
+            "malformed_rate": self.malformed_rate,
+            "done_rate": self.done_rate,
+            "error_rate": self.error_rate,
+            "mean_reward": self.mean_reward,
+            "wasted_output_tokens": self.wasted_output_tokens,
+            "wasted_fraction": self.wasted_fraction,
+        }
+
+
+@dataclass(slots=True)
+class BudgetPick:
+    """For one model (one `by` group without budget): the smallest budget meeting the target."""
+
+    key: dict[str, Any]
+    budget: int | None
+    """Smallest budget whose truncation rate is at or under the target (None: none is)."""
+    budget_confident: int | None
+    """Smallest budget whose Wilson 95% upper bound is at or under the target."""
+
+
+@dataclass(slots=True)
+class StatsResult:
+    """What `compute_stats` returns and `format_stats` prints."""
+
+    by: tuple[str, ...]
+    groups: list[GroupStats]
+    target: float | None = None
+    picks: list[BudgetPick] = field(default_factory=list)
+
+    @property
+    def episodes(self) -> int:
+        return sum(g.episodes for g in self.groups)
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [g.as_dict() for g in self.groups]
+
+    def to_arrow(self) -> pa.Table:
+        """The table as Arrow (for pandas, polars, the notebook)."""
+        rows = self.rows()
+        if rows:
+            return pa.Table.from_pylist(rows)
+        names = [*self.by, *GroupStats(key={}).as_dict()]
+        return pa.table({n: pa.array([], pa.float64()) for n in names})
+
+
+def groupable_columns() -> list[str]:
+    """Columns `by` may name: the scalar columns of the shard schema."""
+    return [f.name for f in SCHEMA if not pa.types.is_nested(f.type)]
+
+
+def run_dataset(run_dir: str | Path) -> ds.Dataset:
+    """A pyarrow dataset over the committed shards of `run_dir` only (the manifest's list).
+
+    Shards the manifest does not name (a crash's orphans) and quarantined files are never
+    read. Raises OutputError when `run_dir` has no readable manifest.
+    """
+    paths = committed_shard_paths(run_dir)
+    if not paths:
+        return ds.dataset([], format="ipc", schema=SCHEMA)
+    fmt = format_of(paths[0])
+    if fmt == "arrow":
+        return ds.dataset([str(p) for p in paths], format="ipc", schema=SCHEMA)
+    # Parquet names list items "element": let the files speak for their own nested types.
+    return ds.dataset([str(p) for p in paths], format="parquet")
+
+
+def _read(run_dir: str | Path, columns: list[str]) -> pa.Table:
+    return run_dataset(run_dir).to_table(columns=columns)
+
+
+def aggregate(table: pa.Table, by: Sequence[str], target: float | None = None) -> StatsResult:
+    """The statistics of an episode table (any table with the shard columns `by` + measures)."""
+    by = tuple(by)
+    reasons = table.column("stop_reason")
+    if not pa.types.is_dictionary(reasons.type):
+        table = table.set_column(table.schema.get_field_index("stop_reason"), "stop_reason",
+                                 reasons.cast(pa.string()).dictionary_encode())
+    counted = table.group_by([*by, "stop_reason"]).aggregate(
+        [([], "count_all"), ("is_truncated", "sum"), ("reward", "sum"),
+         ("wasted_output_tokens", "sum"), ("output_tokens", "sum")]
+    )
+    groups: dict[tuple[Any, ...], GroupStats] = {}
+    for row in counted.to_pylist():
+        key = tuple(row[c] for c in by)
+        g = groups.get(key)
+        if g is None:
+            g = groups[key] = GroupStats(key=dict(zip(by, key, strict=True)))
+        n = row["count_all"]
+        reason = row["stop_reason"]
+        g.episodes += n
+        g.wasted_output_tokens += row["wasted_output_tokens_sum"] or 0
+        g.output_tokens += row["output_tokens_sum"] or 0
+        if reason == StopReason.ERROR:
+            g.errors += n
+            continue
+        g.valid += n
+        g.truncated += row["is_truncated_sum"] or 0
+        g.reward_sum += row["reward_sum"] or 0.0
+        if reason == StopReason.MALFORMED_TOOL_CALL:
+            g.malformed += n
+        elif reason == StopReason.DONE:
+            g.done += n
+    ordered = sorted(groups.values(), key=lambda g: tuple(_sort_key(g.key[c]) for c in by))
+    result = StatsResult(by=by, groups=ordered, target=target)
+    if target is not None:
+        if "budget" in by:
+            result.picks = pick_budgets(ordered, target, by)
+        else:
+            per_budget = aggregate(table, ("model", "budget"))
+            result.picks = pick_budgets(per_budget.groups, target, ("model", "budget"))
+    return result
+
+
+def _sort_key(value: Any) -> tuple[int, Any]:
+    # None sorts first; numbers numerically; everything else as text.
+    if value is None:
+        return (0, "")
+    if isinstance(value, int | float):
+        return (1, value)
+    return (2, str(value))
+
+
+def pick_budgets(groups: Sequence[GroupStats], target: float, by: Sequence[str]) -> list[BudgetPick]:
+    """Per `by` group without budget: the smallest budget at or under `target` (point and upper bound)."""
+    rest = [c for c in by if c != "budget"]
+    per: dict[tuple[Any, ...], list[GroupStats]] = {}
+    for g in groups:
+        per.setdefault(tuple(g.key[c] for c in rest), []).append(g)
+    picks = []
+    for key, gs in per.items():
+        gs = sorted((g for g in gs if g.valid), key=lambda g: g.key["budget"])
+        point = next((g.key["budget"] for g in gs if g.truncation_rate <= target), None)
+        sure = next((g.key["budget"] for g in gs if g.truncation_interval[1] <= target), None)
+        picks.append(BudgetPick(key=dict(zip(rest, key, strict=True)), budget=point, budget_confident=sure))
+    return picks
+
+
+def compute_stats(
+    run_dir: str | Path, by: Sequence[str] = ("model", "budget"), target: float | None = None
+) -> StatsResult:
+    """The statistics table of a run's committed episodes, grouped `by` scalar columns.
+
+    Raises ConfigError for a `by` column that is not a scalar shard column or a target
+    outside [0, 1], OutputError when `run_dir` is not a run directory.
+    """
+    by = tuple(by) or ("model", "budget")
+    allowed = groupable_columns()
+    for c in by:
+        if c not in allowed:
+            raise ConfigError(f"cannot group by {c!r}; choose from {', '.join(allowed)}")
+    if target is not None and not 0.0 <= target <= 1.0:
+        raise ConfigError(f"target must be between 0 and 1 (got {target})")
+    wanted = sorted({*by, "stop_reason", *_MEASURES, *(("model", "budget") if target is not None else ())})
+    return aggregate(_read(run_dir, wanted), by, target)
+
+
+# --- formatting ---------------------------------------------------------------------------
+
+
+def _pct(x: float) -> str:
+    return "-" if math.isnan(x) else f"{100 * x:.1f}%"
+
+
+def _num(x: float, digits: int = 3) -> str:
+    return "-" if math.isnan(x) else f"{x:.{digits}f}"
+
+
+def _table(result: StatsResult) -> str:
+    headers = [*result.by, "episodes", "truncated", "95% CI", "malformed", "done", "error",
+               "reward", "wasted tok", "wasted"]
+    lines = []
+    for g in result.groups:
+        low, high = g.truncation_interval
+        ci = "-" if math.isnan(low) else f"[{100 * low:.1f}, {100 * high:.1f}]"
+        lines.append([*(str(g.key[c]) for c in result.by), str(g.episodes), _pct(g.truncation_rate), ci,
+                      _pct(g.malformed_rate), _pct(g.done_rate), _pct(g.error_rate), _num(g.mean_reward),
+                      str(g.wasted_output_tokens), _pct(g.wasted_fraction)])
+    widths = [max(len(h), *(len(r[i]) for r in lines)) if lines else len(h) for i, h in enumerate(headers)]
+    nkeys = len(result.by)
+
+    def fmt(cells: Sequence[str]) -> str:
+        return "  ".join(c.ljust(w) if i < nkeys else c.rjust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths, strict=True))).rstrip()
+
+    out = [fmt(headers), fmt(["-" * w for w in widths]), *(fmt(r) for r in lines)]
+    out.append(f"{result.episodes} episodes; rates except error are over episodes that did not end in error")
+    if result.target is not None:
+        out.append(f"smallest budget with truncation at or under {_pct(result.target)} "
+                   "(point estimate; 95% upper bound):")
+        for p in result.picks:
+            name = ", ".join(str(v) for v in p.key.values()) or "all"
+            out.append(f"  {name}: {_or_none(p.budget)}; {_or_none(p.budget_confident)}")
+    return "\n".join(out)
+
+
+def _or_none(budget: int | None) -> str:
+    return "none of the budgets" if budget is None else str(budget)
+
+
+def _clean(value: Any) -> Any:
+    return None if isinstance(value, float) and math.isnan(value) else value
+
+
+def format_stats(result: StatsResult, fmt: StatsFormat = "table") -> str:
+    """Render a `StatsResult` as an aligned text table, CSV, or JSON (NaN becomes empty/null)."""
+    if fmt == "table":
+        return _table(result)
+    rows = [{k: _clean(v) for k, v in r.items()} for r in result.rows()]
+    if fmt == "csv":
+        buf = io.StringIO()
+        names = [*result.by, *GroupStats(key={}).as_dict()]
+        writer = csv.DictWriter(buf, fieldnames=names, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+        return buf.getvalue().rstrip("\n")
+    if fmt == "json":
+        payload: dict[str, Any] = {"by": list(result.by), "rows": rows}
+        if result.target is not None:
+            payload["target"] = result.target
+            payload["picks"] = [asdict(p) for p in result.picks]
+        return json.dumps(payload, indent=1)
+    raise ConfigError(f"unknown stats format {fmt!r} (expected table, csv or json)")
+
+
+__all__ = [
+    "BudgetPick",
+    "GroupStats",
+    "StatsResult",
+    "aggregate",
+    "compute_stats",
+    "format_stats",
+    "groupable_columns",
+    "run_dataset",
+    "wilson_interval",
+]
