@@ -36,6 +36,7 @@ session, a notebook) that connection is used and left open.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import math
 import os
@@ -55,7 +56,7 @@ from collector.plan import Plan, WorkItem, plan_work
 from collector.progress import Progress
 from collector.record import Episode
 from collector.simlaunch import provider_urls
-from collector.worker import EpisodeWorker, WorkerSetup, read_api_key
+from collector.worker import EpisodeWorker, WorkerSetup, probe, read_api_key
 
 #: Commit buffered episodes at least this often, so a killed driver loses little work.
 COMMIT_INTERVAL_S = 5.0
@@ -355,9 +356,12 @@ def run_job(
     plan = plan_work(cfg)
     address = resolve_address(address, cfg)
     if address is None:
-        # Local workers inherit this environment: fail before starting Ray, not after.
+        # Local workers share this machine and inherit this environment: check keys and
+        # reachability before starting Ray (5-10 s), not after. Workers check again anyway.
         for provider in plan.providers:
             read_api_key(provider, "in this shell")
+        for url in {p.base_url for p in plan.providers if p.kind != "sim" and p.base_url}:
+            asyncio.run(probe(url))
     with RunStore.open(
         cfg.output.path, plan.fingerprint, resolved_config(cfg), cfg.output.format, cfg.output.rows_per_shard
     ) as store:

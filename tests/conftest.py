@@ -9,6 +9,7 @@ by a test in a subprocess can attach to it.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
@@ -31,6 +32,8 @@ def ray_cluster() -> Iterator[str]:
         object_store_memory=256 * 1024 * 1024,
         _temp_dir=temp_dir,
         log_to_driver=False,
+        # Ray's INFO lines go to whatever stderr was at start-up, possibly a test's capture.
+        logging_level=logging.WARNING,
     )
     try:
         yield ray.get_runtime_context().gcs_address

@@ -58,21 +58,24 @@ def test_run_dir_of_another_config_is_refused(tmp_path: Path) -> None:
 
 
 def test_external_environment_module_from_config(tmp_path: Path) -> None:
-    """An environment module outside the package, found via env.python_path, runs from config."""
-    here = Path(__file__).parent / "extenv"
+    """examples/my_env, outside the package, runs from config via env.python_path on Ray workers."""
+    examples = Path(__file__).resolve().parents[2] / "examples"
     cfg = small_config(
         tmp_path / "run",
-        env__name="countdown_env:CountdownEnv",
-        env__python_path=[str(here)],
-        env__options={"n": 3},
+        env__name="my_env:UnitPricesEnv",
+        env__python_path=[str(examples)],
+        env__options={"num_tasks": 3},
+        env__tasks=None,
         samples_per_task=1,
-        sweep__budgets=[256],
+        sweep__models=["sim-perfect"],
+        sweep__budgets=[512],
     )
     result = run_job(cfg, show_progress=False)
     assert result.committed == 3
     rows = [row for p in committed_shard_paths(tmp_path / "run") for row in read_shard(p).to_pylist()]
-    assert {row["env"] for row in rows} == {"countdown_env:CountdownEnv"}
-    assert all(row["stop_reason"] == "done" and row["reward"] == 1.0 for row in rows)
+    assert {row["env"] for row in rows} == {"my_env:UnitPricesEnv"}
+    assert {row["task_id"] for row in rows} == {"line-000", "line-001", "line-002"}
+    assert all(row["stop_reason"] == "done" and row["num_tool_calls"] >= 1 for row in rows)
 
 
 def test_killed_worker_episodes_are_rerun_and_committed_once(tmp_path: Path) -> None:
