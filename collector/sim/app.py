@@ -90,6 +90,31 @@ class _Simulator:
         return None
 
 
+def _turn(req: ParsedRequest, preset: ModelPreset, digest: bytes) -> Generation:
+    rng = random.Random(int.from_bytes(digest, "big"))
+    return generate(decide(req.history, req.tools), preset, req.cap, rng)
+
+
+_PARSERS = {"chat": chat_wire.parse, "responses": responses_wire.parse, "anthropic": anthropic_wire.parse,
+            "gemini": gemini_wire.parse}
+
+
+def simulate(seed: int, dialect: Dialect, body: dict[str, Any], sim_seed: str = "") -> Generation:
+    """The turn the app would generate for `body`, without HTTP (Gemini: `body["model"]` holds
+    the model of the URL). For bulk checks of the ground truth; raises `SimError` on a bad body."""
+    body = dict(body)
+    model = body.get("model")
+    if dialect == "gemini":
+        body["stream"] = False
+    req = _PARSERS[dialect](body)
+    if dialect == "gemini":
+        body.pop("model")
+        body.pop("stream")
+    canonical = _canonical(body)
+    sim = _Simulator(seed, PRESETS)
+    return _turn(req, PRESETS[str(model)], sim.digest(dialect, req.model, canonical, sim_seed))
+
+
 Parser = Callable[[dict[str, Any]], ParsedRequest]
 Renderer = Callable[[ParsedRequest, Generation], dict[str, Any]]
 StreamRenderer = Callable[[ParsedRequest, Generation], list[str]]
@@ -127,8 +152,7 @@ async def _handle(sim: _Simulator, request: Request, dialect: Dialect, parse: Pa
     fault = sim.fault_for(preset, digest, headers.get("x-sim-fault"), req.stream)
     if fault is not None and fault not in FAULTS:
         return error_response(dialect, 400, f"Unknown x-sim-fault {fault!r}.")
-    rng = random.Random(int.from_bytes(digest, "big"))
-    gen = generate(decide(req.history, req.tools), preset, req.cap, rng)
+    gen = _turn(req, preset, digest)
     latency = gen.latency_s
     if "x-sim-latency-ms" in headers:
         try:
@@ -192,4 +216,4 @@ def create_app(seed: int = 0, presets: dict[str, ModelPreset] | None = None) -> 
     ])
 
 
-__all__ = ["FAULTS", "create_app", "error_payload"]
+__all__ = ["FAULTS", "create_app", "error_payload", "simulate"]

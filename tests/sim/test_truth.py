@@ -1,0 +1,97 @@
+"""Ground truth: each preset's measured cut rate sits inside the 99% binomial band of its stated truth."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import httpx
+import pytest
+
+from collector.sim.app import simulate
+from collector.sim.generate import generate
+from collector.sim.policy import Plan
+from collector.sim.presets import PRESETS
+from collector.sim.truth import (
+    REFERENCE_ANSWER,
+    REFERENCE_CALL,
+    binomial_interval,
+    episode_truncation_probability,
+    turn_cut_probability,
+)
+from tests.sim.conftest import ARITH, chat_body
+
+N = 2000
+
+
+def _budgets(model: str, step: str) -> list[int]:
+    """Three budgets whose truth is nearest 0.8, 0.5 and 0.2 (or the step's edges for a step function)."""
+    curve = {b: turn_cut_probability(model, b, step) for b in range(1, 600)}  # type: ignore[arg-type]
+    return sorted({min(curve, key=lambda b: (abs(curve[b] - target), b)) for target in (0.8, 0.5, 0.2)})
+
+
+@pytest.mark.parametrize("step", ["call", "answer"])
+@pytest.mark.parametrize("model", sorted(PRESETS))
+def test_measured_cut_rate_matches_truth(model: str, step: str) -> None:
+    """Over 2,000 generated turns at three budgets the cut count lies in the 99% band of the truth."""
+    preset = PRESETS[model]
+    plan = Plan(calls=(REFERENCE_CALL,)) if step == "call" else Plan(answer=REFERENCE_ANSWER)
+    budgets = _budgets(model, step)
+    assert len(budgets) >= 2
+    if model != "sim-perfect":
+        assert len(budgets) == 3
+    for budget in budgets:
+        truth = turn_cut_probability(model, budget, step)  # type: ignore[arg-type]
+        cuts = sum(generate(plan, preset, budget, random.Random(budget * 7919 + i)).cut for i in range(N))
+        lo, hi = binomial_interval(truth, N)
+        assert lo <= cuts <= hi, (model, step, budget, truth, cuts)
+
+
+def test_call_step_truncation_falls_smoothly_with_budget() -> None:
+    """For every preset with text, the call-step cut rate never rises with the budget and spans 16..256."""
+    for model in ("sim-terse", "sim-verbose", "sim-leaky", "sim-hidden-cut", "sim-sloppy"):
+        curve = [turn_cut_probability(model, b, "call") for b in range(1, 512)]
+        assert all(a >= b for a, b in itertools.pairwise(curve))
+        assert turn_cut_probability(model, 16, "call") > 0.3
+        assert turn_cut_probability(model, 256, "call") < 0.05
+
+
+def test_episode_probability_combines_turns() -> None:
+    """An episode of k calls and an answer is cut unless every turn fits."""
+    pc = turn_cut_probability("sim-terse", 24, "call")
+    pa = turn_cut_probability("sim-terse", 24, "answer")
+    assert episode_truncation_probability("sim-terse", 24, 2) == pytest.approx(1 - (1 - pc) ** 2 * (1 - pa))
+    assert episode_truncation_probability("sim-perfect", 4096, 3) == 0.0
+
+
+def test_binomial_interval_holds_its_mass() -> None:
+    """The band is central and contains at least the stated mass."""
+    lo, hi = binomial_interval(0.3, 2000)
+    assert lo < 600 < hi
+    assert binomial_interval(0.0, 10) == (0, 0)
+    assert binomial_interval(1.0, 10) == (10, 10)
+
+
+async def test_http_cut_decisions_match_the_generator(client: httpx.AsyncClient) -> None:
+    """A sample through HTTP cuts exactly where the in-process simulation of the same request does."""
+    for i in range(60):
+        body = chat_body("sim-verbose", ARITH, 40 + i)
+        reply = (await client.post("/v1/chat/completions", json=body, headers={"x-sim-seed": str(i)})).json()
+        gen = simulate(7, "chat", body, sim_seed=str(i))
+        assert (reply["choices"][0]["finish_reason"] == "length") == gen.cut
+        assert reply["usage"]["completion_tokens"] == gen.output_tokens
+
+
+def test_package_exports_and_imports_nothing_of_the_collector() -> None:
+    """The package's __all__ names exist, and importing it loads no envs, loop or providers module."""
+    import subprocess
+    import sys
+
+    import collector.sim as sim
+
+    assert all(hasattr(sim, name) for name in sim.__all__)
+    code = ("import sys, collector.sim, collector.sim.app, collector.sim.truth; "
+            "print(sorted(m for m in sys.modules if m.startswith(('collector.envs', 'collector.loop', "
+            "'collector.providers'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

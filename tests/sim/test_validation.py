@@ -1,0 +1,191 @@
+"""Strict validation: bad histories and bodies are refused in each provider's own error shape."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.sim.conftest import ARITH, chat_body
+
+CALL = {
+    "id": "call_1",
+    "type": "function",
+    "function": {"name": "calculator", "arguments": '{"expression": "1 + 2"}'},
+}
+
+
+def _chat(*messages: dict[str, Any]) -> dict[str, Any]:
+    body = chat_body("sim-perfect", ARITH, 64)
+    body["messages"] = [{"role": "user", "content": ARITH}, *messages]
+    return body
+
+
+async def test_chat_accepts_the_replayed_history(client: httpx.AsyncClient) -> None:
+    """A settled call, and a malformed call replayed as "{}" with an error result, are accepted."""
+    broken = {**CALL, "id": "call_2", "function": {"name": "calculator", "arguments": "{}"}}
+    body = _chat(
+        {"role": "assistant", "content": None, "tool_calls": [broken]},
+        {"role": "tool", "tool_call_id": "call_2", "content": "error: arguments were malformed"},
+        {"role": "assistant", "content": None, "tool_calls": [CALL]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "3"},
+    )
+    reply = await client.post("/v1/chat/completions", json=body)
+    assert reply.status_code == 200
+    assert reply.json()["choices"][0]["message"]["content"] == "3"
+
+
+@pytest.mark.parametrize(
+    ("messages", "status"),
+    [
+        (
+            [
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {**CALL, "function": {"name": "calculator", "arguments": '{"expression": "1 +'}}
+                    ],
+                },
+                {"role": "tool", "tool_call_id": "call_1", "content": "3"},
+            ],
+            500,
+        ),
+        ([{"role": "tool", "tool_call_id": "call_9", "content": "3"}], 400),
+        (
+            [
+                {"role": "assistant", "content": None, "tool_calls": [CALL]},
+                {"role": "user", "content": "go on"},
+            ],
+            400,
+        ),
+        ([{"role": "assistant", "content": None, "tool_calls": [CALL]}], 400),
+        (
+            [
+                {"role": "assistant", "content": None, "tool_calls": [CALL]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "3"},
+                {"role": "tool", "tool_call_id": "call_1", "content": "3"},
+            ],
+            400,
+        ),
+    ],
+)
+async def test_chat_rejects_bad_histories(
+    client: httpx.AsyncClient, messages: list[dict[str, Any]], status: int
+) -> None:
+    """Broken replayed arguments get a 500; orphan results and unsettled calls get a 400, OpenAI-shaped."""
+    reply = await client.post("/v1/chat/completions", json=_chat(*messages))
+    assert reply.status_code == status
+    assert set(reply.json()["error"]) == {"message", "type", "param", "code"}
+
+
+async def test_responses_rejects_bad_histories(client: httpx.AsyncClient) -> None:
+    """Responses: unsettled function_call is 400, unparseable replayed arguments 500, settled ones pass."""
+    call = {
+        "type": "function_call",
+        "call_id": "call_1",
+        "name": "calculator",
+        "arguments": '{"expression":"1+2"}',
+    }
+    out = {"type": "function_call_output", "call_id": "call_1", "output": "3"}
+    base = {"model": "sim-perfect", "tools": [{"type": "function", "name": "calculator"}]}
+    user = {"role": "user", "content": ARITH}
+    ok = await client.post("/v1/responses", json={**base, "input": [user, call, out]})
+    assert ok.status_code == 200
+    assert ok.json()["output"][-1]["content"][0]["text"] == "3"
+    missing = await client.post("/v1/responses", json={**base, "input": [user, call, user]})
+    assert missing.status_code == 400
+    orphan = await client.post("/v1/responses", json={**base, "input": [user, out]})
+    assert orphan.status_code == 400
+    broken = await client.post(
+        "/v1/responses", json={**base, "input": [user, {**call, "arguments": "{"}, out]}
+    )
+    assert broken.status_code == 500
+    assert broken.json()["error"]["type"] == "server_error"
+
+
+async def test_anthropic_rules(client: httpx.AsyncClient) -> None:
+    """Anthropic: max_tokens is required, a tool_use needs its tool_result in the next message."""
+    use = {"type": "tool_use", "id": "toolu_1", "name": "calculator", "input": {"expression": "1 + 2"}}
+    result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": "3"}
+    base = {"model": "sim-perfect", "tools": [{"name": "calculator", "input_schema": {"type": "object"}}]}
+    user = {"role": "user", "content": ARITH}
+    no_cap = await client.post("/v1/messages", json={**base, "messages": [user]})
+    assert no_cap.status_code == 400
+    assert no_cap.json()["error"]["type"] == "invalid_request_error"
+    ok = await client.post(
+        "/v1/messages",
+        json={
+            **base,
+            "max_tokens": 64,
+            "messages": [
+                user,
+                {"role": "assistant", "content": [use]},
+                {"role": "user", "content": [result]},
+            ],
+        },
+    )
+    assert ok.status_code == 200
+    assert ok.json()["content"] == [{"type": "text", "text": "3"}]
+    unsettled = await client.post(
+        "/v1/messages",
+        json={
+            **base,
+            "max_tokens": 64,
+            "messages": [user, {"role": "assistant", "content": [use]}, {"role": "user", "content": "well?"}],
+        },
+    )
+    assert unsettled.status_code == 400
+    orphan = await client.post(
+        "/v1/messages", json={**base, "max_tokens": 64, "messages": [{"role": "user", "content": [result]}]}
+    )
+    assert orphan.status_code == 400
+    assert orphan.json()["type"] == "error"
+
+
+async def test_gemini_rules(client: httpx.AsyncClient) -> None:
+    """Gemini: a functionCall needs its functionResponse (by id) next; errors are RPC-shaped."""
+    call = {"functionCall": {"id": "abcd1234", "name": "calculator", "args": {"expression": "1 + 2"}}}
+    resp = {"functionResponse": {"id": "abcd1234", "name": "calculator", "response": {"output": "3"}}}
+    tools = [{"functionDeclarations": [{"name": "calculator"}]}]
+    user = {"role": "user", "parts": [{"text": ARITH}]}
+    url = "/v1beta/models/sim-perfect:generateContent"
+    ok = await client.post(
+        url,
+        json={
+            "contents": [user, {"role": "model", "parts": [call]}, {"role": "user", "parts": [resp]}],
+            "tools": tools,
+        },
+    )
+    assert ok.status_code == 200
+    assert ok.json()["candidates"][0]["content"]["parts"] == [{"text": "3"}]
+    bad = await client.post(url, json={"contents": [user, {"role": "model", "parts": [call]}, user]})
+    assert bad.status_code == 400
+    assert bad.json()["error"]["status"] == "INVALID_ARGUMENT"
+
+
+@pytest.mark.parametrize(
+    ("path", "shape_key"),
+    [
+        ("/v1/chat/completions", "error"),
+        ("/v1/responses", "error"),
+        ("/v1/messages", "type"),
+        ("/v1beta/models/sim-perfect:generateContent", "error"),
+    ],
+)
+async def test_malformed_bodies_and_unknown_models(
+    client: httpx.AsyncClient, path: str, shape_key: str
+) -> None:
+    """Non-JSON and wrongly typed bodies get 400, an unknown model 404, in the provider's own shape."""
+    bad = await client.post(path, content=b"{not json")
+    assert bad.status_code == 400
+    assert shape_key in bad.json()
+    typed = await client.post(
+        path, json={"model": "sim-perfect", "messages": "x", "input": 3, "contents": 4, "max_tokens": 5}
+    )
+    assert typed.status_code == 400
+    unknown_path = path.replace("sim-perfect", "no-such-model")
+    unknown = await client.post(unknown_path, json={"model": "no-such-model", "messages": []})
+    assert unknown.status_code == 404
+    assert shape_key in unknown.json()
