@@ -19,8 +19,9 @@ is fixed and tested:
    ``not executed: cut by the output-token limit``. With `length` in `stop_on`, or after
    `max_consecutive_faults` cut turns in a row, the episode ends as `length`; otherwise the
    loop goes on and the model is asked for a shorter call.
-3. argument status (`ToolCall.status`, set by the adapters; a turn whose text holds an
-   unparsed chat-template call and no calls counts as malformed, never as an answer). With
+3. argument status (`ToolCall.status`, set by the adapters). A turn with no calls whose
+   text holds an unparsed chat-template call, or that Gemini ended with
+   `MALFORMED_FUNCTION_CALL`, counts as malformed, never as a final answer. With
    `malformed_tool_call` in `stop_on`, or after `max_consecutive_faults` malformed turns in
    a row, the episode ends as `malformed_tool_call` and nothing from the turn runs.
    Otherwise a malformed call gets an error result naming the problem (never echoing the
@@ -101,6 +102,10 @@ UNPARSED_NOTICE = (
 MALFORMED_END = "not executed: the arguments were not a valid JSON object; the episode ended at this turn"
 SIBLING_END = "not executed: another call of this turn had malformed arguments; the episode ended"
 TIMED_OUT = "not executed: the episode's time limit expired"
+
+#: Raw finish reasons meaning "the model tried to call a tool and the server could not read
+#: it" on turns that carry no call at all (Gemini drops the call and says so).
+_FAILED_CALL_REASONS = frozenset({"MALFORMED_FUNCTION_CALL"})
 
 
 def _malformed(call: ToolCall) -> str:
@@ -220,7 +225,8 @@ class _Episode:
             num_tool_calls=len(calls),
             malformed_calls=sum(1 for c in calls if c.status is ArgStatus.MALFORMED),
             discarded=False,
-            unparsed_tool_call=turn.unparsed_tool_call,
+            unparsed_tool_call=turn.unparsed_tool_call
+            or (not calls and turn.raw_finish_reason in _FAILED_CALL_REASONS),
         )
         self.turns.append(record)
         self.output_used += turn.usage.output_tokens
@@ -341,7 +347,7 @@ async def _drive(
             continue
         cut_streak = 0
 
-        if record.malformed_calls or (turn.unparsed_tool_call and not calls):  # 3
+        if record.malformed_calls or (record.unparsed_tool_call and not calls):  # 3
             bad_streak += 1
             if StopReason.MALFORMED_TOOL_CALL in stop_on or bad_streak >= max_faults:
                 record.discarded = True

@@ -39,8 +39,8 @@ class UnitPricesWorld(EpisodeWorld):
     def calculator(self, args: CalculatorArgs) -> str:
         """Evaluate an arithmetic expression with integers, + - * and parentheses."""
         self.asked.append(args.expression)
-        # The pattern above already limits the alphabet; no names can be reached.
-        return str(int(eval(args.expression, {"__builtins__": {}}, {})))
+        # Never eval(): the built-in evaluator walks the parsed expression with bounded values.
+        return str(evaluate(args.expression))
 
     def price_of(self, item: str) -> int:
         """The unit price of an item in dollars."""

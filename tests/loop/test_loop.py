@@ -141,6 +141,11 @@ async def test_unparsed_template_call_is_malformed_not_an_answer() -> None:
     """A turn whose call stayed in the text as a template block is never taken as a final answer."""
     ep, _, _ = await run([leaked('<tool_call>{"name": "refund"')])
     assert ep.stop_reason is StopReason.MALFORMED_TOOL_CALL
+    gemini = text("")
+    gemini.raw_finish_reason = "MALFORMED_FUNCTION_CALL"
+    ep, _, _ = await run([gemini])
+    assert ep.stop_reason is StopReason.MALFORMED_TOOL_CALL
+    assert ep.turns[0].unparsed_tool_call
     ep, provider, _ = await run([leaked("<tool_call>{}"), text("done")], stop_on=[])
     assert ep.stop_reason is StopReason.DONE
     assert provider.requests[1].messages[-1].text == loop_module.UNPARSED_NOTICE  # type: ignore[union-attr]
