@@ -1,0 +1,58 @@
+"""The truncation analysis notebook runs headless over a small run and renders its four figures."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from collector.stop import StopReason
+from collector.store import RunStore
+from tests.data.factory import make_batch
+
+S = StopReason
+NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "truncation_analysis.ipynb"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def small_run(run: Path) -> None:
+    """Two models x three budgets; truncation falls with the budget; a few malformed and error episodes."""
+    mixes = {
+        64: (S.LENGTH, S.LENGTH, S.DONE, S.MALFORMED_TOOL_CALL, S.ERROR),
+        128: (S.LENGTH, S.DONE, S.DONE, S.DONE, S.MAX_STEPS),
+        256: (S.DONE, S.DONE, S.DONE, S.DONE, S.LENGTH, S.DONE, S.DONE, S.DONE, S.DONE, S.TIMEOUT),
+    }
+    with RunStore.open(run, "fp", {}, "arrow", 64) as st:
+        for model in ("sim-perfect", "sim-sloppy"):
+            for budget, stops in mixes.items():
+                shift = 1 if model == "sim-sloppy" else 0  # a different mix per model, same counts
+                st.commit(make_batch(20, model=model, budget=budget, stops=stops[shift:] + stops[:shift]))
+
+
+def test_notebook_renders_its_figures(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Executed headless with RUN_DIR set, every cell runs and the four figure cells each emit a PNG."""
+    run = tmp_path / "run"
+    small_run(run)
+    monkeypatch.setenv("RUN_DIR", str(run))
+    monkeypatch.setenv("MPLBACKEND", "Agg")  # the notebook's %matplotlib inline draws with Agg too
+    monkeypatch.setenv("JUPYTER_PLATFORM_DIRS", "1")  # jupyter_core's path-migration warning otherwise
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    resources = {"metadata": {"path": str(tmp_path)}}
+    client = NotebookClient(nb, timeout=120, kernel_name="python3", resources=resources)
+    client.execute()
+
+    code_cells = [c for c in nb.cells if c.cell_type == "code"]
+    assert not [o for c in code_cells for o in c.outputs if o.output_type == "error"]
+    pngs = [
+        base64.b64decode(o["data"]["image/png"])
+        for c in code_cells
+        for o in c.outputs
+        if o.output_type == "display_data" and "image/png" in o.get("data", {})
+    ]
+    assert len(pngs) == 4
+    assert all(p.startswith(PNG_MAGIC) and len(p) > 5_000 for p in pngs)
+    first = "".join(o.get("text", "") for o in code_cells[0].outputs if o.output_type == "stream")
+    assert "120 episodes, 2 models, budgets [64, 128, 256]" in first
