@@ -58,6 +58,11 @@ class SSEDecoder:
         self._buffer = lines.pop() + ("\r" if hold_cr else "")
         events: list[SSEEvent] = []
         for line in lines:
+            # Inline fast path for the overwhelmingly common `data:` line.
+            if line.startswith("data:"):
+                self._data.append(line[6:] if line.startswith("data: ") else line[5:])
+                self._has_data = True
+                continue
             event = self._line(line)
             if event is not None:
                 events.append(event)

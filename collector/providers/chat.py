@@ -60,6 +60,7 @@ _FINISH = {
     "length": FinishClass.LENGTH,
     "content_filter": FinishClass.CONTENT_FILTER,
 }
+_SERVER_ERROR = {"error": {"type": "server_error"}}
 _PARSE_ERRORS = (KeyError, TypeError, AttributeError, IndexError, ValueError)
 
 
@@ -265,45 +266,56 @@ class _ChatStream:
         self.response_id: str | None = None
 
     def feed(self, chunk: Any, http: Http) -> None:
+        # Called once per token on real servers: the common chunk (one choice, one short delta)
+        # takes the fewest lookups.
         if chunk.get("error"):
             raise http.stream_error(chunk)
         if self.response_id is None and isinstance(chunk.get("id"), str):
             self.response_id = chunk["id"]
         usage = chunk.get("usage")
-        if isinstance(usage, dict):
+        if usage and isinstance(usage, dict):
             self.usage = _usage(usage)
         for choice in chunk.get("choices") or ():
             if choice.get("index", 0) != 0:
                 continue
-            delta = choice.get("delta") or {}
-            content = delta.get("content")
-            if isinstance(content, str) and content:
-                self.text.append(content)
-            refusal = delta.get("refusal")
-            if isinstance(refusal, str) and refusal:
-                self.refusal.append(refusal)
-            for pos, tc in enumerate(delta.get("tool_calls") or ()):
-                index = tc.get("index", pos)
-                slot = self.calls.get(index)
-                if slot is None:
-                    slot = self.calls[index] = [None, "", []]
-                if tc.get("id") and slot[0] is None:
-                    slot[0] = tc["id"]
-                fn = tc.get("function") or {}
-                if fn.get("name") and not slot[1]:
-                    slot[1] = fn["name"]
-                fragment = fn.get("arguments")
-                if isinstance(fragment, str):
-                    slot[2].append(fragment)
-            _logprobs_of(choice.get("logprobs"), self.logprobs)
+            delta = choice.get("delta")
+            if delta:
+                content = delta.get("content")
+                if content and isinstance(content, str):
+                    self.text.append(content)
+                tool_calls = delta.get("tool_calls")
+                if tool_calls:
+                    self._calls(tool_calls)
+                refusal = delta.get("refusal")
+                if refusal and isinstance(refusal, str):
+                    self.refusal.append(refusal)
+            logprobs = choice.get("logprobs")
+            if logprobs:
+                _logprobs_of(logprobs, self.logprobs)
             ids = choice.get("token_ids")
-            if isinstance(ids, list):
+            if ids and isinstance(ids, list):
                 self.token_ids.extend(ids)
             finish = choice.get("finish_reason")
-            if finish == "error":
-                raise http.stream_error(chunk if chunk.get("error") else {"error": {"type": "server_error"}})
             if finish:
+                if finish == "error":  # OpenRouter's in-band failure
+                    raise http.stream_error(_SERVER_ERROR)  # (a chunk with `error` raised above)
                 self.finish = finish
+
+    def _calls(self, tool_calls: Any) -> None:
+        for pos, tc in enumerate(tool_calls):
+            index = tc.get("index", pos)
+            slot = self.calls.get(index)
+            if slot is None:
+                slot = self.calls[index] = [None, "", []]
+            if slot[0] is None and tc.get("id"):
+                slot[0] = tc["id"]
+            fn = tc.get("function")
+            if fn:
+                if not slot[1] and fn.get("name"):
+                    slot[1] = fn["name"]
+                fragment = fn.get("arguments")
+                if fragment and isinstance(fragment, str):
+                    slot[2].append(fragment)
 
     def turn(self, cap: int, elapsed: float) -> Turn:
         calls = [
