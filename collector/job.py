@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 import os
 import time
@@ -130,10 +131,10 @@ def ray_session(address: str | None, workers: int) -> Iterator[None]:
                 num_cpus=max(workers, os.cpu_count() or 1),
                 include_dashboard=False,
                 object_store_memory=OBJECT_STORE_BYTES,
-                log_to_driver=True,
+                logging_level=logging.WARNING,  # Ray's start-up chatter would bury the progress line
             )
         else:
-            ray.init(address=address, log_to_driver=True)
+            ray.init(address=address, logging_level=logging.WARNING)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         # Ray's own messages are long and multi-line; the first line says what went wrong.
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
