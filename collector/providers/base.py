@@ -13,6 +13,11 @@ Contract of `complete`:
   discarded and retried whole, never returned;
 - raises only `collector.errors.ProviderError` subclasses (after retries), never httpx or
   JSON exceptions, and never puts a key, header or raw fragment in a message.
+
+Adapters are built with `collector.providers.build_provider(kind, endpoint, client)`; each
+takes keyword-only `sleep` (the back-off sleep, `asyncio.sleep` by default) and `rng` (the
+jitter source) so tests never wait. Where a turn becomes a length turn, and in which order
+the checks run, is `collector.providers.common.finish_turn` (listed in `collector.turn`).
 """
 
 from __future__ import annotations
