@@ -13,7 +13,8 @@ structured code for it):
   a transient kind, streams ending without their terminal event, and 200 bodies that are not
   the wire format -> retried, then `ProviderUnavailable` / `ProtocolViolation`;
 - 429 or 402 for quota / billing / credits (OpenAI `insufficient_quota`, Anthropic
-  `billing_error`, Gemini per-day quotas) -> `QuotaExhausted`, never retried;
+  `billing_error` and its spend-cap 429 without `retry-after`, Gemini per-day quotas)
+  -> `QuotaExhausted`, never retried;
 - context overflow (`context_length_exceeded`, llama.cpp `exceed_context_size_error`, and the
   Anthropic, Gemini and vLLM invalid-request wordings) -> `ContextOverflow`, never retried;
 - any other 4xx -> `RequestRejected`, never retried. Anthropic's `x-should-retry` header
@@ -214,6 +215,10 @@ def classify_http_error(
         body = None  # HTML from a proxy, or nothing: the status decides.
     retry_after = parse_retry_after(response.headers, body)
     error = classify_error_body(body, response.status_code, secret, dialect, retry_after)
+    if dialect == "anthropic" and response.status_code == 429 and retry_after is None:
+        # Anthropic sends retry-after with every rate limit; the spend-cap 429 has none and
+        # keeps failing (provider-protocols.md 3.6), so it is a quota, fatal for the run.
+        return QuotaExhausted(error.message, 429)
     should_retry = response.headers.get("x-should-retry")
     if (
         should_retry == "true"

@@ -131,6 +131,7 @@ async def test_transient_then_success(make: MakeProvider) -> None:
         ("anthropic", 400, "anthropic_error_context.json", ContextOverflow),
         ("gemini", 400, "gemini_error_context.json", ContextOverflow),
         ("gemini", 400, "gemini_error_missing_signature.json", RequestRejected),
+        ("anthropic", 429, "anthropic_error_429.json", QuotaExhausted),
         ("chat", 401, None, RequestRejected),
         ("chat", 404, None, RequestRejected),
     ],
@@ -251,3 +252,12 @@ def test_errors_round_trip_through_pickle() -> None:
     )
     quota = pickle.loads(pickle.dumps(QuotaExhausted("q", 429)))
     assert str(quota) == "q (HTTP 429)"
+
+
+async def test_gemini_daily_quota_is_fatal(make: MakeProvider) -> None:
+    """A Gemini 429 whose QuotaFailure names a per-day quota is QuotaExhausted, not retried."""
+    body = (WIRE / "gemini_error_429.json").read_bytes().replace(b"PerMinutePerProject", b"PerDayPerProject")
+    provider, recorder, _ = await make("gemini", err(429, body=body))
+    with pytest.raises(QuotaExhausted):
+        await provider.complete(request())
+    assert len(recorder.requests) == 1
