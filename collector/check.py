@@ -43,6 +43,8 @@ from collector.shards import SCHEMA, read_shard, schema_version_of
 from collector.stop import STOP_ON_CHOICES, StopReason
 from collector.store import QUARANTINE, RESOLVED_CONFIG, TMP_SUFFIX, describe_exception, read_manifest
 
+__all__ = ["MAX_PROBLEMS", "CheckReport", "check_run"]
+
 #: At most this many problems are listed; the rest are counted.
 MAX_PROBLEMS = 200
 

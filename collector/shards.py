@@ -49,6 +49,24 @@ from collector.record import (
 )
 from collector.stop import StopReason
 
+__all__ = [
+    "COLUMN_ORDER",
+    "DERIVED_COLUMNS",
+    "EXTENSIONS",
+    "SCHEMA",
+    "SCHEMA_VERSION_KEY",
+    "STOP_REASONS",
+    "STOP_REASON_TYPE",
+    "ShardFormat",
+    "arrow_type",
+    "episodes_from_table",
+    "episodes_to_table",
+    "format_of",
+    "read_shard",
+    "schema_version_of",
+    "write_shard",
+]
+
 ShardFormat = Literal["arrow", "parquet"]
 
 #: File-metadata key holding the schema version (bytes of the decimal number).

@@ -64,6 +64,18 @@ try:  # POSIX advisory locks; elsewhere the single-writer rule is the user's to 
 except ImportError:  # pragma: no cover - not on the platforms we run on
     fcntl = None  # type: ignore[assignment]
 
+__all__ = [
+    "LOCK",
+    "MANIFEST",
+    "QUARANTINE",
+    "RESOLVED_CONFIG",
+    "RunStore",
+    "committed_shard_paths",
+    "partition_dir",
+    "read_manifest",
+    "write_json_atomic",
+]
+
 log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import ModuleType
 
 import duckdb
 import pandas as pd
@@ -10,7 +11,7 @@ import polars as pl
 import pyarrow.dataset as ds
 import pytest
 
-from collector import analysis
+from collector import analysis, check, shards, stats, store
 from collector.errors import OutputError
 from collector.stats import compute_stats
 from collector.stop import StopReason
@@ -130,7 +131,12 @@ def test_get_episode_round_trips(runs: dict[str, Path]) -> None:
     assert analysis.load_episodes(runs["arrow"], [want.episode_id]) == [want]
 
 
-def test_public_names() -> None:
-    """The module's public names are exactly its __all__, and each exists."""
-    assert all(hasattr(analysis, name) for name in analysis.__all__)
+@pytest.mark.parametrize("module", [analysis, check, shards, stats, store])
+def test_public_names(module: ModuleType) -> None:
+    """Each data-side module's __all__ is non-empty, names only what exists, and holds its public API."""
+    assert module.__all__
+    assert all(hasattr(module, name) for name in module.__all__)
     assert {"load_run", "truncation_table", "render_episode"} <= set(analysis.__all__)
+    assert {"RunStore", "committed_shard_paths"} <= set(store.__all__)
+    assert {"check_run", "CheckReport"} <= set(check.__all__)
+    assert {"compute_stats", "format_stats"} <= set(stats.__all__)
