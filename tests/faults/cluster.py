@@ -1,0 +1,145 @@
+"""A throwaway two-node Ray cluster on this machine, started and ended by one test.
+
+`ray start --head` plus a second `ray start --address=...`, each node with its own ports
+(free ones, asked of the OS) so that nothing collides with another engineer's cluster, and
+token authentication disabled for both (runtime-notes: otherwise the second node fails
+with AuthenticationError). Every process either node starts inherits a marker variable
+holding a fresh uuid; teardown kills exactly the processes whose environment carries it,
+by pid. `ray stop` is never used: it stops every Ray process on the machine, other
+people's included.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MARKER = "COLLECTOR_FAULTS_CLUSTER"
+RAY = str(Path(sys.executable).with_name("ray"))
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _node_ports() -> list[str]:
+    """Per-node ports Ray would otherwise take from fixed defaults shared by every cluster."""
+    return [
+        f"--node-manager-port={free_port()}",
+        f"--object-manager-port={free_port()}",
+        f"--dashboard-agent-listen-port={free_port()}",
+        f"--dashboard-agent-grpc-port={free_port()}",
+        f"--metrics-export-port={free_port()}",
+        f"--runtime-env-agent-port={free_port()}",
+    ]
+
+
+def _environ_of(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            return fh.read()
+    except OSError:
+        return b""
+
+
+def _cmdline_of(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+@dataclass
+class TwoNodeCluster:
+    """Start with `start()`; `address` is the head's GCS address; `stop()` always cleans up."""
+
+    cpus_per_node: int = 1
+    token: str = field(default_factory=lambda: uuid.uuid4().hex)
+    temp_dir: str = field(default_factory=lambda: tempfile.mkdtemp(prefix="rayf", dir="/tmp"))
+    port: int = field(default_factory=free_port)
+    second_node_manager_port: int = 0
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def env(self) -> dict[str, str]:
+        """The environment for `ray start` and for drivers attaching to this cluster."""
+        return {**os.environ, MARKER: self.token, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+
+    def _ray_start(self, args: list[str]) -> None:
+        common = [
+            f"--num-cpus={self.cpus_per_node}",
+            "--object-store-memory=100000000",
+            "--disable-usage-stats",
+            "--log-style=record",
+        ]
+        proc = subprocess.run(
+            [RAY, "start", *args, *common], env=self.env(), capture_output=True, text=True, timeout=120
+        )
+        if proc.returncode != 0:
+            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+            raise RuntimeError(f"ray start {' '.join(args[:2])} failed:\n{tail}")
+
+    def start(self) -> TwoNodeCluster:
+        self._ray_start(
+            ["--head", f"--port={self.port}", "--node-ip-address=127.0.0.1", f"--temp-dir={self.temp_dir}",
+             "--include-dashboard=false", f"--ray-client-server-port={free_port()}", *_node_ports()]
+        )
+        ports = _node_ports()
+        self.second_node_manager_port = int(ports[0].split("=")[1])
+        self._ray_start([f"--address={self.address}", "--node-ip-address=127.0.0.1", *ports])
+        return self
+
+    def pids(self) -> list[int]:
+        """Every live process started by this cluster (its environment holds the marker)."""
+        needle = f"{MARKER}={self.token}".encode()
+        own = os.getpid()
+        found = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit() and int(entry) != own and needle in _environ_of(int(entry)):
+                found.append(int(entry))
+        return found
+
+    def second_raylet_pid(self) -> int:
+        """The pid of the second node's raylet (found by its node-manager port)."""
+        flag = f"--node_manager_port={self.second_node_manager_port}"
+        for pid in self.pids():
+            cmd = _cmdline_of(pid)
+            if "raylet" in cmd and flag in cmd:
+                return pid
+        raise RuntimeError("the second node's raylet is not running")
+
+    def kill_second_node(self) -> None:
+        """SIGKILL the second node's raylet, as a preempted machine would vanish."""
+        os.kill(self.second_raylet_pid(), signal.SIGKILL)
+
+    def stop(self) -> None:
+        """Kill every process of this cluster by pid, wait for them, remove the temp dir."""
+        for _ in range(3):
+            pids = self.pids()
+            if not pids:
+                break
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and any(os.path.exists(f"/proc/{p}") for p in pids):
+                for pid in pids:
+                    with contextlib.suppress(ChildProcessError, OSError):
+                        os.waitpid(pid, os.WNOHANG)
+                time.sleep(0.1)
+        subprocess.run(["rm", "-rf", self.temp_dir], check=False)
