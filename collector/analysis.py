@@ -9,13 +9,19 @@ and the statistics exactly as `collector stats` computes them (`collector.stats`
     table = load_run("runs/demo", columns=["model", "budget", "stop_reason", "reward"])
     df = truncation_table("runs/demo", target=0.05).to_pandas()
 
-Other readers, for reference (each file also holds `model` and `budget`, so tell readers
-that infer Hive partitions from the path not to, or to use the same types):
+Other readers, for reference. Each file also holds `model` and `budget`, so no reader needs
+the Hive directories for their values; the layout is there for pruning and for people:
 
-    pandas:  pd.concat(pd.read_feather(p) for p in committed_shard_paths(run))
-    polars:  pl.scan_ipc(f"{run}/model=*/budget=*/*.arrow", hive_partitioning=False)
-    DuckDB:  duckdb.sql("select ... from tbl") over `load_run(run)`, or read_parquet(...)
-             with hive_partitioning = false on a Parquet run.
+    pandas:   pd.concat(pd.read_feather(p) for p in committed_shard_paths(run))
+    polars:   pl.scan_ipc(f"{run}/model=*/budget=*/*.arrow")
+    DuckDB:   read_parquet('{run}/model=*/budget=*/*.parquet') on a Parquet run, or
+              con.register("episodes", load_run(run)) on any run
+    pyarrow:  ds.dataset(run, format="ipc", partitioning=PARTITIONING, exclude_invalid_files=True)
+              (plain ``partitioning="hive"`` infers budget as int32 and clashes with the int64
+              column in the files: pass `PARTITIONING`, or none)
+
+A glob over the directories also picks up a crash's orphan shards until the next `collector
+run` removes them; `load_run` and `committed_shard_paths` read the manifest and never do.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from collector.stats import aggregate, run_dataset
 from collector.store import committed_shard_paths
 
 __all__ = [
+    "PARTITIONING",
     "committed_shard_paths",
     "get_episode",
     "load_episodes",
@@ -45,6 +52,9 @@ __all__ = [
     "stop_reason_mix",
     "truncation_table",
 ]
+
+#: The Hive partitioning of a run dir with the same types as the columns inside the files.
+PARTITIONING = ds.partitioning(pa.schema([("model", pa.string()), ("budget", pa.int64())]), flavor="hive")
 
 RunOrTable: TypeAlias = "str | Path | pa.Table"
 

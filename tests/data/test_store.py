@@ -11,14 +11,14 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
 
 from collector import store as store_mod
+from collector.analysis import PARTITIONING
 from collector.errors import OutputError
 from collector.shards import read_shard
-from collector.store import MANIFEST, RESOLVED_CONFIG, RunStore, committed_shard_paths
+from collector.store import MANIFEST, RESOLVED_CONFIG, RunStore, committed_shard_paths, partition_dir
 from tests.data.factory import make_batch
 
 FP = "fingerprint-aaaaaaaaaaaa"
@@ -73,8 +73,9 @@ def test_shards_are_hive_partitioned_and_split(tmp_path: Path) -> None:
     assert sizes == [1, 2, 4, 4]
     assert (run / "model=org%2FModel-7B" / "budget=64").is_dir()
     assert len(list((run / "model=b" / "budget=128").glob("part-*.arrow"))) == 1
-    hive = ds.partitioning(pa.schema([("model", pa.string()), ("budget", pa.int64())]), flavor="hive")
-    dataset = ds.dataset(run, format="ipc", partitioning=hive, exclude_invalid_files=True)
+    parsed = PARTITIONING.parse(partition_dir("org/Model-7B", 64) + "/")
+    assert parsed.equals((ds.field("model") == "org/Model-7B") & (ds.field("budget") == 64))
+    dataset = ds.dataset(run, format="ipc", partitioning=PARTITIONING, exclude_invalid_files=True)
     table = dataset.to_table(columns=["model"], filter=ds.field("budget") == 64)
     assert table.column("model").unique().to_pylist() == ["org/Model-7B"]
 
