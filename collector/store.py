@@ -18,15 +18,20 @@ difference: the driver runs every id not in `committed_ids()`; an id that is alr
 committed, or repeated inside one commit (a late duplicate from a worker presumed dead), is
 dropped at commit. Nothing is ever committed twice, and nothing committed is ever lost.
 
-Trust. A run dir written by a different config is refused: `config_fingerprint` is computed
-by the caller (`collector.config.config_fingerprint`, over the fields that define the data:
-provider and sweep, environment and tasks, samples, seed, loop limits, stop_on, reward and
-redaction policy; not output, Ray or concurrency settings) and compared with the one in the
-manifest. A dir that is not empty and has no manifest is refused too (it is not ours). A
-shard named in the manifest that cannot be read on open (truncated, corrupt, wrong schema
-version, wrong row count) is moved to ``_quarantine/``, dropped from the manifest and
-reported in `RunStore.warnings` (one line naming the file): its episodes count as not
-committed and run again, so a damaged file never stops a resume.
+Trust. A run dir written by a different config is refused. The store does not decide what
+"different" means: it compares the `config_fingerprint` its caller passes with the one in the
+manifest. The job computes it with `collector.config.config_fingerprint`, over what gives the
+data its meaning (provider and dialect, sampling, environment and its options, seed, loop
+limits, stop_on, reward and redaction policy) and not over what only selects how much of it
+to collect (models, budgets, samples, task count) or how (Ray, output, timeouts, retries):
+widening a sweep continues the same run dir, changing a reward policy cannot.
+`config.resolved.json` is rewritten on every open, so it shows the latest selection. The
+shard format and schema version must match too. A dir that is not empty and has no manifest
+is refused (it is not ours), as is one another process holds open. A shard named in the
+manifest that cannot be read on open (truncated, corrupt, wrong schema version, wrong row
+count) is moved to ``_quarantine/``, dropped from the manifest and reported in
+`RunStore.warnings` (one line naming the file): its episodes count as not committed and run
+again, so a damaged file never stops a resume.
 
 Files are written only by the driver, which alone holds a RunStore: workers on other
 nodes return episodes to it, so nodes need not share a disk.
