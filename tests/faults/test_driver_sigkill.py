@@ -1,0 +1,125 @@
+"""The driver SIGKILLed at several random moments, then run again: every episode exactly once.
+
+`collector run` attaches (`--address`) to the session's Ray cluster in a subprocess and is
+killed with SIGKILL at moments drawn from a seeded generator: during start-up, right after
+a commit, between commits. After every kill the run directory must be consistent on its
+own: `collector check` passes, the manifest names only complete, readable shards, nothing
+committed before is lost, no id appears twice. A last, uninterrupted run then completes
+exactly the missing episodes and leaves no stray file behind.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from collector.config import load_config
+from collector.job import run_job
+from collector.plan import plan_work
+from collector.store import read_manifest
+from tests.faults.checking import assert_run_checked, committed_ids
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(240)]
+
+REPO = Path(__file__).resolve().parents[2]
+SEED = 20240607
+
+CONFIG = """
+name = "sigkill"
+samples_per_task = 2
+
+[sweep]
+models = ["sim-slow"]   # ~50 ms per model call: commits are spread over a few seconds
+budgets = [32, 128]
+
+[env]
+name = "arithmetic"
+tasks = 30
+
+[ray]
+workers = 2
+episodes_in_flight = 2
+batch_size = 2
+cpus_per_worker = 0.5
+
+[output]
+path = "{run_dir}"
+rows_per_shard = 2
+"""
+
+
+def shard_count(run_dir: Path) -> int:
+    if not (run_dir / "manifest.json").exists():
+        return 0
+    return len(read_manifest(run_dir)["shards"])
+
+
+def kill_at(argv: list[str], run_dir: Path, after_commits: int, extra_delay_s: float) -> None:
+    """Start the driver; SIGKILL it once `after_commits` new shards are in, plus a delay."""
+    start_shards = shard_count(run_dir)
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "RAY_AUTH_MODE": "disabled"},
+        cwd=REPO,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while shard_count(run_dir) < start_shards + after_commits:
+            assert proc.poll() is None, "the driver finished before it was killed"
+            assert time.monotonic() < deadline, "no commit within two minutes"
+            time.sleep(0.02)
+        time.sleep(extra_delay_s)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+
+
+def assert_consistent(run_dir: Path, before: Counter[str]) -> Counter[str]:
+    """Check passes, ids are unique, and everything committed before is still there."""
+    if (run_dir / "manifest.json").exists():
+        assert_run_checked(run_dir)
+    now = committed_ids(run_dir)
+    assert set(now.values()) <= {1}
+    assert set(before) <= set(now)
+    return now
+
+
+def test_driver_sigkilled_at_random_moments_then_rerun(tmp_path: Path, ray_cluster: str) -> None:
+    """Three SIGKILLs at seeded random moments, then a rerun: each planned episode committed exactly once."""
+    rng = random.Random(SEED)
+    run_dir = tmp_path / "run"
+    config = tmp_path / "kill.toml"
+    config.write_text(CONFIG.format(run_dir=run_dir))
+    argv = [sys.executable, "-m", "collector.cli", "run", str(config), "--address", ray_cluster, "--quiet"]
+    planned = {item.episode_id for item in plan_work(load_config(config)).items}
+
+    # Moments: while starting up (no commit yet), just after a commit, between commits.
+    moments = [(0, rng.uniform(0.0, 1.5)), (1, 0.0), (rng.randint(1, 3), rng.uniform(0.05, 0.4))]
+    committed: Counter[str] = Counter()
+    for after_commits, delay in moments:
+        kill_at(argv, run_dir, after_commits, delay)
+        committed = assert_consistent(run_dir, committed)
+    assert 0 < len(committed) < len(planned)
+
+    result = run_job(load_config(config), show_progress=False)
+    assert result.already == len(committed)
+    assert result.committed == len(planned) - len(committed)
+    final = committed_ids(run_dir)
+    assert set(final) == planned
+    assert set(final.values()) == {1}
+    # The rerun removed the temporary and uncommitted files the kills left behind.
+    assert_run_checked(run_dir, allow_notes=False)
