@@ -202,6 +202,9 @@ class RunStore:
         try:
             manifest = cls._load_or_create(root, config_fingerprint, fmt)
             store = cls(root, manifest, manifest["format"], rows_per_shard, lock_fd)
+        except OSError as e:
+            _release_lock(lock_fd)
+            raise OutputError(f"cannot write run dir {root}: {e.strerror or e}") from e
         except BaseException:
             _release_lock(lock_fd)
             raise

@@ -287,3 +287,19 @@ def test_sigkill_at_any_moment_never_loses_or_duplicates(tmp_path: Path) -> None
         st.commit(work)
     rows = all_rows(run)
     assert sorted(rows) == sorted(e.episode_id for e in work)
+
+
+
+def test_a_failed_manifest_write_on_create_is_an_output_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run dir whose first manifest cannot be written (read-only, full) is a one-line OutputError."""
+
+    def denied(path: Path, payload: Any) -> None:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(store_mod, "write_json_atomic", denied)
+    with pytest.raises(OutputError, match=r"cannot write run dir .*Permission denied"):
+        open_store(tmp_path / "run")
+    monkeypatch.undo()
+    open_store(tmp_path / "run").close()  # and the lock was released
