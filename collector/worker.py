@@ -10,10 +10,13 @@ long as work is queued: the driver keeps more than one batch outstanding per wor
 episodes of the next batch take slots as soon as episodes of the previous one free them
 (no waves; runtime-notes: waves reached 0.68 of the bound, refilled slots 0.96).
 
-HTTP clients. One shared `httpx.AsyncClient` degrades badly under hundreds of concurrent
-requests (runtime-notes: httpcore's pool does work proportional to connections x queued
-requests). Slot `i` always uses client `i // CLIENT_SLOTS`, and each client allows exactly
-`CLIENT_SLOTS` connections, so no request ever queues inside a pool.
+HTTP client. One `httpx.AsyncClient` over `collector.providers.transport.StreamTransport`
+serves every slot. httpx's default transport (httpcore) degrades under hundreds of
+concurrent requests (runtime-notes: its pool does work proportional to connections x queued
+requests) and costs 1.4-1.8 ms of client CPU per turn even split into many small clients;
+StreamTransport opens a connection whenever none is idle, does O(1) pool work per request,
+and costs about 0.4 ms per turn (bench/overhead.py, BENCHMARKS.md). The slots bound the
+connections: at most `episodes_in_flight` per worker.
 
 Secrets. The API key is read here, from the variable the config names, in the worker's
 own environment: it never crosses Ray and never enters a log, an episode or an error.
@@ -22,7 +25,6 @@ own environment: it never crosses Ray and never enters a log, an episode or an e
 from __future__ import annotations
 
 import asyncio
-import math
 import os
 import socket
 from collections.abc import Sequence
@@ -36,11 +38,10 @@ from collector.envs.base import Environment, Task
 from collector.errors import ConfigError
 from collector.plan import WorkItem, load_env, select_tasks
 from collector.providers.base import Endpoint, Provider, RetryPolicy
+from collector.providers.transport import StreamTransport
 from collector.record import Episode
 from collector.turn import SamplingParams
 
-#: Episodes (hence connections) per HTTP client; runtime-notes measured 8-16 as the sweet spot.
-CLIENT_SLOTS = 8
 #: How long the start-up reachability probe waits for a TCP connection.
 PROBE_TIMEOUT_S = 5.0
 
@@ -154,9 +155,8 @@ class EpisodeWorker:
             await probe(url)
         self._env = load_env(cfg)
         self._tasks = {t.id: t for t in select_tasks(cfg, self._env)}
-        n_clients = math.ceil(self.in_flight / CLIENT_SLOTS)
-        limits = httpx.Limits(max_connections=CLIENT_SLOTS, max_keepalive_connections=CLIENT_SLOTS)
-        self._clients = [httpx.AsyncClient(limits=limits, timeout=None) for _ in range(n_clients)]
+        # One client for all slots (see the module docstring); the slots bound its connections.
+        self._clients = [httpx.AsyncClient(transport=StreamTransport(), timeout=None)]
         self._slots = asyncio.Queue()
         for slot in range(self.in_flight):
             self._slots.put_nowait(slot)
@@ -198,7 +198,7 @@ class EpisodeWorker:
         )
         slot = await self._slots.get()
         try:
-            provider = self._provider(item.provider_index, slot // CLIENT_SLOTS)
+            provider = self._provider(item.provider_index, 0)
             episode = await run_episode(spec, provider, self._env, cfg.loop)
         finally:
             self._slots.put_nowait(slot)

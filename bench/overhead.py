@@ -1,0 +1,126 @@
+"""Overhead: the collector's turns/s and client CPU per turn against two bare loops.
+
+Issue 6, item 1a. Three variants run the same episodes against the same simulator
+(`bench-zero`, no latency, in its own process), interleaved round by round:
+
+- ``collector``: `EpisodeWorker.run_batch` (client layout, adapter, strict argument
+  parsing, episode loop, tools, records) and then a `RunStore.commit` of the episodes
+  (Arrow shards, fsync, manifest): everything the collector does per turn, all in;
+- ``bare-same-setup``: a bare async loop replaying the collector's exact request bodies
+  over the same client set-up (one `httpx.AsyncClient` on `StreamTransport`);
+- ``bare-httpcore-split``: the same replay over the layout the worker used before
+  (ceil(n/8) clients of 8 connections on httpx's default transport), for the record;
+- ``plain-httpx``: the same replay over one `httpx.AsyncClient()` with default settings.
+
+Ratios: collector / bare-same-setup (target >= 0.8: the collector's own work is small),
+collector / plain-httpx (target >= 1.5: the client set-up is chosen well); CPU per turn of
+the collector (target <= 0.5 ms), from `time.process_time()` of this process only.
+
+    .venv/bin/python -m bench.overhead [--episodes 600] [--in-flight 64] [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import sys
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import Clock, SimProcess, median, parser, report
+from bench.workload import (
+    items_for,
+    make_config,
+    record_bodies,
+    run_bare_httpcore_split,
+    run_bare_same_setup,
+    run_collector,
+    run_plain_httpx,
+)
+
+NAME = "overhead"
+
+
+async def _measure(args: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
+    cfg = make_config("bench-zero", args.episodes, args.in_flight)
+    items = items_for(cfg, args.episodes)
+    rows: list[dict[str, Any]] = []
+    with SimProcess() as sim:
+        bodies = await record_bodies(cfg, items, sim.root)
+        turns_expected = sum(len(b) for b in bodies)
+
+        async def collector() -> int:
+            turns, _ = await run_collector(cfg, items, sim.root)
+            return turns
+
+        variants = {
+            "collector": collector,
+            "bare-same-setup": lambda: run_bare_same_setup(bodies, args.in_flight, sim.root),
+            "bare-httpcore-split": lambda: run_bare_httpcore_split(bodies, args.in_flight, sim.root),
+            "plain-httpx": lambda: run_plain_httpx(bodies, args.in_flight, sim.root),
+        }
+        await run_bare_same_setup(bodies[: args.in_flight], args.in_flight, sim.root)  # warm-up
+        for rnd in range(args.rounds):
+            order = list(variants)
+            order = order[rnd % len(order):] + order[: rnd % len(order)]  # rotate: no fixed position
+            for name in order:
+                gc.collect()
+                srv0 = sim.cpu_s()
+                clock = Clock()
+                turns = await variants[name]()
+                clock.stop()
+                srv = sim.cpu_s() - srv0
+                rows.append({"round": rnd, "variant": name, "episodes": len(items), "turns": turns,
+                             "turns_per_s": turns / clock.wall, "cpu_ms_per_turn": 1000 * clock.cpu / turns,
+                             "server_cpu_ms_per_turn": 1000 * srv / turns,
+                             "client_cpu_util": clock.cpu / clock.wall, "server_cpu_util": srv / clock.wall})
+    summary = []
+    med: dict[str, dict[str, float]] = {}
+    for name in variants:
+        mine = [r for r in rows if r["variant"] == name]
+        med[name] = {k: median([r[k] for r in mine]) for k in
+                     ("turns_per_s", "cpu_ms_per_turn", "server_cpu_ms_per_turn", "client_cpu_util",
+                      "server_cpu_util")}
+    # Ratios per round (side by side), then their median: sturdier than a ratio of medians.
+    def ratio(a: str, b: str, key: str) -> float:
+        per_round = []
+        for rnd in range(args.rounds):
+            ra = [r[key] for r in rows if r["round"] == rnd and r["variant"] == a]
+            rb = [r[key] for r in rows if r["round"] == rnd and r["variant"] == b]
+            if ra and rb and rb[0]:
+                per_round.append(ra[0] / rb[0])
+        return median(per_round)
+
+    for name in variants:
+        summary.append({"variant": name, **med[name],
+                        "x_vs_bare_same_setup": ratio(name, "bare-same-setup", "turns_per_s"),
+                        "x_vs_plain_httpx": ratio(name, "plain-httpx", "turns_per_s")})
+    c = med["collector"]["cpu_ms_per_turn"]
+    notes = [
+        f"{len(items)} episodes, {turns_expected} turns per variant per round, {args.in_flight} in flight, "
+        f"{args.rounds} rounds (medians)",
+        "target collector/bare-same-setup >= 0.8: "
+        f"{ratio('collector', 'bare-same-setup', 'turns_per_s'):.2f}",
+        f"target collector/plain-httpx >= 1.5: {ratio('collector', 'plain-httpx', 'turns_per_s'):.2f}",
+        f"target collector CPU per turn <= 0.5 ms: {c:.3f} ms",
+    ]
+    return rows, summary, notes
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = parser(__doc__)
+    p.add_argument("--episodes", type=int, default=600)
+    p.add_argument("--in-flight", type=int, default=64)
+    args = p.parse_args(argv)
+    if args.quick:
+        args.episodes, args.in_flight, args.rounds = 16, 8, args.rounds or 1
+    args.rounds = args.rounds or 5
+    rows, summary, notes = asyncio.run(_measure(args))
+    return report(NAME, "Overhead at zero latency: collector vs bare loops", args, rows, summary, notes)
+
+
+if __name__ == "__main__":
+    main()

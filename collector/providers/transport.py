@@ -1,0 +1,315 @@
+"""`StreamTransport`: a small HTTP/1.1 transport for `httpx.AsyncClient` over asyncio streams.
+
+Why it exists. The adapters keep httpx's API (a handed-in `httpx.AsyncClient`, MockTransport
+and ASGITransport in tests), but httpx's default transport, httpcore, is where a collector's
+CPU goes: its pool does work proportional to connections x queued requests on every request,
+and each request passes through anyio, h11 and several layers of state machines. Measured
+in bench/overhead.py (BENCHMARKS.md): about 1.2-1.8 ms of client CPU per turn with httpcore,
+against a small fraction of that with this transport under the same httpx client.
+
+What it does, and only that:
+- HTTP/1.1 with keep-alive over `asyncio.open_connection` (TLS through an `ssl.SSLContext`,
+  built once per transport, never per client); one request per connection at a time;
+- a pool per origin of idle connections, reused last-in first-out; a connection is opened
+  whenever none is idle, so a request never waits for another one (no pool queue, nothing
+  proportional to the number of connections). The caller bounds concurrency (the worker's
+  slots), so the number of connections never exceeds the episodes in flight;
+- bodies by Content-Length, chunked, or until close; responses streamed to httpx, which
+  decodes Content-Encoding itself; a response not read to its end closes its connection;
+- a kept-alive connection the server has closed meanwhile is detected before reuse, and a
+  request that got not a single byte back on a reused connection is sent once more on a new
+  one (the server never saw it);
+- the `timeout` extension's connect, read and write values; failures become the httpx
+  exception types (`ConnectError`, `ReadTimeout`, `RemoteProtocolError`, ...), so
+  `collector.providers.http` classifies them as it does httpcore's.
+
+Not supported: HTTP/2, proxies, upgrades. Use httpx's default transport for those.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+from collections.abc import AsyncIterator
+from types import TracebackType
+
+import httpx
+
+__all__ = ["StreamTransport"]
+
+_HEAD_LIMIT = 1 << 16
+_CHUNK = 1 << 16
+_NO_BODY_STATUSES = frozenset({204, 304})
+
+Origin = tuple[str, str, int]
+
+
+class _Conn:
+    __slots__ = ("origin", "reader", "writer")
+
+    def __init__(self, origin: Origin, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.origin = origin
+        self.reader = reader
+        self.writer = writer
+
+    def usable(self) -> bool:
+        return not self.writer.is_closing() and not self.reader.at_eof()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def _timeout(request: httpx.Request, key: str) -> float | None:
+    value = request.extensions.get("timeout", {}).get(key)
+    return float(value) if value is not None else None
+
+
+class _Body(httpx.AsyncByteStream):
+    """The response body as httpx reads it; gives the connection back when read to the end."""
+
+    def __init__(self, transport: StreamTransport, conn: _Conn, length: int | None, chunked: bool,
+                 keep_alive: bool, read_timeout: float | None) -> None:
+        self._transport = transport
+        self._conn = conn
+        self._length = length
+        self._chunked = chunked
+        self._keep_alive = keep_alive
+        self._read_timeout = read_timeout
+        self._done = False
+        self._released = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        reader = self._conn.reader
+        try:
+            async with asyncio.timeout(self._read_timeout):
+                if self._chunked:
+                    async for chunk in _chunks(reader):
+                        yield chunk
+                elif self._length is not None:
+                    remaining = self._length
+                    while remaining:
+                        data = await reader.read(min(remaining, _CHUNK))
+                        if not data:
+                            raise httpx.RemoteProtocolError("connection closed inside the response body")
+                        remaining -= len(data)
+                        yield data
+                else:
+                    while data := await reader.read(_CHUNK):
+                        yield data
+                    self._keep_alive = False
+        except TimeoutError:
+            raise httpx.ReadTimeout("timed out reading the response body") from None
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as exc:
+            raise httpx.ReadError(f"reading the response body failed: {type(exc).__name__}") from None
+        self._done = True
+
+    async def aclose(self) -> None:
+        if not self._released:
+            self._released = True
+            self._transport._release(self._conn, self._done and self._keep_alive)
+
+
+async def _chunks(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
+    while True:
+        line = await reader.readuntil(b"\r\n")
+        size = int(line.split(b";", 1)[0].strip(), 16)
+        if size == 0:
+            # Trailers (rare) end with an empty line.
+            while await reader.readuntil(b"\r\n") != b"\r\n":
+                pass
+            return
+        data = await reader.readexactly(size + 2)
+        yield data[:-2]
+
+
+class StreamTransport(httpx.AsyncBaseTransport):
+    """HTTP/1.1 over asyncio streams for one `httpx.AsyncClient`; see the module docstring.
+
+    One instance serves any number of concurrent requests on one event loop. `ssl_context`
+    defaults to `ssl.create_default_context()`, built on the first https request.
+    """
+
+    def __init__(self, ssl_context: ssl.SSLContext | None = None, max_idle_per_origin: int = 4096) -> None:
+        self._ssl = ssl_context
+        self._max_idle = max_idle_per_origin
+        self._idle: dict[Origin, list[_Conn]] = {}
+        self._closed = False
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        if self._ssl is None:
+            self._ssl = ssl.create_default_context()
+        return self._ssl
+
+    async def _connect(self, origin: Origin, limit_s: float | None) -> _Conn:
+        scheme, host, port = origin
+        tls = self._ssl_context() if scheme == "https" else None
+        try:
+            async with asyncio.timeout(limit_s):
+                reader, writer = await asyncio.open_connection(
+                    host, port, ssl=tls, server_hostname=host if tls else None, limit=_HEAD_LIMIT
+                )
+        except TimeoutError:
+            raise httpx.ConnectTimeout("timed out connecting") from None
+        except OSError as exc:
+            raise httpx.ConnectError(f"connection failed: {type(exc).__name__}") from None
+        return _Conn(origin, reader, writer)
+
+    def _idle_conn(self, origin: Origin) -> _Conn | None:
+        idle = self._idle.get(origin)
+        while idle:
+            conn = idle.pop()
+            if conn.usable():
+                return conn
+            conn.close()
+        return None
+
+    def _release(self, conn: _Conn, reusable: bool) -> None:
+        idle = self._idle.setdefault(conn.origin, [])
+        if reusable and not self._closed and len(idle) < self._max_idle and conn.usable():
+            idle.append(conn)
+        else:
+            conn.close()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if self._closed:
+            raise httpx.ConnectError("the transport is closed")
+        url = request.url
+        scheme = url.scheme
+        if scheme not in ("http", "https"):
+            raise httpx.UnsupportedProtocol(f"unsupported scheme {scheme!r}")
+        origin: Origin = (scheme, url.host, url.port or (443 if scheme == "https" else 80))
+        payload = _serialize(request, await _body(request))
+        conn = self._idle_conn(origin)
+        reused = conn is not None
+        if conn is None:
+            conn = await self._connect(origin, _timeout(request, "connect"))
+        try:
+            return await self._exchange(conn, request, payload)
+        except _Stale:
+            # A kept-alive connection the server closed before reading our request: the
+            # request never reached it, so sending it again on a new connection is safe.
+            if not reused:
+                raise httpx.RemoteProtocolError("server closed the connection without a reply") from None
+            conn = await self._connect(origin, _timeout(request, "connect"))
+            try:
+                return await self._exchange(conn, request, payload)
+            except _Stale:
+                raise httpx.RemoteProtocolError("server closed the connection without a reply") from None
+
+    async def _exchange(self, conn: _Conn, request: httpx.Request, payload: bytes) -> httpx.Response:
+        """Send the request and read the response head; the body is streamed by `_Body`."""
+        read_timeout = _timeout(request, "read")
+        try:
+            conn.writer.write(payload)
+            if conn.writer.transport.get_write_buffer_size() > _CHUNK:
+                async with asyncio.timeout(_timeout(request, "write")):
+                    await conn.writer.drain()
+            async with asyncio.timeout(read_timeout):
+                while True:
+                    head = await conn.reader.readuntil(b"\r\n\r\n")
+                    status, reason, version, headers = _parse_head(head)
+                    if not 100 <= status < 200 or status == 101:
+                        break
+        except asyncio.IncompleteReadError as exc:
+            conn.close()
+            if not exc.partial:
+                raise _Stale from None
+            raise httpx.RemoteProtocolError("connection closed inside the response head") from None
+        except TimeoutError:
+            conn.close()
+            raise httpx.ReadTimeout("timed out waiting for the response") from None
+        except (ConnectionResetError, BrokenPipeError):
+            conn.close()
+            raise _Stale from None
+        except OSError as exc:
+            conn.close()
+            raise httpx.ReadError(f"connection failed: {type(exc).__name__}") from None
+        except (asyncio.LimitOverrunError, ValueError, httpx.RemoteProtocolError) as exc:
+            conn.close()
+            raise httpx.RemoteProtocolError(f"malformed response head: {type(exc).__name__}") from None
+        except BaseException:
+            conn.close()  # cancelled mid-request: the connection's state is unknown
+            raise
+        length: int | None = None
+        chunked = False
+        keep_alive = version == b"HTTP/1.1"
+        for name, value in headers:
+            lname = name.lower()
+            if lname == b"content-length":
+                length = int(value)
+            elif lname == b"transfer-encoding":
+                chunked = b"chunked" in value.lower()
+            elif lname == b"connection":
+                lowered = value.lower()
+                keep_alive = b"close" not in lowered and (keep_alive or b"keep-alive" in lowered)
+        if request.method == "HEAD" or status in _NO_BODY_STATUSES:
+            length, chunked = 0, False
+        if chunked:
+            length = None
+        body = _Body(self, conn, length, chunked, keep_alive, read_timeout)
+        return httpx.Response(status, headers=headers, stream=body,
+                              extensions={"http_version": version, "reason_phrase": reason})
+
+    async def aclose(self) -> None:
+        self._closed = True
+        idle, self._idle = self._idle, {}
+        for conns in idle.values():
+            for conn in conns:
+                conn.close()
+        for conns in idle.values():
+            for conn in conns:
+                with contextlib.suppress(OSError, asyncio.CancelledError):
+                    await conn.writer.wait_closed()
+
+    async def __aenter__(self) -> StreamTransport:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None = None, exc: BaseException | None = None,
+                        tb: TracebackType | None = None) -> None:
+        await self.aclose()
+
+
+class _Stale(Exception):
+    """A reused connection answered nothing at all: the server had closed it."""
+
+
+async def _body(request: httpx.Request) -> bytes:
+    try:
+        return request.content
+    except httpx.RequestNotRead:
+        return await request.aread()
+
+
+def _serialize(request: httpx.Request, body: bytes) -> bytes:
+    url = request.url
+    target = url.raw_path or b"/"
+    lines = [request.method.encode("ascii") + b" " + target + b" HTTP/1.1"]
+    has_length = False
+    for name, value in request.headers.raw:
+        lname = name.lower()
+        if lname == b"transfer-encoding":
+            continue  # the body was read whole: it goes with a Content-Length
+        if lname == b"content-length":
+            has_length = True
+        lines.append(name + b": " + value)
+    if not has_length and (body or request.method in ("POST", "PUT", "PATCH")):
+        lines.append(b"Content-Length: " + str(len(body)).encode("ascii"))
+    lines.append(b"")
+    lines.append(body)
+    return b"\r\n".join(lines)
+
+
+def _parse_head(head: bytes) -> tuple[int, bytes, bytes, list[tuple[bytes, bytes]]]:
+    lines = head[:-4].split(b"\r\n")
+    version, _, rest = lines[0].partition(b" ")
+    code, _, reason = rest.partition(b" ")
+    if not version.startswith(b"HTTP/1.") or len(code) != 3:
+        raise httpx.RemoteProtocolError("not an HTTP/1.x status line")
+    headers = []
+    for line in lines[1:]:
+        name, sep, value = line.partition(b":")
+        if not sep or not name or name != name.strip():
+            raise httpx.RemoteProtocolError("malformed header line")
+        headers.append((name, value.strip()))
+    return int(code), reason, version, headers

@@ -1,0 +1,154 @@
+"""StreamTransport against real loopback servers: framing, reuse, stale connections, errors."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import httpx
+import pytest
+
+from collector.providers import base_url_for, build_provider
+from collector.providers.base import Endpoint
+from collector.providers.transport import StreamTransport
+from collector.sim import SimServer
+from collector.turn import SamplingParams, TurnRequest, UserMessage
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+async def _read_request(reader: asyncio.StreamReader) -> bytes:
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":", 1)[1])
+    return await reader.readexactly(length)
+
+
+async def _serve(handler: Handler) -> tuple[asyncio.Server, str]:
+    server = await asyncio.start_server(handler, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    return server, f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture
+async def echo() -> AsyncIterator[tuple[str, list[int]]]:
+    """A keep-alive server that echoes the body back; records one entry per connection."""
+    connections: list[int] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(1)
+        try:
+            while True:
+                body = await _read_request(reader)
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    server, url = await _serve(handle)
+    async with server:
+        yield url, connections
+
+
+async def test_keep_alive_reuses_one_connection(echo: tuple[str, list[int]]) -> None:
+    """Sequential requests on one client travel over a single kept-alive connection."""
+    url, connections = echo
+    async with httpx.AsyncClient(transport=StreamTransport()) as client:
+        for i in range(5):
+            response = await client.post(url + "/x", content=b"hello %d" % i)
+            assert response.content == b"hello %d" % i
+    assert len(connections) == 1
+
+
+async def test_concurrent_requests_open_connections_not_queues(echo: tuple[str, list[int]]) -> None:
+    """Concurrent requests each get a connection at once, and every body comes back intact."""
+    url, connections = echo
+    async with httpx.AsyncClient(transport=StreamTransport()) as client:
+        bodies = [b"x" * (1000 + i) for i in range(20)]
+        replies = await asyncio.gather(*(client.post(url, content=b) for b in bodies))
+    assert [r.content for r in replies] == bodies
+    assert 1 <= len(connections) <= 20
+
+
+async def test_chunked_and_close_delimited_bodies() -> None:
+    """Chunked bodies and bodies ended by closing the connection are both read whole."""
+    calls = 0
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal calls
+        calls += 1
+        await _read_request(reader)
+        if calls == 1:
+            writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+                         b"5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\n\r\n")
+            await writer.drain()
+            await _read_request(reader)  # the next request on the same connection
+            calls += 1
+        writer.write(b"HTTP/1.0 200 OK\r\n\r\nuntil close")
+        await writer.drain()
+        writer.close()
+
+    server, url = await _serve(handle)
+    async with server, httpx.AsyncClient(transport=StreamTransport()) as client:
+        first = await client.post(url, content=b"a")
+        second = await client.post(url, content=b"b")
+    assert first.content == b"hello world"
+    assert second.content == b"until close"
+
+
+async def test_stale_keep_alive_connection_is_replaced() -> None:
+    """A kept-alive connection the server closed after its reply is not reused to fail a request."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+        await writer.drain()
+        writer.close()  # closes without saying `connection: close`
+
+    server, url = await _serve(handle)
+    async with server, httpx.AsyncClient(transport=StreamTransport()) as client:
+        replies = [await client.post(url, content=b"x") for _ in range(4)]
+    assert [r.content for r in replies] == [b"ok"] * 4
+
+
+async def test_errors_are_httpx_types() -> None:
+    """A refused connection, a silent server and garbage replies raise httpx's own exceptions."""
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()  # never answers; returns when the client gives up and closes
+        writer.close()
+
+    server, url = await _serve(silent)
+    port = int(url.rsplit(":", 1)[1])
+    async with server, httpx.AsyncClient(transport=StreamTransport()) as client:
+        with pytest.raises(httpx.ReadTimeout):
+            await client.post(url, content=b"x", timeout=0.2)
+    with pytest.raises(httpx.ConnectError):
+        async with httpx.AsyncClient(transport=StreamTransport()) as client:
+            await client.post(f"http://127.0.0.1:{port}", content=b"x")
+
+    async def garbage(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        writer.write(b"SPDY/9 what\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server, url = await _serve(garbage)
+    async with server, httpx.AsyncClient(transport=StreamTransport()) as client:
+        with pytest.raises(httpx.RemoteProtocolError):
+            await client.post(url, content=b"x")
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+async def test_adapters_over_the_simulator(streaming: bool) -> None:
+    """The chat adapter completes a turn over StreamTransport, streamed (SSE) and not."""
+    with SimServer() as sim:
+        endpoint = Endpoint(base_url_for("chat", sim.base_url), streaming=streaming)
+        async with httpx.AsyncClient(transport=StreamTransport()) as client:
+            provider = build_provider("chat", endpoint, client)
+            request = TurnRequest("sim-perfect", [UserMessage("What is the status of order A-1?")], [], 64,
+                                  SamplingParams(seed=1))
+            turns = [await provider.complete(request) for _ in range(3)]
+    assert all(t.usage.output_tokens > 0 for t in turns)
+    assert len({t.text for t in turns}) == 1
