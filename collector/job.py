@@ -241,6 +241,9 @@ class _Driver:
             if isinstance(cause, CollectorError):
                 raise cause from None
             raise CollectorError(f"a worker failed to start: {type(cause).__name__}: {cause}") from None
+        except ray.exceptions.RayError as exc:
+            # The actor could not be placed or died while starting (resources, a lost node).
+            raise CollectorError(f"a worker could not start: {type(exc).__name__}") from None
 
     def stop_workers(self) -> None:
         for slot in self.slots:
