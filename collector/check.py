@@ -49,7 +49,7 @@ __all__ = ["MAX_PROBLEMS", "CheckReport", "check_run"]
 MAX_PROBLEMS = 200
 
 _ROW_COLUMNS = [
-    "episode_id", "run_id", "task_id", "sample", "model", "budget", "stop_reason", "trainable",
+    "episode_id", "run_id", "task_id", "sample", "model", "provider", "budget", "stop_reason", "trainable",
     "reward", "error", "turns", "messages", "executed_tool_calls",
 ]
 
@@ -176,7 +176,11 @@ def _check_row(
     else:
         seen[eid] = rel
     expected = episode_id(row["run_id"], row["task_id"], row["sample"], row["model"], row["budget"])
-    if eid != expected:
+    # A sweep over several providers names the model as "provider/model" in the id
+    # (collector.plan), so the same model under two providers gets two ids.
+    swept = episode_id(row["run_id"], row["task_id"], row["sample"], f"{row['provider']}/{row['model']}",
+                       row["budget"])
+    if eid not in (expected, swept):
         report.add(f"{where}: id is not episode_id(run, task, sample, model, budget) = {expected}")
     reason = row["stop_reason"]
     turns = row["turns"]
