@@ -67,8 +67,15 @@ def as_int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
+def _text(value: Any) -> str:
+    # A non-conforming server may send any JSON as a call id or name; the loop keys results
+    # by id, so anything that is not a string becomes one rather than crash it (fuzzing).
+    return value if isinstance(value, str) else json.dumps(value, default=str)
+
+
 def call_from_text(call_id: str, name: str, raw: Any, had_wire_id: bool = True) -> ToolCall:
     """A call whose arguments arrive as JSON text (OpenAI families, Anthropic streams)."""
+    call_id, name = _text(call_id), _text(name)
     if isinstance(raw, str):
         value, status, repair = parse_arguments(raw)
         return ToolCall(
@@ -86,6 +93,7 @@ def call_from_object(call_id: str, name: str, raw: Any, had_wire_id: bool = True
     An object is OK as far as parsing goes; whether the call may run is decided by the turn's
     length status, never by the fact that it parsed.
     """
+    call_id, name = _text(call_id), _text(name)
     if raw is None:
         raw = {}  # Gemini omits `args` for a call without parameters.
     if isinstance(raw, dict):
@@ -140,8 +148,13 @@ def finish_turn(
         signals.append(LengthSignal.STREAM_CUT)
     if text and unclosed_template(text) is not None:
         signals.append(LengthSignal.UNCLOSED_TEMPLATE)
+    # Stored as string columns: a server's finish reason of any other JSON type is kept as text.
+    if raw_finish_reason is not None:
+        raw_finish_reason = _text(raw_finish_reason)
+    if incomplete_reason is not None:
+        incomplete_reason = _text(incomplete_reason)
     return Turn(
-        text=text,
+        text=text if isinstance(text, str) else _text(text),
         tool_calls=tool_calls,
         raw_finish_reason=raw_finish_reason,
         finish_class=FinishClass.LENGTH if signals else mapped,
