@@ -44,12 +44,13 @@ def _norm(key: str) -> str:
 class Redactor:
     """Key-based redaction with a per-key verdict cache (keys repeat across turns)."""
 
-    __slots__ = ("_cache", "_needles", "_text_pattern", "keep_raw_fragments")
+    __slots__ = ("_ascii_needles", "_cache", "_needles", "_text_pattern", "keep_raw_fragments")
 
     def __init__(
         self, secret_keys: Iterable[str] = DEFAULT_SECRET_KEYS, keep_raw_fragments: bool = False
     ) -> None:
         self._needles = tuple(n for n in (_norm(k) for k in secret_keys) if n)
+        self._ascii_needles = all(n.isascii() for n in self._needles)
         self._cache: dict[str, bool] = {}
         self.keep_raw_fragments = keep_raw_fragments
         # The pattern pass for non-JSON text: a key containing a secret name, a separator,
@@ -105,6 +106,15 @@ class Redactor:
                     if redacted == parsed:
                         return text
                     return json.dumps(redacted, ensure_ascii=False)
+        if self._ascii_needles and text.isascii():
+            # An exact shortcut (the patterns are ASCII, so for ASCII text lowering is what
+            # `(?i)` does): both patterns need a secret name, with `-`/`_` allowed inside it,
+            # or "bearer" in the text. Most text has neither, and the key pattern is the
+            # costliest step of recording a turn (bench/overhead.py profile).
+            folded = text.lower()
+            squeezed = folded.replace("-", "").replace("_", "")
+            if "bearer" not in folded and not any(n in squeezed for n in self._needles):
+                return text
         if self._text_pattern is not None:
             text = self._text_pattern.sub(_keep_key, text)
         return _BEARER.sub(r"\1" + REDACTED, text)
