@@ -11,6 +11,7 @@ once. runtime-notes.md measured the semantics relied on here: the node's workers
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -22,7 +23,7 @@ import pytest
 from collector.config import load_config
 from collector.plan import plan_work
 from collector.store import read_manifest
-from tests.faults.checking import assert_run_checked, committed_ids, committed_rows
+from tests.faults.checking import assert_run_checked, committed_ids
 from tests.faults.cluster import TwoNodeCluster
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(240)]
@@ -96,11 +97,12 @@ def test_second_node_killed_mid_run_commits_every_episode_once(
     counts = committed_ids(run_dir)
     assert set(counts) == planned
     assert set(counts.values()) == {1}
-    # The kill hit a busy worker: the driver replaced it and re-ran what it held.
-    assert "worker(s) replaced" in stderr, stderr[-2000:]
-    workers = {str(row["worker"]) for row in committed_rows(run_dir)}
-    # A replacement may itself land on the dying node before Ray declares it dead (w0.3).
-    assert any(int(name.rsplit(".", 1)[1]) > 1 for name in workers), workers
+    # The kill hit a busy worker: the driver replaced it and re-ran the episodes it held
+    # (on whichever worker took them next: the survivor often drains the queue first).
+    replaced = re.search(r"(\d+) worker\(s\) replaced, (\d+) episodes re-run", stderr)
+    assert replaced, stderr[-2000:]
+    assert int(replaced.group(1)) >= 1
+    assert int(replaced.group(2)) >= 1
     assert_run_checked(run_dir, allow_notes=False)
     assert "Traceback" not in stderr
     assert out  # the truncation table
