@@ -5,12 +5,15 @@ Issue 6, item 1b. The simulator's `bench-lat` model answers after a log-normal l
 own `EpisodeWorker` in its own process (as a Ray actor would be, without Ray's start-up),
 kept full: an episode is handed over as soon as one ends, so `in_flight` episodes per
 worker are always running. Turns are counted over a measurement window after a warm-up, in
-steady state; the bound is ``workers x in_flight / mean latency``.
+steady state (each turn counted at its own end time); the bound is
+``workers x in_flight / mean latency``.
 
 The bound ignores the two cores this machine has. So each row also reports the client's and
-the server's CPU utilisation over the window: a row short of the bound with client CPU near
-1.0 is bound by the client's CPU per turn, one with the server near 1.0 by the simulator
-(one uvicorn process), and the table says which.
+the server's CPU per turn and utilisation over the window, and ``cpu_bound``: what the
+machine's cores could do at that CPU per turn (client + simulator), were they ours alone.
+A row short of Little's bound with client CPU near 1.0 is bound by the client's CPU per
+turn; one with the server near 1.0 by the simulator (one uvicorn process); one with both
+well under 1.0 by other jobs on the shared machine (its load average is in the JSON).
 
     .venv/bin/python -m bench.concurrency [--in-flight 64 256 1024] [--workers 1 2] [--window 4]
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing as mp
+import os
 import sys
 import time
 from pathlib import Path
@@ -67,8 +71,16 @@ async def _drive(root: str, in_flight: int, warmup: float, window: float, share:
         nonlocal turns, episodes, outstanding
         outstanding -= 1
         now = time.perf_counter()
+        episode = task.result()[0]
+        # Each turn's end time, from the episode's start and the turns' latencies (tool time
+        # is negligible here): turns are counted where they happened, so a long episode that
+        # straddles the window edge is counted fairly and overloaded rows are not undercounted.
+        at = now - episode.duration_s
+        for turn in episode.turns:
+            at += turn.latency_s
+            if w0 <= at <= w1:
+                turns += 1
         if w0 <= now <= w1:
-            turns += len(task.result()[0].turns)
             episodes += 1
         if now < w1:
             spawn()
@@ -117,9 +129,16 @@ def _one(sim: SimProcess, workers: int, in_flight: int, warmup: float, window: f
     turns = sum(r["turns"] for r in results)
     bound = workers * in_flight / LAT_MEAN_S
     achieved = turns / window
+    client_ms = 1000 * sum(r["cpu_s"] for r in results) / max(turns, 1)
+    server_ms = 1000 * (srv2 - srv1) / max(turns, 1)
+    # What 2 cores could do at the measured CPU per turn (client + simulator), had they been
+    # ours alone: the machine's own bound, next to Little's.
+    cpu_bound = (os.cpu_count() or 1) * 1000 / (client_ms + server_ms) if turns else float("nan")
     return {"workers": workers, "in_flight_per_worker": in_flight, "turns_per_s": achieved,
             "littles_bound": bound, "x_of_bound": achieved / bound,
-            "client_cpu_ms_per_turn": 1000 * sum(r["cpu_s"] for r in results) / max(turns, 1),
+            "cpu_bound": cpu_bound, "x_of_min_bound": achieved / min(bound, cpu_bound),
+            "server_cpu_ms_per_turn": server_ms,
+            "client_cpu_ms_per_turn": client_ms,
             "client_cpu_util_per_worker": median([r["cpu_s"] / window for r in results]),
             "server_cpu_util": (srv2 - srv1) / window}
 

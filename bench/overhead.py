@@ -10,7 +10,9 @@ Issue 6, item 1a. Three variants run the same episodes against the same simulato
   over the same client set-up (one `httpx.AsyncClient` on `StreamTransport`);
 - ``bare-httpcore-split``: the same replay over the layout the worker used before
   (ceil(n/8) clients of 8 connections on httpx's default transport), for the record;
-- ``plain-httpx``: the same replay over one `httpx.AsyncClient()` with default settings.
+- ``plain-httpx``: the same replay over one `httpx.AsyncClient()` with default settings;
+- ``bare-raw-streams``: the same replay over hand-written HTTP/1.1 on asyncio streams, no
+  httpx at all: the floor of client CPU per turn in Python, for the record.
 
 Ratios: collector / bare-same-setup (target >= 0.8: the collector's own work is small),
 collector / plain-httpx (target >= 1.5: the client set-up is chosen well); CPU per turn of
@@ -36,6 +38,7 @@ from bench.workload import (
     make_config,
     record_bodies,
     run_bare_httpcore_split,
+    run_bare_raw_streams,
     run_bare_same_setup,
     run_collector,
     run_plain_httpx,
@@ -62,6 +65,7 @@ async def _measure(args: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]
             "bare-same-setup": lambda: run_bare_same_setup(bodies, args.in_flight, sim.root),
             "bare-httpcore-split": lambda: run_bare_httpcore_split(bodies, args.in_flight, sim.root),
             "plain-httpx": lambda: run_plain_httpx(bodies, args.in_flight, sim.root),
+            "bare-raw-streams": lambda: run_bare_raw_streams(bodies, args.in_flight, sim.root),
         }
         await run_bare_same_setup(bodies[: args.in_flight], args.in_flight, sim.root)  # warm-up
         for rnd in range(args.rounds):

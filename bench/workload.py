@@ -13,6 +13,7 @@ so server work, bytes on the wire and turns per episode are identical between va
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import tempfile
 from collections import deque
@@ -157,3 +158,34 @@ async def run_bare_same_setup(bodies: Sequence[list[bytes]], in_flight: int, sim
     async with httpx.AsyncClient(transport=StreamTransport(), timeout=None) as client:
         url = base_url_for("chat", sim_root) + "/chat/completions"
         return await _replay(bodies, in_flight, [client], url, in_flight, 60.0)
+
+
+async def run_bare_raw_streams(bodies: Sequence[list[bytes]], in_flight: int, sim_root: str) -> int:
+    """The floor: hand-written HTTP/1.1 over asyncio streams, one connection per slot, no httpx."""
+    host, port = sim_root.removeprefix("http://").split(":")
+    queue = deque(bodies)
+    turns = 0
+    head = (f"POST /v1/chat/completions HTTP/1.1\r\nhost: {host}:{port}\r\n"
+            "content-type: application/json\r\ncontent-length: ").encode()
+
+    async def slot() -> None:
+        nonlocal turns
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            while queue:
+                for body in queue.popleft():
+                    writer.write(head + str(len(body)).encode() + b"\r\n\r\n" + body)
+                    status_and_headers = await reader.readuntil(b"\r\n\r\n")
+                    length = 0
+                    for line in status_and_headers.split(b"\r\n"):
+                        if line[:15].lower() == b"content-length:":
+                            length = int(line[15:])
+                    if not status_and_headers.startswith(b"HTTP/1.1 200"):
+                        raise RuntimeError("not a 200")
+                    json.loads(await reader.readexactly(length))
+                    turns += 1
+        finally:
+            writer.close()
+
+    await asyncio.gather(*(slot() for _ in range(in_flight)))
+    return turns

@@ -14,8 +14,10 @@ What it does, and only that:
   whenever none is idle, so a request never waits for another one (no pool queue, nothing
   proportional to the number of connections). The caller bounds concurrency (the worker's
   slots), so the number of connections never exceeds the episodes in flight;
-- bodies by Content-Length, chunked, or until close; responses streamed to httpx, which
-  decodes Content-Encoding itself; a response not read to its end closes its connection;
+- bodies by Content-Length, chunked, or until close. A small body with a Content-Length
+  (a model's reply) is read with the head, under one timer, and the connection is free at
+  once; any other body is streamed to httpx. httpx decodes Content-Encoding itself. A
+  streamed response not read to its end closes its connection;
 - a kept-alive connection the server has closed meanwhile is detected before reuse, and a
   request that got not a single byte back on a reused connection is sent once more on a new
   one (the server never saw it);
@@ -41,6 +43,9 @@ __all__ = ["StreamTransport"]
 _HEAD_LIMIT = 1 << 16
 _CHUNK = 1 << 16
 _NO_BODY_STATUSES = frozenset({204, 304})
+#: Bodies up to this size with a Content-Length are read with the head (a model reply is a
+#: few KiB); longer ones, and chunked or close-delimited ones (real SSE), are streamed.
+_EAGER_LIMIT = 1 << 22
 
 Origin = tuple[str, str, int]
 
@@ -198,8 +203,12 @@ class StreamTransport(httpx.AsyncBaseTransport):
                 raise httpx.RemoteProtocolError("server closed the connection without a reply") from None
 
     async def _exchange(self, conn: _Conn, request: httpx.Request, payload: bytes) -> httpx.Response:
-        """Send the request and read the response head; the body is streamed by `_Body`."""
+        """Send the request and read the response head, and the body too when it is small and
+        framed by Content-Length (one timer, and the connection is free at once); any other
+        body is streamed by `_Body`."""
         read_timeout = _timeout(request, "read")
+        got_head = False
+        body: bytes | None = None
         try:
             conn.writer.write(payload)
             if conn.writer.transport.get_write_buffer_size() > _CHUNK:
@@ -211,16 +220,24 @@ class StreamTransport(httpx.AsyncBaseTransport):
                     status, reason, version, headers = _parse_head(head)
                     if not 100 <= status < 200 or status == 101:
                         break
+                got_head = True
+                length, chunked, keep_alive = _framing(version, headers)
+                if request.method == "HEAD" or status in _NO_BODY_STATUSES:
+                    length, chunked = 0, False
+                if not chunked and length is not None and length <= _EAGER_LIMIT:
+                    body = await conn.reader.readexactly(length) if length else b""
         except asyncio.IncompleteReadError as exc:
             conn.close()
-            if not exc.partial:
+            if not exc.partial and not got_head:
                 raise _Stale from None
-            raise httpx.RemoteProtocolError("connection closed inside the response head") from None
+            raise httpx.RemoteProtocolError("connection closed inside the response") from None
         except TimeoutError:
             conn.close()
             raise httpx.ReadTimeout("timed out waiting for the response") from None
         except (ConnectionResetError, BrokenPipeError):
             conn.close()
+            if got_head:
+                raise httpx.ReadError("connection reset inside the response") from None
             raise _Stale from None
         except OSError as exc:
             conn.close()
@@ -231,25 +248,13 @@ class StreamTransport(httpx.AsyncBaseTransport):
         except BaseException:
             conn.close()  # cancelled mid-request: the connection's state is unknown
             raise
-        length: int | None = None
-        chunked = False
-        keep_alive = version == b"HTTP/1.1"
-        for name, value in headers:
-            lname = name.lower()
-            if lname == b"content-length":
-                length = int(value)
-            elif lname == b"transfer-encoding":
-                chunked = b"chunked" in value.lower()
-            elif lname == b"connection":
-                lowered = value.lower()
-                keep_alive = b"close" not in lowered and (keep_alive or b"keep-alive" in lowered)
-        if request.method == "HEAD" or status in _NO_BODY_STATUSES:
-            length, chunked = 0, False
-        if chunked:
-            length = None
-        body = _Body(self, conn, length, chunked, keep_alive, read_timeout)
-        return httpx.Response(status, headers=headers, stream=body,
-                              extensions={"http_version": version, "reason_phrase": reason})
+        extensions = {"http_version": version, "reason_phrase": reason}
+        if body is not None:
+            self._release(conn, keep_alive)
+            whole = httpx.ByteStream(body)
+            return httpx.Response(status, headers=headers, stream=whole, extensions=extensions)
+        stream = _Body(self, conn, None if chunked else length, chunked, keep_alive, read_timeout)
+        return httpx.Response(status, headers=headers, stream=stream, extensions=extensions)
 
     async def aclose(self) -> None:
         self._closed = True
@@ -298,6 +303,23 @@ def _serialize(request: httpx.Request, body: bytes) -> bytes:
     lines.append(b"")
     lines.append(body)
     return b"\r\n".join(lines)
+
+
+def _framing(version: bytes, headers: list[tuple[bytes, bytes]]) -> tuple[int | None, bool, bool]:
+    """(Content-Length, chunked, keep-alive) of a response head."""
+    length: int | None = None
+    chunked = False
+    keep_alive = version == b"HTTP/1.1"
+    for name, value in headers:
+        lname = name.lower()
+        if lname == b"content-length":
+            length = int(value)
+        elif lname == b"transfer-encoding":
+            chunked = b"chunked" in value.lower()
+        elif lname == b"connection":
+            lowered = value.lower()
+            keep_alive = b"close" not in lowered and (keep_alive or b"keep-alive" in lowered)
+    return length, chunked, keep_alive
 
 
 def _parse_head(head: bytes) -> tuple[int, bytes, bytes, list[tuple[bytes, bytes]]]:
