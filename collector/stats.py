@@ -24,7 +24,8 @@ With a `target`, per model (per `by` group without `budget`): the smallest budge
 truncation rate is at or under it (``budget``), and the smallest whose *upper* 95% bound is
 (``budget_confident``), the one to pick when a surprise costs more than tokens.
 
-Speed: only the needed columns are read (a pyarrow dataset over the committed shards), and
+Speed: only the needed columns are read (Arrow shards memory-mapped in a few threads, a
+pyarrow dataset for Parquet or mixed schemas), and
 one `group_by` over ``by + stop_reason`` does the counting in Arrow; Python only folds the
 few resulting groups.
 """
@@ -35,13 +36,16 @@ import csv
 import io
 import json
 import math
+import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.dataset as ds
+import pyarrow.ipc as ipc
 
 from collector.errors import ConfigError
 from collector.shards import SCHEMA, format_of
@@ -192,7 +196,38 @@ def run_dataset(run_dir: str | Path) -> ds.Dataset:
 
 
 def _read(run_dir: str | Path, columns: list[str]) -> pa.Table:
+    paths = committed_shard_paths(run_dir)
+    if paths and format_of(paths[0]) == "arrow":
+        table = _read_ipc(paths, columns)
+        if table is not None:
+            return table
     return run_dataset(run_dir).to_table(columns=columns)
+
+
+def _read_ipc_one(path: Path, columns: list[str]) -> pa.Table | None:
+    with pa.memory_map(str(path)) as source:
+        names = ipc.open_file(source).schema.names
+        if any(c not in names for c in columns):
+            return None  # an older shard without a column: the dataset path fills it in
+        options = ipc.IpcReadOptions(included_fields=[names.index(c) for c in columns], use_threads=False)
+        return ipc.open_file(source, options=options).read_all().select(columns)
+
+
+def _read_ipc(paths: Sequence[Path], columns: list[str]) -> pa.Table | None:
+    """The columns of many small Arrow shards, memory-mapped, decompressing only those columns.
+
+    About 2x faster than a pyarrow dataset scan over a run's thousands of 512-row shards
+    (bench/stats.py: per-file overhead dominates). None when a shard's schema differs, so
+    that the caller takes the dataset path, which unifies schemas.
+    """
+    with ThreadPoolExecutor(max_workers=min(8, (os.cpu_count() or 1) * 2)) as pool:
+        tables = list(pool.map(lambda p: _read_ipc_one(p, columns), paths))
+    if any(t is None for t in tables):
+        return None
+    try:
+        return pa.concat_tables([t for t in tables if t is not None])
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return None
 
 
 def aggregate(table: pa.Table, by: Sequence[str], target: float | None = None) -> StatsResult:
