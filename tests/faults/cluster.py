@@ -102,7 +102,28 @@ class TwoNodeCluster:
         ports = _node_ports()
         self.second_node_manager_port = int(ports[0].split("=")[1])
         self._ray_start([f"--address={self.address}", "--node-ip-address=127.0.0.1", *ports])
+        self._wait_for_nodes(2)
         return self
+
+    def _wait_for_nodes(self, count: int) -> None:
+        """Block until `count` nodes are alive in the GCS.
+
+        `ray start` of a second node can return before the GCS lists it; a driver attaching
+        in that window places every worker on the head (SPREAD only spreads over the nodes
+        it knows), and killing the second node would then hit nothing.
+        """
+        probe = (
+            "import sys, time, ray\n"
+            "ray.init(address=sys.argv[1], logging_level='ERROR')\n"
+            "deadline = time.monotonic() + 60\n"
+            "while sum(n['Alive'] for n in ray.nodes()) < int(sys.argv[2]):\n"
+            "    if time.monotonic() > deadline: sys.exit('nodes did not come up')\n"
+            "    time.sleep(0.2)\n"
+        )
+        subprocess.run(
+            [sys.executable, "-c", probe, self.address, str(count)],
+            env=self.env(), check=True, capture_output=True, timeout=120,
+        )
 
     def pids(self) -> list[int]:
         """Every live process started by this cluster (its environment holds the marker)."""

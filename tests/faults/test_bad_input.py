@@ -27,7 +27,7 @@ from collector.providers.scripted import ScriptedProvider, call, calls, text
 from collector.stop import StopReason
 from collector.store import committed_shard_paths
 from collector.tools import tool
-from tests.faults.checking import assert_run_checked, committed_ids
+from tests.checking import assert_run_checked, committed_ids
 from tests.faults.cluster import free_port
 
 BASE = """

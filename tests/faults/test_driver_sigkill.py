@@ -25,7 +25,7 @@ from collector.config import load_config
 from collector.job import run_job
 from collector.plan import plan_work
 from collector.store import read_manifest
-from tests.faults.checking import assert_run_checked, committed_ids
+from tests.checking import assert_run_checked, committed_ids
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(240)]
 

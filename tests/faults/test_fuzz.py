@@ -37,7 +37,7 @@ from collector.record import Episode
 from collector.shards import episodes_to_table
 from collector.stop import StopReason
 from collector.store import RunStore
-from tests.faults.checking import assert_run_checked
+from tests.checking import assert_run_checked
 
 WIRE = Path(__file__).resolve().parents[1] / "providers" / "wire"
 KEY = "sk-fuzz-PLANTED-7f3a9c0e51d24b68"

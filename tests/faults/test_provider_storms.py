@@ -26,7 +26,7 @@ from collector.plan import plan_work
 from collector.sim.server import SimServer
 from collector.stats import compute_stats
 from collector.stop import StopReason
-from tests.faults.checking import assert_run_checked, committed_ids, committed_rows
+from tests.checking import assert_run_checked, committed_ids, committed_rows
 from tests.faults.storm import StormProxy
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_cluster"), pytest.mark.timeout(240)]

@@ -28,7 +28,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from tests.faults.checking import assert_run_checked, committed_rows
+from tests.checking import assert_run_checked, committed_rows
 from tests.faults.cluster import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]

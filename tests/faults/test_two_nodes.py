@@ -23,7 +23,7 @@ import pytest
 from collector.config import load_config
 from collector.plan import plan_work
 from collector.store import read_manifest
-from tests.faults.checking import assert_run_checked, committed_ids
+from tests.checking import assert_run_checked, committed_ids
 from tests.faults.cluster import TwoNodeCluster
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(240)]

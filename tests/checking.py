@@ -10,7 +10,10 @@ left unsettled, an error episode marked trainable). Any test module may import
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from collector.check import CheckReport, check_run
 from collector.shards import read_shard
@@ -49,3 +52,20 @@ def committed_rows(run_dir: str | Path) -> list[dict[str, object]]:
     for path in committed_shard_paths(run_dir):
         rows.extend(read_shard(path).to_pylist())
     return rows
+
+
+def check_runs_left_in_tmp_path(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fixture body: after the test, `collector check` every run directory under its tmp_path.
+
+    The collection tests (tests/job, tests/faults) enable it as an autouse fixture, so no
+    test that merely counts episodes can pass over a broken invariant. A test that leaves a
+    broken run on purpose opts out with `@pytest.mark.corrupts_runs`.
+    """
+    if "tmp_path" not in request.fixturenames or request.node.get_closest_marker("corrupts_runs"):
+        yield
+        return
+    # Asked for before the test runs, so that tmp_path is torn down after this fixture.
+    tmp_path: Path = request.getfixturevalue("tmp_path")
+    yield
+    for manifest in sorted(tmp_path.rglob("manifest.json")):
+        assert_run_checked(manifest.parent)
