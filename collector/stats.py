@@ -204,24 +204,31 @@ def _read(run_dir: str | Path, columns: list[str]) -> pa.Table:
     return run_dataset(run_dir).to_table(columns=columns)
 
 
-def _read_ipc_one(path: Path, columns: list[str]) -> pa.Table | None:
+def _read_ipc_one(path: Path, names: list[str], options: ipc.IpcReadOptions, columns: list[str]
+                  ) -> pa.Table | None:
     with pa.memory_map(str(path)) as source:
-        names = ipc.open_file(source).schema.names
-        if any(c not in names for c in columns):
-            return None  # an older shard without a column: the dataset path fills it in
-        options = ipc.IpcReadOptions(included_fields=[names.index(c) for c in columns], use_threads=False)
-        return ipc.open_file(source, options=options).read_all().select(columns)
+        reader = ipc.open_file(source, options=options)
+        if reader.schema.names != names:  # the projected names, in file order
+            return None  # another schema version: the dataset path unifies them
+        return reader.read_all().select(columns)
 
 
 def _read_ipc(paths: Sequence[Path], columns: list[str]) -> pa.Table | None:
     """The columns of many small Arrow shards, memory-mapped, decompressing only those columns.
 
     About 2x faster than a pyarrow dataset scan over a run's thousands of 512-row shards
-    (bench/stats.py: per-file overhead dominates). None when a shard's schema differs, so
-    that the caller takes the dataset path, which unifies schemas.
+    (bench/stats.py: per-file overhead dominates). None when the shards' schemas differ or
+    lack a column, so that the caller takes the dataset path, which unifies schemas.
     """
+    with pa.memory_map(str(paths[0])) as source:
+        names = ipc.open_file(source).schema.names
+    if any(c not in names for c in columns):
+        return None
+    indices = sorted(names.index(c) for c in columns)
+    options = ipc.IpcReadOptions(included_fields=indices, use_threads=False)
+    projected = [names[i] for i in indices]
     with ThreadPoolExecutor(max_workers=min(8, (os.cpu_count() or 1) * 2)) as pool:
-        tables = list(pool.map(lambda p: _read_ipc_one(p, columns), paths))
+        tables = list(pool.map(lambda p: _read_ipc_one(p, projected, options, columns), paths))
     if any(t is None for t in tables):
         return None
     try:
