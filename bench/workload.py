@@ -27,7 +27,7 @@ from collector.config import RunConfig, config_fingerprint, config_from_dict, re
 from collector.loop import EpisodeSpec, run_episode
 from collector.plan import WorkItem, load_env, plan_work
 from collector.providers import base_url_for, build_provider
-from collector.providers.transport import StreamTransport
+from collector.providers.transport import fast_client
 from collector.record import Episode
 from collector.store import RunStore
 from collector.worker import EpisodeWorker, WorkerSetup, endpoint_for, sampling_params
@@ -154,8 +154,8 @@ async def run_plain_httpx(bodies: Sequence[list[bytes]], in_flight: int, sim_roo
 
 
 async def run_bare_same_setup(bodies: Sequence[list[bytes]], in_flight: int, sim_root: str) -> int:
-    """A bare loop over the worker's client set-up: one `httpx.AsyncClient` on `StreamTransport`."""
-    async with httpx.AsyncClient(transport=StreamTransport(), timeout=None) as client:
+    """A bare loop over the worker's client set-up: `fast_client()` (httpx on `StreamTransport`)."""
+    async with fast_client() as client:
         url = base_url_for("chat", sim_root) + "/chat/completions"
         return await _replay(bodies, in_flight, [client], url, in_flight, 60.0)
 

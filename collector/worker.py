@@ -38,7 +38,7 @@ from collector.envs.base import Environment, Task
 from collector.errors import ConfigError
 from collector.plan import WorkItem, load_env, select_tasks
 from collector.providers.base import Endpoint, Provider, RetryPolicy
-from collector.providers.transport import StreamTransport
+from collector.providers.transport import fast_client
 from collector.record import Episode
 from collector.turn import SamplingParams
 
@@ -156,7 +156,7 @@ class EpisodeWorker:
         self._env = load_env(cfg)
         self._tasks = {t.id: t for t in select_tasks(cfg, self._env)}
         # One client for all slots (see the module docstring); the slots bound its connections.
-        self._clients = [httpx.AsyncClient(transport=StreamTransport(), timeout=None)]
+        self._clients = [fast_client()]
         self._slots = asyncio.Queue()
         for slot in range(self.in_flight):
             self._slots.put_nowait(slot)

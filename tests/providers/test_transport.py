@@ -10,7 +10,7 @@ import pytest
 
 from collector.providers import base_url_for, build_provider
 from collector.providers.base import Endpoint
-from collector.providers.transport import StreamTransport
+from collector.providers.transport import StreamTransport, fast_client
 from collector.sim import SimServer
 from collector.turn import SamplingParams, TurnRequest, UserMessage
 
@@ -152,3 +152,32 @@ async def test_adapters_over_the_simulator(streaming: bool) -> None:
             turns = [await provider.complete(request) for _ in range(3)]
     assert all(t.usage.output_tokens > 0 for t in turns)
     assert len({t.text for t in turns}) == 1
+
+
+async def test_fast_client_keeps_cookies_a_server_sets() -> None:
+    """The collector's client still stores a Set-Cookie and sends it back; replies without one store none."""
+    seen: list[bytes] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        for reply in (b"set-cookie: lb=node-7; Path=/\r\n", b""):
+            head = await reader.readuntil(b"\r\n\r\n")
+            seen.append(head)
+            await _read_request_body(reader, head)
+            writer.write(b"HTTP/1.1 200 OK\r\n" + reply + b"content-length: 2\r\n\r\nok")
+            await writer.drain()
+        writer.close()
+
+    server, url = await _serve(handle)
+    async with server, fast_client() as client:
+        await client.post(url, content=b"a")
+        await client.post(url, content=b"b")
+        assert dict(client.cookies) == {"lb": "node-7"}
+    assert b"lb=node-7" in seen[1].lower()
+
+
+async def _read_request_body(reader: asyncio.StreamReader, head: bytes) -> bytes:
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":", 1)[1])
+    return await reader.readexactly(length)
