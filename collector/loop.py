@@ -39,7 +39,11 @@ in flight is cancelled, the open calls are settled, and the episode ends as `tim
 Every call id is settled exactly once, at the turn where it arose: before the next model
 call (or the end of the episode) each call of an assistant turn has exactly one
 `ToolResultMessage`, in the order of the calls. The history therefore replays cleanly to
-strict backends; the adapters replay a malformed call's arguments as ``"{}"``.
+strict backends; the adapters replay a malformed call's arguments as ``"{}"``. An assistant
+turn with neither text nor a call (a reasoning model that spent the cap thinking, a cap of
+1 token) is kept in the record (`messages`) but never sent back to the model: no dialect has
+a valid empty assistant message. The notice that follows such a cut turn then comes right
+after the previous user or tool message, which every dialect accepts.
 
 Reward policy (`LoopConfig.reward`):
 - `done`: the grader runs on the final answer and world state; reward = graded value.
@@ -231,7 +235,11 @@ class _Episode:
         self.turns.append(record)
         self.output_used += turn.usage.output_tokens
         message = AssistantMessage(turn.text, calls)
-        self.history.append(message)
+        if turn.text or calls:
+            # An empty turn (a cap spent on thinking, or on nothing) stays in the record but is
+            # never replayed: chat would send `content: null`, Anthropic an empty text block,
+            # Gemini an empty part, all rejected by strict backends.
+            self.history.append(message)
         self.records.append(self.redactor.message_record(message, index))
         self.open_calls = calls
         self.open_index = index

@@ -251,7 +251,12 @@ async def test_sloppy_model_ends_as_malformed_where_the_transport_can_carry_it(s
         assert world.refunds == []
 
 
-@pytest.mark.parametrize(("model", "budget"), [("sim-terse", 24), ("sim-sloppy", 96), ("sim-leaky", 96)])
+@pytest.mark.parametrize(
+    ("model", "budget"),
+    [("sim-terse", 24), ("sim-sloppy", 96), ("sim-leaky", 96)]
+    # Budgets 1-3: turns cut before any text or call (content null), replayed or not.
+    + [("sim-perfect", b) for b in (1, 2, 3)],
+)
 async def test_transcripts_replay_against_the_strict_simulator(sim: Harness, model: str, budget: int) -> None:
     """With faults answered rather than fatal, every episode's history is accepted turn after turn."""
     env = CapturingEnv()
@@ -275,3 +280,33 @@ async def test_secrets_never_reach_the_record(sim: Harness) -> None:
     )
     assert "hunter2" not in repr(episode)
     assert world.refunds == [("A-1001", 1000.0)]  # the model retried without it
+
+
+@pytest.mark.parametrize("budget", [1, 2, 3])
+async def test_empty_cut_turns_replay_when_the_episode_goes_on(sim: Harness, budget: int) -> None:
+    """A cut turn with no text and no call stays in the record, is not replayed, and the episode goes on."""
+    episode, world, _ = await sim.episode(REFUND, "sim-perfect", budget, stop_on=[])
+    assert episode.stop_reason is StopReason.LENGTH  # the consecutive-fault cap, not an error
+    assert world.refunds == []
+    assert len(episode.turns) > 1
+    empty = [m for m in episode.messages if m.role == "assistant" and not m.text and not m.tool_calls]
+    if budget == 1:
+        assert empty  # the empty turns are kept in the record
+    assert not any(_replays_an_empty_assistant(json.loads(body)) for body in sim.bodies)
+
+
+def _replays_an_empty_assistant(body: dict[str, Any]) -> bool:
+    """True when a request replays an assistant turn with no text and no call (any dialect)."""
+    for item in body.get("messages", []) + body.get("contents", []) + body.get("input", []):
+        if item.get("role") not in ("assistant", "model"):
+            continue
+        content = item.get("content", item.get("parts"))
+        if item.get("tool_calls"):
+            continue
+        if content is None or content == "":
+            return True
+        if isinstance(content, list) and all(
+            set(block) <= {"type", "text"} and not block.get("text") for block in content
+        ):
+            return True
+    return False
