@@ -14,6 +14,12 @@ carries its `event:` line (the SDK drops events without one), with a `ping` afte
 first block starts, as the real API does.
 
 Malformed arguments and template leaks do not apply: Anthropic's server returns objects.
+
+Empty content is refused as the real API refuses it (400 `invalid_request_error`): a text
+block that is empty or only whitespace, in any message, and a message with no content at
+all unless it is the final assistant message (a prefill). A collector that replays a turn
+in which the model said nothing as `{"type": "text", "text": ""}` must fail here, not first
+in production.
 """
 
 from __future__ import annotations
@@ -31,6 +37,22 @@ PIECE = 16
 
 def _tool_result_text(block: dict[str, Any], where: str) -> str:
     return text_of(block.get("content"), where)
+
+
+def _check_not_empty(content: object, blocks: list[Any], where: str, *, final_assistant: bool) -> None:
+    """Anthropic's emptiness rules, in its words: no empty or blank text block in any message,
+    and no message without content except a final assistant one (a prefill to continue)."""
+    if content == "" or not blocks:
+        if not final_assistant:
+            raise SimError(400, f"{where}: all messages must have non-empty content except for the "
+                                "optional final assistant message")
+        return
+    for block in blocks:
+        if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
+            if not block["text"]:
+                raise SimError(400, "messages: text content blocks must be non-empty")
+            if block["text"].isspace():
+                raise SimError(400, "messages: text content blocks must contain non-whitespace text")
 
 
 def parse(body: dict[str, Any]) -> ParsedRequest:
@@ -55,6 +77,8 @@ def parse(body: dict[str, Any]) -> ParsedRequest:
         blocks: list[Any] = [{"type": "text", "text": content}] if isinstance(content, str) else content
         if not isinstance(blocks, list):
             raise SimError(400, f"{where}.content: must be a string or a list of blocks")
+        final_assistant = role == "assistant" and i == len(messages) - 1
+        _check_not_empty(content, blocks, where, final_assistant=final_assistant)
         if role == "assistant":
             ledger.close_turn()
             for j, block in enumerate(blocks):

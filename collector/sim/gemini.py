@@ -11,6 +11,11 @@ with parallel calls, is still shown: only the finish reason says the turn was cu
 Malformed arguments come back the way Gemini reports them: no parts, finish reason
 `MALFORMED_FUNCTION_CALL` and a `finishMessage`.
 
+Empty content is refused as the real API refuses it (400 `INVALID_ARGUMENT`): a content with
+no parts, and a part with no data (`{"text": ""}`, since proto3 cannot tell an empty string
+from an unset one), whatever the role. A collector that replays a turn in which the model
+said nothing must fail here, not first in production.
+
 Calls carry an 8-character `id` (Gemini 3 style); a `functionResponse` is matched by `id`
 when its call had one, else by name. The model comes from the URL path.
 Streams are `data: <GenerateContentResponse>` events with no end marker; the last one has
@@ -41,6 +46,28 @@ def _response_text(response: object) -> tuple[str, bool]:
     return json.dumps(response), False
 
 
+_DATA_FIELDS = ("text", "inlineData", "fileData", "functionCall", "functionResponse", "executableCode",
+                "codeExecutionResult")
+"""The members of `Part`'s `data` oneof; exactly one must be set (an empty string is unset)."""
+
+
+def _parts(content: object, where: str) -> list[Any]:
+    """The parts of one content, refused the way the real API refuses them: a content without
+    parts, and a part whose `data` is unset (`{"text": ""}` is unset in proto3 terms)."""
+    if not isinstance(content, dict):
+        raise SimError(400, f"* GenerateContentRequest.{where}: must be an object")
+    parts = content.get("parts")
+    if parts is None or parts == []:
+        raise SimError(400, f"* GenerateContentRequest.{where}.parts: contents.parts must not be empty.")
+    if not isinstance(parts, list):
+        raise SimError(400, f"* GenerateContentRequest.{where}.parts: must be a list")
+    for j, part in enumerate(parts):
+        if isinstance(part, dict) and not any(part.get(k) not in (None, "") for k in _DATA_FIELDS):
+            raise SimError(400, f"* GenerateContentRequest.{where}.parts[{j}].data: required oneof field "
+                                "'data' must have one initialized field")
+    return parts
+
+
 def parse(body: dict[str, Any]) -> ParsedRequest:
     model = require(body, "model", str, "request")
     contents = require(body, "contents", list, "request")
@@ -50,7 +77,7 @@ def parse(body: dict[str, Any]) -> ParsedRequest:
     ledger = CallLedger()
     for i, content in enumerate(contents):
         where = f"contents[{i}]"
-        parts = require(content, "parts", list, where)
+        parts = _parts(content, where)
         role = content.get("role", "user")
         if role == "model":
             ledger.close_turn()

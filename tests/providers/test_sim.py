@@ -5,6 +5,7 @@ truth, hidden cuts and leaks are caught, transient faults are retried away."""
 from __future__ import annotations
 
 import itertools
+import json
 import random
 from collections.abc import AsyncIterator, Callable
 
@@ -12,6 +13,7 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 
+from collector.errors import RequestRejected
 from collector.providers import base_url_for, build_provider
 from collector.providers.base import Endpoint, Provider, RetryPolicy
 from collector.sim.app import create_app
@@ -110,23 +112,120 @@ async def test_episode_replays_cleanly(
     assert second.tool_calls == []
 
 
-@pytest.mark.parametrize("path", PATHS, ids=path_id)
+MALFORMED_CASES = [
+    # sim-sloppy writes whole calls whose arguments are not JSON; only the string-argument
+    # transports carry them (Anthropic's server returns objects, Gemini withholds the call).
+    *((kind, stream, "sim-sloppy", 512) for kind in ("chat", "responses") for stream in MODES),
+    # A call cut at cap 3 is a MALFORMED fragment wherever the raw fragment reaches the adapter:
+    # the string transports in both modes, and Anthropic's stream (`input_json_delta` pieces).
+    *((kind, stream, "sim-perfect", 3) for kind in ("chat", "responses") for stream in MODES),
+    ("anthropic", True, "sim-perfect", 3),
+]
+
+
+def _case_id(case: tuple[str, bool, str, int]) -> str:
+    return f"{path_id((case[0], case[1]))}-{case[2]}-{case[3]}"
+
+
+def _replayed_arguments(kind: str, body: bytes) -> list[object]:
+    """The arguments of every call a request body replays, as they are on the wire."""
+    data = json.loads(body)
+    if kind == "chat":
+        return [c["function"]["arguments"] for m in data["messages"] for c in m.get("tool_calls") or ()]
+    if kind == "responses":
+        return [item["arguments"] for item in data["input"] if item.get("type") == "function_call"]
+    if kind == "anthropic":
+        return [
+            b["input"]
+            for m in data["messages"]
+            if isinstance(m["content"], list)
+            for b in m["content"]
+            if b.get("type") == "tool_use"
+        ]
+    return [
+        p["functionCall"].get("args") for c in data["contents"] for p in c["parts"] if "functionCall" in p
+    ]
+
+
+@pytest.mark.parametrize("case", MALFORMED_CASES, ids=_case_id)
 async def test_malformed_call_replays_as_empty_object(
-    connect: Callable[[str, bool, int], Provider], path: tuple[str, bool]
+    connect: Callable[[str, bool, int], Provider], case: tuple[str, bool, str, int]
 ) -> None:
-    """A cut call answered with an error result replays as `{}` and the simulator accepts the history."""
-    kind, stream = path
-    provider = connect(kind, stream, 0)
-    history: list[Message] = [UserMessage(ARITH)]
-    cut = await provider.complete(_request("sim-perfect", history, 3))
-    assert cut.is_length
-    calls = cut.tool_calls
-    history.append(AssistantMessage(cut.text, calls))
-    history += [
-        ToolResultMessage(c.id, c.name, "not executed: cut by the output-token limit", True) for c in calls
+    """A malformed call (broken JSON or a cut fragment) answered with an error result replays as `{}`,
+    the strict simulator accepts that history, and the model issues the call again, whole."""
+    kind, stream, model, cap = case
+    for sample in range(40):
+        provider = connect(kind, stream, sample)
+        first = await provider.complete(_request(model, [UserMessage(ARITH)], cap))
+        if any(c.status is ArgStatus.MALFORMED for c in first.tool_calls):
+            break
+    else:
+        pytest.fail(f"no malformed call from {model} at cap {cap} in 40 samples")
+    (call,) = first.tool_calls
+    assert (call.name, call.status, call.arguments) == ("calculator", ArgStatus.MALFORMED, None)
+    assert first.is_length is (cap == 3)  # sloppy calls are whole, just not JSON; cap 3 cuts
+    history: list[Message] = [
+        UserMessage(ARITH),
+        AssistantMessage(first.text, first.tool_calls),
+        ToolResultMessage(
+            call.id, call.name, "not executed: the arguments were not a valid JSON object", True
+        ),
     ]
     again = await provider.complete(_request("sim-perfect", history, 512))
-    assert isinstance(again, Turn)
+    # The last request sent is the replay: its one call carries `{}`, never the broken fragment.
+    assert _replayed_arguments(kind, SENT[-1].content) == [{} if kind == "anthropic" else "{}"]
+    assert again.finish_class is FinishClass.TOOL_CALLS
+    assert [(c.name, c.status, c.arguments) for c in again.tool_calls] == [
+        ("calculator", ArgStatus.OK, EXPECTED_ARGS)
+    ]
+
+
+@pytest.mark.parametrize("stream", MODES)
+async def test_anthropic_whole_replies_never_carry_a_malformed_call(
+    connect: Callable[[str, bool, int], Provider], stream: bool
+) -> None:
+    """Anthropic: sim-sloppy's calls arrive as objects (never MALFORMED); a call cut at cap 3 is an
+    OK `{}` in a whole reply (only the stop reason tells) and a MALFORMED fragment in a stream."""
+    for sample in range(40):
+        turn = await connect("anthropic", stream, sample).complete(
+            _request("sim-sloppy", [UserMessage(ARITH)], 512)
+        )
+        assert all(c.status is ArgStatus.OK for c in turn.tool_calls)
+    cut = await connect("anthropic", stream, 0).complete(_request("sim-perfect", [UserMessage(ARITH)], 3))
+    assert cut.raw_finish_reason == "max_tokens"
+    assert LengthSignal.FINISH_REASON in cut.length_signals
+    (call,) = cut.tool_calls
+    if stream:
+        assert (call.status, call.arguments, call.raw_arguments) == (ArgStatus.MALFORMED, None, '{"ex')
+    else:
+        assert (call.status, call.arguments) == (ArgStatus.OK, {})
+
+
+@pytest.mark.parametrize("stream", MODES)
+async def test_gemini_withholds_malformed_and_cut_calls(
+    connect: Callable[[str, bool, int], Provider], stream: bool
+) -> None:
+    """Gemini never hands over a malformed or cut call: MALFORMED_FUNCTION_CALL and MAX_TOKENS turns
+    have no call, so nothing is replayed; replaying such a turn as an empty model content is a 400."""
+    for sample in range(40):
+        sloppy = await connect("gemini", stream, sample).complete(
+            _request("sim-sloppy", [UserMessage(ARITH)], 512)
+        )
+        if sloppy.raw_finish_reason == "MALFORMED_FUNCTION_CALL":
+            break
+    else:
+        pytest.fail("no MALFORMED_FUNCTION_CALL from sim-sloppy in 40 samples")
+    assert sloppy.tool_calls == []
+    assert not sloppy.is_length
+    if not stream:
+        assert sloppy.text == ""  # the whole reply has no parts; a stream may have sent text first
+    cut = await connect("gemini", stream, 0).complete(_request("sim-perfect", [UserMessage(ARITH)], 3))
+    assert (cut.raw_finish_reason, cut.text, cut.tool_calls) == ("MAX_TOKENS", "", [])
+    assert cut.is_length
+    history: list[Message] = [UserMessage(ARITH), AssistantMessage("", []), UserMessage("Go on.")]
+    with pytest.raises(RequestRejected) as refused:
+        await connect("gemini", stream, 0).complete(_request("sim-perfect", history, 512))
+    assert refused.value.status == 400
 
 
 BUDGET = {"sim-terse": 24, "sim-hidden-cut": 40}

@@ -189,3 +189,97 @@ async def test_malformed_bodies_and_unknown_models(
     unknown = await client.post(unknown_path, json={"model": "no-such-model", "messages": []})
     assert unknown.status_code == 404
     assert shape_key in unknown.json()
+
+
+ANTHROPIC_BASE = {
+    "model": "sim-perfect",
+    "max_tokens": 64,
+    "tools": [{"name": "calculator", "input_schema": {"type": "object"}}],
+}
+USE = {"type": "tool_use", "id": "toolu_1", "name": "calculator", "input": {"expression": "1 + 2"}}
+RESULT = {"type": "tool_result", "tool_use_id": "toolu_1", "content": "3"}
+
+
+@pytest.mark.parametrize(
+    "assistant",
+    [
+        {"role": "assistant", "content": [{"type": "text", "text": ""}]},
+        {"role": "assistant", "content": ""},
+        {"role": "assistant", "content": []},
+        {"role": "assistant", "content": [{"type": "text", "text": "  \n"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": ""}, USE]},
+    ],
+    ids=["empty-text-block", "empty-string", "no-blocks", "blank-text-block", "empty-text-beside-call"],
+)
+async def test_anthropic_rejects_empty_assistant_content(
+    client: httpx.AsyncClient, assistant: dict[str, Any]
+) -> None:
+    """A mid-history Anthropic assistant message that is empty, or has an empty or blank text block, is a
+    400 invalid_request_error."""
+    user = {"role": "user", "content": ARITH}
+    after = (
+        {"role": "user", "content": [RESULT]}
+        if assistant["content"] and USE in assistant["content"]
+        else {"role": "user", "content": "go on"}
+    )
+    reply = await client.post("/v1/messages", json={**ANTHROPIC_BASE, "messages": [user, assistant, after]})
+    assert reply.status_code == 400
+    body = reply.json()
+    assert body["type"] == "error"
+    assert body["error"]["type"] == "invalid_request_error"
+    assert "non-empty" in body["error"]["message"] or "non-whitespace" in body["error"]["message"]
+
+
+async def test_anthropic_accepts_text_beside_call_and_empty_final_prefill(client: httpx.AsyncClient) -> None:
+    """A non-empty text block beside a tool_use is accepted, and so is an empty final assistant message
+    (a prefill)."""
+    user = {"role": "user", "content": ARITH}
+    spoken = {"role": "assistant", "content": [{"type": "text", "text": "Computing."}, USE]}
+    ok = await client.post(
+        "/v1/messages",
+        json={**ANTHROPIC_BASE, "messages": [user, spoken, {"role": "user", "content": [RESULT]}]},
+    )
+    assert ok.status_code == 200
+    prefill = await client.post(
+        "/v1/messages", json={**ANTHROPIC_BASE, "messages": [user, {"role": "assistant", "content": []}]}
+    )
+    assert prefill.status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("model_content", "field"),
+    [
+        ({"role": "model", "parts": [{"text": ""}]}, "contents[1].parts[0].data"),
+        ({"role": "model", "parts": []}, "contents[1].parts"),
+        ({"role": "model"}, "contents[1].parts"),
+        (
+            {"role": "model", "parts": [{"text": ""}, {"functionCall": {"name": "calculator", "args": {}}}]},
+            "contents[1].parts[0].data",
+        ),
+    ],
+    ids=["empty-text-part", "no-parts", "parts-missing", "empty-text-beside-call"],
+)
+async def test_gemini_rejects_empty_model_content(
+    client: httpx.AsyncClient, model_content: dict[str, Any], field: str
+) -> None:
+    """A Gemini model content with no parts, or an empty text part, is a 400 INVALID_ARGUMENT naming
+    the field."""
+    user = {"role": "user", "parts": [{"text": ARITH}]}
+    after = {"role": "user", "parts": [{"text": "go on"}]}
+    if any("functionCall" in p for p in model_content.get("parts", [])):
+        after = {
+            "role": "user",
+            "parts": [{"functionResponse": {"name": "calculator", "response": {"output": "3"}}}],
+        }
+    reply = await client.post(
+        "/v1beta/models/sim-perfect:generateContent",
+        json={
+            "contents": [user, model_content, after],
+            "tools": [{"functionDeclarations": [{"name": "calculator"}]}],
+        },
+    )
+    assert reply.status_code == 400
+    error = reply.json()["error"]
+    assert error["status"] == "INVALID_ARGUMENT"
+    assert error["code"] == 400
+    assert f"GenerateContentRequest.{field}" in error["message"]
