@@ -7,7 +7,8 @@ in memory.
 
 Nothing here holds raw model output that could carry a secret: tool-call arguments are
 stored as parsed objects with secret-like keys redacted; an argument fragment that did not
-parse is stored only as its length in characters (`collector.redact`).
+parse, and a tool-call block left unparsed in a message's text, are stored only as their
+length in characters (`collector.redact`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from dataclasses import dataclass, field
 from collector.stop import StopReason
 
 #: Bumped whenever a column is added, removed or changes meaning. Stored in file metadata.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2: `messages.raw_text` added."""
 
 
 def episode_id(run_id: str, task_id: str, sample: int, model: str, budget: int) -> str:
@@ -84,6 +86,8 @@ class MessageRecord:
     is_error: bool = False
     turn_index: int | None = None
     """For assistant messages and tool results: the turn they belong to."""
+    raw_text: str | None = None
+    """Only with the opt-in debug setting: the unparsed tool-call block cut from `text`."""
 
 
 @dataclass(slots=True)

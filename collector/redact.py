@@ -12,6 +12,14 @@ written to shards goes through here. The rules, and why:
   (`ToolCallRecord.unparsed_chars`). Key-based redaction cannot see inside a fragment, so a
   fragment such as ``{"token": "abc`` would otherwise leak (Heym PR #911). The opt-in debug
   setting `keep_raw_fragments` keeps it in `raw_fragment`, a field a trainer never reads.
+- A chat-template tool-call block that a gateway left in an assistant message's text
+  (``<tool_call>{"name": "refund", "arguments": {"amount":`` and the like: the turn's
+  `unparsed_tool_call`, or a length signal `unclosed_template`) is a fragment too, so it is
+  treated the same way: the text is stored up to the first template opener
+  (`collector.arguments.has_template_opener`'s table), followed by
+  ``[unparsed tool-call block: N chars]``; the block itself goes to `MessageRecord.raw_text`
+  only with `keep_raw_fragments`. Prose that merely quotes an opener is cut as well: we err on
+  the side of hiding.
 - Free text (message text, tool results, prompts) goes through `redact_text`: text that is
   a JSON object or array gets the same key-based redaction; other text gets a pattern pass
   that hides the value in ``key=value`` / ``key: value`` / ``"key": "value"`` pairs whose key
@@ -29,10 +37,14 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from collector.arguments import has_template_opener
 from collector.record import MessageRecord, ToolCallRecord
 from collector.turn import ArgStatus, AssistantMessage, Message, ToolCall, ToolResultMessage
 
 REDACTED = "[REDACTED]"
+
+#: What replaces an unparsed tool-call block in stored assistant text.
+UNPARSED_MARKER = "[unparsed tool-call block: {chars} chars]"
 
 DEFAULT_SECRET_KEYS: tuple[str, ...] = ("token", "password", "secret", "api_key", "authorization", "cookie")
 
@@ -137,9 +149,15 @@ class Redactor:
     def message_record(self, message: Message, turn_index: int | None) -> MessageRecord:
         """One transcript message as stored (text redacted, calls via `call_record`)."""
         if isinstance(message, AssistantMessage):
+            text, block = _split_unparsed(message.text)
+            if block is not None:
+                text = self.redact_text(text) + UNPARSED_MARKER.format(chars=len(block))
+            else:
+                text = self.redact_text(text)
             return MessageRecord(
                 role="assistant",
-                text=self.redact_text(message.text),
+                text=text,
+                raw_text=block if self.keep_raw_fragments else None,
                 tool_calls=[self.call_record(c) for c in message.tool_calls],
                 turn_index=turn_index,
             )
@@ -172,3 +190,32 @@ def _fragment(call: ToolCall) -> str:
     if call.raw_object is not None:
         return json.dumps(call.raw_object, ensure_ascii=False)
     return ""
+
+
+def _split_unparsed(text: str) -> tuple[str, str | None]:
+    """(text before the first tool-call template opener, the block from it on), or (text, None).
+
+    Only the public `has_template_opener` is used, so the opener table stays in one place.
+    Whether a prefix holds an opener is monotonic in the prefix's length, and whether a
+    window ending there still holds one is monotonic in its start, so two bisections find
+    the first opener exactly (a dozen scans even for long text; most text has no opener
+    and costs one scan).
+    """
+    if not has_template_opener(text):
+        return text, None
+    lo, hi = 1, len(text)  # the shortest prefix text[:end] that holds an opener
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if has_template_opener(text[:mid]):
+            hi = mid
+        else:
+            lo = mid + 1
+    end = lo
+    lo, hi = 0, end - 1  # the latest start with an opener still inside text[start:end]
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if has_template_opener(text[mid:end]):
+            lo = mid
+        else:
+            hi = mid - 1
+    return text[:lo], text[lo:]

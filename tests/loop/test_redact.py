@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import json
 
-from collector.providers.scripted import call, calls, cut, text
+from hypothesis import given
+from hypothesis import strategies as st
+
+from collector.arguments import has_template_opener
+from collector.providers.scripted import call, calls, cut, leaked, text
 from collector.redact import REDACTED, Redactor
-from collector.turn import ArgStatus, ToolCall
+from collector.turn import ArgStatus, AssistantMessage, ToolCall, UserMessage
 from tests.loop.helpers import run
 
 
@@ -111,3 +115,58 @@ async def test_executed_calls_store_redacted_arguments() -> None:
     assert "TOK-SECRET" not in dumped
     # The model itself saw the real result: only the record is redacted.
     assert "TOK-SECRET" in provider.requests[1].messages[-1].content  # type: ignore[union-attr]
+
+
+_BLOCK = '<tool_call>\n{"name": "refund", "arguments": {"order_id": "A-1001", "amount":'
+
+
+def test_unparsed_block_in_text_is_stored_as_its_length() -> None:
+    """A tool-call block left in assistant text is cut at its opener and stored only as its length."""
+    message = AssistantMessage("I will refund it now.\n" + _BLOCK, [])
+    record = Redactor().message_record(message, 0)
+    assert record.text == f"I will refund it now.\n[unparsed tool-call block: {len(_BLOCK)} chars]"
+    assert record.raw_text is None
+    assert "amount" not in record.text
+    debug = Redactor(keep_raw_fragments=True).message_record(message, 0)
+    assert debug.text == record.text
+    assert debug.raw_text == _BLOCK
+
+
+def test_unparsed_block_cut_at_the_first_opener_of_any_family() -> None:
+    """The stored text ends before the earliest opener, whatever the template family and the rest."""
+    openers = ["<tool_call>", "<|python_tag|>", "[TOOL_CALLS]", "<|tool_call>", "<function=", "<|tool_call|>"]
+    for opener in openers:
+        for later in ("", " then <tool_call>{}</tool_call>", " [TOOL_CALLS]"):
+            text = f"Sure, password=hunter2 now {opener}" + '{"token": "abc' + later
+            stored = Redactor().message_record(AssistantMessage(text, []), 1).text
+            assert stored.startswith("Sure, password=[REDACTED] now [unparsed tool-call block: ")
+            assert not has_template_opener(stored)
+            assert "abc" not in stored
+
+
+def test_text_without_an_opener_is_unchanged_and_other_roles_are_not_cut() -> None:
+    """Plain assistant text keeps its words; a user prompt quoting an opener is not an unparsed block."""
+    r = Redactor()
+    assert r.message_record(AssistantMessage("The refund is done.", []), 0).text == "The refund is done."
+    quoted = "explain <tool_call> please"
+    assert r.message_record(UserMessage(quoted), None).text == quoted
+
+
+async def test_loop_stores_a_leaked_block_as_its_length() -> None:
+    """Through the loop, a leaked template call is malformed and its block never reaches the record."""
+    ep, _, _ = await run([leaked("Refunding.\n" + _BLOCK), text("done")], stop_on=[])
+    stored = [m.text for m in ep.messages if m.role == "assistant"]
+    assert stored[0] == f"Refunding.\n[unparsed tool-call block: {len(_BLOCK)} chars]"
+    assert "A-1001" not in repr(ep)
+
+
+@given(
+    prefix=st.text(st.characters(blacklist_characters="<[", blacklist_categories=("Cs",)), max_size=60),
+    opener=st.sampled_from(["<tool_call>", "<|python_tag|>", "[TOOL_CALLS]", "<｜tool▁calls▁begin｜>"]),
+    tail=st.text(max_size=60),
+)
+def test_stored_text_is_the_prefix_and_the_block_length(prefix: str, opener: str, tail: str) -> None:
+    """For any text before an opener, the record keeps exactly that text (redacted) and the block's length."""
+    r = Redactor()
+    stored = r.message_record(AssistantMessage(prefix + opener + tail, []), 0).text
+    assert stored == r.redact_text(prefix) + f"[unparsed tool-call block: {len(opener) + len(tail)} chars]"

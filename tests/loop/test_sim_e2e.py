@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
+from collector.arguments import has_template_opener
 from collector.config import LoopConfig
 from collector.envs.base import Task
 from collector.envs.support_desk import SupportDeskEnv, SupportDeskWorld
@@ -157,6 +158,45 @@ async def test_refund_never_runs_with_a_cut_amount(sim: Harness) -> None:
     episode, world, _ = await sim.episode(REFUND, "sim-perfect", 256)
     assert world.refunds == [("A-1001", 1000.0)]
     assert episode.reward == 1.0
+
+
+def _stored_texts(episode: Episode) -> list[str]:
+    """Every free-text field of the record: message texts and any kept fragment."""
+    out: list[str] = []
+    for m in episode.messages:
+        out.append(m.text)
+        out.extend(x for x in [m.raw_text, *(c.raw_fragment for c in m.tool_calls)] if x)
+    return out
+
+
+def _text_blocks(provider: Recording) -> list[str]:
+    """The unparsed tool-call blocks the gateway left in the text of each turn (opener onwards)."""
+    blocks = []
+    for t in provider.turns:
+        starts = [t.text.find(o) for o in ("<tool_call>", "<|python_tag|>", "[TOOL_CALLS]") if o in t.text]
+        if starts:
+            blocks.append(t.text[min(starts) :])
+    return blocks
+
+
+@pytest.mark.parametrize("model", ["sim-leaky", "leak-hermes_content"])
+async def test_no_fragment_reaches_any_text_column(sim: Harness, model: str) -> None:
+    """At small budgets no cut argument fragment nor unparsed text block is stored in any text column."""
+    blocks = 0
+    for budget in range(4, 40, 3):
+        for task in (REFUND, CLOSE):
+            episode, _, provider = await sim.episode(task, model, budget, stop_on=[])
+            fragments = _cut_fragments(provider) + [b for b in _text_blocks(provider) if len(b) > 6]
+            blocks += len(_text_blocks(provider))
+            stored = _stored_texts(episode)
+            for fragment in fragments:
+                assert not any(fragment in text for text in stored), fragment
+            assert not any(has_template_opener(text) for text in stored)
+            for m in episode.messages:  # a call that did not parse is stored as its length only
+                for c in m.tool_calls:
+                    assert c.status != "malformed" or c.arguments_json is None
+    if model == "leak-hermes_content" and sim.kind == "chat" and not sim.stream:
+        assert blocks > 0  # vLLM's non-streaming leak really put cut blocks in the text
 
 
 async def test_close_tickets_never_runs_with_defaults(sim: Harness) -> None:
