@@ -36,8 +36,8 @@ import pyarrow.dataset as ds
 
 from collector.errors import OutputError
 from collector.record import Episode, MessageRecord, ToolCallRecord
-from collector.shards import episodes_from_table, read_shard
-from collector.stats import aggregate, run_dataset
+from collector.shards import ShardError, describe_exception, episodes_from_table, read_shard
+from collector.stats import aggregate, read_committed, run_dataset
 from collector.store import committed_shard_paths
 
 __all__ = [
@@ -62,9 +62,11 @@ RunOrTable: TypeAlias = "str | Path | pa.Table"
 def load_run(
     run_dir: str | Path, columns: Sequence[str] | None = None, filter: ds.Expression | None = None
 ) -> pa.Table:
-    """The committed episodes of a run as one Arrow table (optionally some columns, a filter)."""
-    dataset = run_dataset(run_dir)
-    return dataset.to_table(columns=list(columns) if columns is not None else None, filter=filter)
+    """The committed episodes of a run as one Arrow table (optionally some columns, a filter).
+
+    OutputError (one line naming the file) when a committed shard cannot be read.
+    """
+    return read_committed(run_dir, columns, filter)
 
 
 def _table(source: RunOrTable, columns: Sequence[str]) -> pa.Table:
@@ -115,7 +117,14 @@ def get_episode(run_dir: str | Path, episode_id: str) -> Episode:
         ids = read_shard(path, ["episode_id"]).column("episode_id")
         hit = pc.index(ids, episode_id).as_py()
         if hit >= 0:
-            return episodes_from_table(read_shard(path).slice(hit, 1))[0]
+            row = read_shard(path).slice(hit, 1)
+            try:
+                return episodes_from_table(row)[0]
+            except (ValueError, TypeError, KeyError) as e:
+                # Decoded but not an episode (an unknown stop reason, a field of the wrong
+                # type): the file's fault, named in one line like any unreadable shard.
+                raise ShardError(str(path), f"row of {episode_id!r} is not an episode "
+                                            f"({describe_exception(e)})") from e
     raise OutputError(f"{run_dir}: no committed episode {episode_id!r}")
 
 

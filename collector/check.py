@@ -7,8 +7,9 @@ each episode is in the data exactly once. The episode loop enforces them as it r
 module re-derives them from the stored rows alone, so a trainer (or a CI job) can trust a
 run directory it did not watch being written. Checked, per committed shard:
 
-1. the file reads; its schema equals `collector.shards.SCHEMA` (names and types) and its
-   metadata carries `SCHEMA_VERSION`; its row count and partition match the manifest;
+1. the file reads and validates; its size and sha256 equal those recorded at commit (when
+   the manifest has them); its schema equals `collector.shards.SCHEMA` (names and types)
+   and its metadata carries `SCHEMA_VERSION`; its row count and partition match the manifest;
 2. episode ids are unique across the run and equal `collector.record.episode_id` of the
    row's run, task, sample, model and budget;
 3. no executed tool call comes from a turn cut by the output cap (whatever stop_on says:
@@ -39,9 +40,9 @@ import pyarrow as pa
 
 from collector.errors import OutputError
 from collector.record import SCHEMA_VERSION, episode_id
-from collector.shards import SCHEMA, read_shard, schema_version_of
+from collector.shards import SCHEMA, ShardError, describe_exception, read_shard, schema_version_of
 from collector.stop import STOP_ON_CHOICES, StopReason
-from collector.store import QUARANTINE, RESOLVED_CONFIG, TMP_SUFFIX, describe_exception, read_manifest
+from collector.store import QUARANTINE, RESOLVED_CONFIG, TMP_SUFFIX, file_digest, read_manifest
 
 __all__ = ["MAX_PROBLEMS", "CheckReport", "check_run"]
 
@@ -143,10 +144,19 @@ def _read_checked(root: Path, rel: str, entry: dict[str, Any], report: CheckRepo
         report.add(f"{rel}: named in the manifest but missing")
         return None
     try:
+        size, checksum = file_digest(path)
         table = read_shard(path)
+    except ShardError as e:
+        report.add(f"{rel}: unreadable or not of the collector's schema ({e.reason})")
+        return None
     except Exception as e:  # noqa: BLE001 - a damaged file of any kind is reported, never raised
         report.add(f"{rel}: unreadable or not of the collector's schema ({describe_exception(e)})")
         return None
+    # Recorded at commit (absent in older manifests): damage that still decodes shows here.
+    if entry.get("size") is not None and size != entry["size"]:
+        report.add(f"{rel}: {size} bytes, the manifest says {entry['size']}")
+    elif entry.get("checksum") is not None and checksum != entry["checksum"]:
+        report.add(f"{rel}: checksum differs from the one recorded at commit (file damaged)")
     version = schema_version_of(table.schema)
     if version != SCHEMA_VERSION:
         report.add(f"{rel}: schema version {version}, expected {SCHEMA_VERSION}")

@@ -43,6 +43,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
+from collector.errors import OutputError
 from collector.record import (
     SCHEMA_VERSION,
     Episode,
@@ -57,8 +58,10 @@ __all__ = [
     "SCHEMA_VERSION_KEY",
     "STOP_REASONS",
     "STOP_REASON_TYPE",
+    "ShardError",
     "ShardFormat",
     "arrow_type",
+    "describe_exception",
     "episodes_from_table",
     "episodes_to_table",
     "format_of",
@@ -344,12 +347,53 @@ def format_of(path: Path | str) -> ShardFormat:
 
 
 def read_shard(path: Path | str, columns: Sequence[str] | None = None) -> pa.Table:
-    """Read one shard (all columns, or `columns`); raises whatever pyarrow raises on corruption.
+    """Read one shard (all columns, or `columns`) and validate what was read.
+
+    Any failure to read (missing file, garbage, truncation, a checksum-free corruption that
+    only shows as bad offsets, a column the file lacks) is an `OutputError` of one line,
+    ``"{path}: {short reason}"``: a damaged file is the user's data problem, named, never a
+    traceback. `validate(full=True)` is what turns bad offsets or UTF-8 into an error here
+    rather than a crash (or silent garbage) later in `to_pylist`.
 
     Parquet restores the dictionary type from the stored Arrow schema, but its index width
     may differ; the table is cast back to SCHEMA's types where the columns exist so that
     callers see one schema whatever the format.
     """
+    try:
+        table = _read_shard(path, columns)
+        table.validate(full=True)
+    except (pa.ArrowException, OSError, ValueError) as e:
+        # ArrowInvalid and friends are ValueErrors; ArrowIOError and a missing file are OSErrors.
+        raise ShardError(str(path), describe_exception(e)) from e
+    return table
+
+
+class ShardError(OutputError):
+    """A shard file cannot be read: ``"{path}: {reason}"``, one line.
+
+    The path and the reason are kept apart (`path`, `reason`) so that a caller that already
+    names the file (the store's quarantine warning) can print the reason alone. Both are the
+    exception's args, so it pickles like every collector error.
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(path, reason)
+        self.path = path
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.reason}"
+
+
+def describe_exception(e: BaseException) -> str:
+    """`Type: first line of the message`, for one-line reports about damaged files."""
+    if isinstance(e, OSError) and e.strerror:
+        return f"{type(e).__name__}: {e.strerror}"
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
+
+
+def _read_shard(path: Path | str, columns: Sequence[str] | None) -> pa.Table:
     cols = list(columns) if columns is not None else None
     if format_of(path) == "parquet":
         table = pq.read_table(str(path), columns=cols)
@@ -361,7 +405,7 @@ def read_shard(path: Path | str, columns: Sequence[str] | None = None) -> pa.Tab
                 names = ipc.open_file(source).schema.names
                 missing = [c for c in cols if c not in names]
                 if missing:
-                    raise KeyError(f"{path}: no column {missing[0]!r}")
+                    raise ShardError(str(path), f"no column {missing[0]!r}")
                 options = ipc.IpcReadOptions(included_fields=[names.index(c) for c in cols])
             table = ipc.open_file(source, options=options).read_all()
             if cols is not None:

@@ -47,8 +47,8 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.ipc as ipc
 
-from collector.errors import ConfigError
-from collector.shards import SCHEMA, format_of
+from collector.errors import ConfigError, OutputError
+from collector.shards import SCHEMA, ShardError, describe_exception, format_of, read_shard
 from collector.stop import StopReason
 from collector.store import committed_shard_paths
 
@@ -183,9 +183,17 @@ def run_dataset(run_dir: str | Path) -> ds.Dataset:
     """A pyarrow dataset over the committed shards of `run_dir` only (the manifest's list).
 
     Shards the manifest does not name (a crash's orphans) and quarantined files are never
-    read. Raises OutputError when `run_dir` has no readable manifest.
+    read. Raises OutputError when `run_dir` has no readable manifest, or (Parquet) when the
+    first shard cannot be read.
     """
     paths = committed_shard_paths(run_dir)
+    try:
+        return _dataset(paths)
+    except _READ_ERRORS as e:
+        raise _blame(run_dir, paths, None, e) from e
+
+
+def _dataset(paths: Sequence[Path]) -> ds.Dataset:
     if not paths:
         return ds.dataset([], format="ipc", schema=SCHEMA)
     fmt = format_of(paths[0])
@@ -195,22 +203,65 @@ def run_dataset(run_dir: str | Path) -> ds.Dataset:
     return ds.dataset([str(p) for p in paths], format="parquet")
 
 
+# What pyarrow raises for a damaged or missing file: ArrowInvalid & co. are ValueErrors,
+# ArrowIOError and FileNotFoundError are OSErrors.
+_READ_ERRORS = (pa.ArrowException, OSError, ValueError)
+
+
+def read_committed(
+    run_dir: str | Path, columns: Sequence[str] | None = None, filter: ds.Expression | None = None
+) -> pa.Table:
+    """The committed episodes of `run_dir` through a dataset scan (some columns, a filter).
+
+    A shard that cannot be read is an OutputError of one line naming it (``"{path}:
+    {reason}"``), never a pyarrow traceback: `collector stats`, `load_run` and the notebook
+    all read through here or `_read`.
+    """
+    paths = committed_shard_paths(run_dir)
+    cols = list(columns) if columns is not None else None
+    try:
+        return _dataset(paths).to_table(columns=cols, filter=filter)
+    except _READ_ERRORS as e:
+        raise _blame(run_dir, paths, cols, e) from e
+
+
+def _blame(run_dir: str | Path, paths: Sequence[Path], columns: list[str] | None, error: BaseException
+           ) -> OutputError:
+    """The one-line error for a failed scan, naming the shard at fault.
+
+    A dataset scan's message does not reliably name the file, so on failure (only then)
+    each shard is read alone until one fails; if none does, the run dir is named instead.
+    """
+    for path in paths:
+        try:
+            read_shard(path, columns)
+        except ShardError as e:
+            return e
+    return OutputError(f"{run_dir}: {describe_exception(error)}")
+
+
 def _read(run_dir: str | Path, columns: list[str]) -> pa.Table:
     paths = committed_shard_paths(run_dir)
     if paths and format_of(paths[0]) == "arrow":
         table = _read_ipc(paths, columns)
         if table is not None:
             return table
-    return run_dataset(run_dir).to_table(columns=columns)
+    return read_committed(run_dir, columns)
 
 
 def _read_ipc_one(path: Path, names: list[str], options: ipc.IpcReadOptions, columns: list[str]
                   ) -> pa.Table | None:
-    with pa.memory_map(str(path)) as source:
-        reader = ipc.open_file(source, options=options)
-        if reader.schema.names != names:  # the projected names, in file order
-            return None  # another schema version: the dataset path unifies them
-        return reader.read_all().select(columns)
+    try:
+        with pa.memory_map(str(path)) as source:
+            reader = ipc.open_file(source, options=options)
+            if reader.schema.names != names:  # the projected names, in file order
+                return None  # another schema version: the dataset path unifies them
+            table = reader.read_all().select(columns)
+            # Cheap on these few flat columns, and what turns bad offsets into an error here.
+            table.validate(full=True)
+            return table
+    except _READ_ERRORS as e:
+        raise ShardError(str(path), describe_exception(e)) from e
 
 
 def _read_ipc(paths: Sequence[Path], columns: list[str]) -> pa.Table | None:
@@ -220,8 +271,11 @@ def _read_ipc(paths: Sequence[Path], columns: list[str]) -> pa.Table | None:
     (bench/stats.py: per-file overhead dominates). None when the shards' schemas differ or
     lack a column, so that the caller takes the dataset path, which unifies schemas.
     """
-    with pa.memory_map(str(paths[0])) as source:
-        names = ipc.open_file(source).schema.names
+    try:
+        with pa.memory_map(str(paths[0])) as source:
+            names = ipc.open_file(source).schema.names
+    except _READ_ERRORS as e:
+        raise ShardError(str(paths[0]), describe_exception(e)) from e
     if any(c not in names for c in columns):
         return None
     indices = sorted(names.index(c) for c in columns)
@@ -399,6 +453,7 @@ __all__ = [
     "compute_stats",
     "format_stats",
     "groupable_columns",
+    "read_committed",
     "run_dataset",
     "wilson_interval",
 ]

@@ -27,11 +27,17 @@ to collect (models, budgets, samples, task count) or how (Ray, output, timeouts,
 widening a sweep continues the same run dir, changing a reward policy cannot.
 `config.resolved.json` is rewritten on every open, so it shows the latest selection. The
 shard format and schema version must match too. A dir that is not empty and has no manifest
-is refused (it is not ours), as is one another process holds open. A shard named in the
-manifest that cannot be read on open (truncated, corrupt, wrong schema version, wrong row
-count) is moved to ``_quarantine/``, dropped from the manifest and reported in
-`RunStore.warnings` (one line naming the file): its episodes count as not committed and run
-again, so a damaged file never stops a resume.
+is refused (it is not ours), as is one another process holds open. Each manifest entry
+records the shard's size and sha256 at commit, and open verifies both for every shard:
+reading only the `episode_id` column would miss damage inside any other column, which
+then surfaces as a failed `collector stats` while the episodes are never run again. A shard
+named in the manifest that fails this (missing, wrong size or checksum, unreadable, wrong
+schema version, wrong row count) is moved to ``_quarantine/``, dropped from the manifest
+and reported in `RunStore.warnings` (one line naming the file): its episodes count as not
+committed and run again, so a damaged file never stops a resume. Entries of older manifests
+without size and checksum get a full decode and validation of the shard instead. A
+manifest entry that is malformed itself (no path, a path outside the run dir) makes the
+manifest untrusted: `read_manifest` refuses it in one line.
 
 Files are written only by the driver, which alone holds a RunStore: workers on other
 nodes return episodes to it, so nodes need not share a disk.
@@ -41,6 +47,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import hashlib
 import json
 import logging
 import os
@@ -48,6 +55,7 @@ import shutil
 import uuid
 import weakref
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
@@ -57,7 +65,9 @@ from collector.errors import OutputError
 from collector.record import SCHEMA_VERSION, Episode
 from collector.shards import (
     EXTENSIONS,
+    ShardError,
     ShardFormat,
+    describe_exception,
     episodes_to_table,
     read_shard,
     schema_version_of,
@@ -76,6 +86,8 @@ __all__ = [
     "RESOLVED_CONFIG",
     "RunStore",
     "committed_shard_paths",
+    "describe_exception",
+    "file_digest",
     "partition_dir",
     "read_manifest",
     "write_json_atomic",
@@ -89,6 +101,11 @@ LOCK = ".lock"
 QUARANTINE = "_quarantine"
 TMP_SUFFIX = ".tmp"
 MANIFEST_VERSION = 1
+#: The checksum recorded for each shard at commit, as ``"<algorithm>:<hex digest>"``.
+CHECKSUM_ALGORITHM = "sha256"
+# sha256 over blake2b: hashlib's sha256 uses the CPU's SHA extensions where present and ran
+# twice as fast as blake2b here (600 vs 310 MB/s on one core); both release the GIL.
+_VERIFY_THREADS = 4
 
 
 def partition_dir(model: str, budget: int) -> str:
@@ -141,7 +158,54 @@ def read_manifest(run_dir: Path) -> dict[str, Any]:
         raise OutputError(f"{path} is unreadable: {e}") from e
     if not isinstance(manifest, dict) or not isinstance(manifest.get("shards"), list):
         raise OutputError(f"{path} is not a collector manifest")
+    for i, entry in enumerate(manifest["shards"]):
+        problem = _entry_problem(entry)
+        if problem is not None:
+            shown = json.dumps(entry, default=str)
+            shown = shown if len(shown) <= 160 else shown[:157] + "..."
+            raise OutputError(f"{path}: shard entry {i} {problem}: {shown}")
     return manifest
+
+
+def _entry_problem(entry: Any) -> str | None:
+    """Why a manifest shard entry cannot be trusted, or None.
+
+    Checked before any entry is used, so that a hand-edited or damaged manifest is one
+    line naming it instead of a KeyError deep in a reader, and so that no entry can point
+    outside the run dir (the store moves and deletes the files it names).
+    """
+    if not isinstance(entry, dict):
+        return "is not an object"
+    rel = entry.get("path")
+    if not isinstance(rel, str) or not rel:
+        return 'has no "path"'
+    parts = rel.split("/")
+    if rel.startswith("/") or "\\" in rel or any(p in ("", ".", "..") for p in parts):
+        return "has a path outside the run dir"
+    if not any(rel.endswith(ext) for ext in EXTENSIONS.values()):
+        return "names a file that is not a shard"
+    for key, kind in (("rows", int), ("budget", int), ("model", str)):
+        value = entry.get(key)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            return f'has no valid "{key}"'
+    if entry["rows"] < 0:
+        return 'has a negative "rows"'
+    # Absent in manifests written before checksums were recorded: the full decode stands in.
+    size = entry.get("size")
+    if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 0):
+        return 'has an invalid "size"'
+    checksum = entry.get("checksum")
+    if checksum is not None and (not isinstance(checksum, str) or ":" not in checksum):
+        return 'has an invalid "checksum"'
+    return None
+
+
+def file_digest(path: Path) -> tuple[int, str]:
+    """The size of the file at `path` and its checksum, ``"sha256:<hex>"``."""
+    with open(path, "rb") as f:
+        digest = hashlib.file_digest(f, CHECKSUM_ALGORITHM)
+        size = os.fstat(f.fileno()).st_size
+    return size, f"{CHECKSUM_ALGORITHM}:{digest.hexdigest()}"
 
 
 def committed_shard_paths(run_dir: str | Path) -> list[Path]:
@@ -268,11 +332,13 @@ class RunStore:
     def _recover(self) -> None:
         """Read committed ids; quarantine unreadable shards; delete orphans and temp files."""
         kept = []
-        known: set[str] = set()
-        for entry in self._manifest["shards"]:
+        entries = self._manifest["shards"]
+        known: set[str] = {entry["path"] for entry in entries}
+        # Hashing and decompressing release the GIL: a few threads verify a big run faster.
+        with ThreadPoolExecutor(max_workers=_VERIFY_THREADS) as pool:
+            verdicts = list(pool.map(lambda e: _verify_shard(self.root / e["path"], e), entries))
+        for entry, (ids, problem) in zip(entries, verdicts, strict=True):
             path = self.root / entry["path"]
-            known.add(entry["path"])
-            ids, problem = _read_ids(path, entry)
             if problem is None:
                 self._ids.update(ids)
                 kept.append(entry)
@@ -358,6 +424,8 @@ class RunStore:
                     tmp = part_dir / f".{name}{TMP_SUFFIX}"
                     written.append(tmp)
                     write_shard(tmp, episodes_to_table(chunk), self.fmt)
+                    # Hashed from the page cache right after the write: what open verifies.
+                    size, checksum = file_digest(tmp)
                     os.replace(tmp, final)
                     written.append(final)
                     entries.append({
@@ -365,6 +433,8 @@ class RunStore:
                         "rows": len(chunk),
                         "model": model,
                         "budget": budget,
+                        "size": size,
+                        "checksum": checksum,
                         "committed": _now(),
                     })
                 _fsync_dir(part_dir)
@@ -401,13 +471,35 @@ class RunStore:
         self.close()
 
 
-def _read_ids(path: Path, entry: dict[str, Any]) -> tuple[list[str], str | None]:
-    """A committed shard's episode ids, or why the shard cannot be trusted."""
-    if not path.exists():
-        return [], "file is missing"
+def _verify_shard(path: Path, entry: dict[str, Any]) -> tuple[list[str], str | None]:
+    """A committed shard's episode ids, or why the shard cannot be trusted.
+
+    The size and checksum recorded at commit catch damage anywhere in the file, including
+    bytes inside a column that reading only `episode_id` would never touch. An entry from
+    an older manifest without them gets a full decode and validation instead: slower, and
+    blind to a flipped bit that still decodes, but it catches what breaks a later reader.
+    """
     try:
-        table = read_shard(path, ["episode_id"])
-    except Exception as e:  # noqa: BLE001 - any read failure means a damaged file: reported, not raised
+        actual_size = path.stat().st_size
+    except FileNotFoundError:
+        return [], "file is missing"
+    except OSError as e:
+        return [], f"unreadable ({describe_exception(e)})"
+    size, checksum = entry.get("size"), entry.get("checksum")
+    if size is not None and actual_size != size:
+        return [], f"{actual_size} bytes, the manifest says {size}"
+    try:
+        if checksum is not None:
+            if not checksum.startswith(f"{CHECKSUM_ALGORITHM}:"):
+                return [], f"unknown checksum algorithm in {checksum.split(':', 1)[0]!r}"
+            if file_digest(path)[1] != checksum:
+                return [], "checksum differs from the one recorded at commit (file damaged)"
+            table = read_shard(path, ["episode_id"])
+        else:
+            table = read_shard(path)  # no checksum recorded: decode and validate every column
+    except ShardError as e:
+        return [], f"unreadable ({e.reason})"
+    except OSError as e:
         return [], f"unreadable ({describe_exception(e)})"
     version = schema_version_of(table.schema)
     if version != SCHEMA_VERSION:
@@ -415,12 +507,6 @@ def _read_ids(path: Path, entry: dict[str, Any]) -> tuple[list[str], str | None]
     if table.num_rows != entry.get("rows"):
         return [], f"{table.num_rows} rows, the manifest says {entry.get('rows')}"
     return table.column("episode_id").to_pylist(), None
-
-
-def describe_exception(e: BaseException) -> str:
-    """`Type: first line of the message`, for one-line reports about damaged files."""
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
 
 
 def _acquire_lock(root: Path) -> int | None:

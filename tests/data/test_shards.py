@@ -9,6 +9,7 @@ import pyarrow as pa
 import pytest
 
 from collector import shards
+from collector.errors import OutputError
 from collector.record import SCHEMA_VERSION, Episode, MessageRecord, ToolCallRecord, TurnRecord
 from collector.stop import StopReason
 from tests.data.factory import make_batch, make_episode
@@ -105,10 +106,10 @@ def test_reading_selected_columns(tmp_path: Path, fmt: shards.ShardFormat) -> No
 
 
 def test_missing_column_is_an_error(tmp_path: Path) -> None:
-    """Asking an Arrow shard for a column it lacks raises, naming the column."""
+    """Asking an Arrow shard for a column it lacks is a one-line OutputError naming file and column."""
     path = tmp_path / "x.arrow"
     shards.write_shard(path, shards.episodes_to_table(make_batch(1)), "arrow")
-    with pytest.raises(KeyError, match="nope"):
+    with pytest.raises(OutputError, match=r"x\.arrow: no column 'nope'"):
         shards.read_shard(path, ["nope"])
 
 
