@@ -92,11 +92,28 @@ def _cmd_check(args: argparse.Namespace) -> int:
 def _cmd_sim(args: argparse.Namespace) -> int:
     from collector.sim.server import serve
 
-    print(
-        f"simulated provider on http://{args.host}:{args.port} (seed {args.seed}); Ctrl-C stops it",
-        file=sys.stderr,
-    )
-    serve(args.host, args.port, args.seed)
+    if not 0 <= args.port <= 65535:
+        print(f"collector: error: --port must be between 0 and 65535, got {args.port}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+    def ready(base_url: str) -> None:
+        # Only now: the socket is bound and the server accepts connections (port 0 resolved).
+        print(
+            f"simulated provider on {base_url} (seed {args.seed}); Ctrl-C stops it",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    try:
+        serve(args.host, args.port, args.seed, on_ready=ready)
+    except OSError as exc:
+        # A taken port, a host that does not resolve or is not ours: the user's input.
+        reason = exc.strerror or str(exc)
+        print(f"collector: error: cannot listen on {args.host}:{args.port}: {reason}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        # The way to stop a server, not an interrupted job: nothing to resume.
+        print("collector: simulated provider stopped", file=sys.stderr)
     return EXIT_OK
 
 
@@ -162,7 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("sim", help="serve the simulated provider (all four wire formats)")
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8787)
+    p.add_argument("--port", type=int, default=8787, help="0 lets the OS pick a free port")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=_cmd_sim)
     return parser

@@ -18,6 +18,9 @@ Request headers the simulator honours (none is needed):
 - `x-sim-fault`: force `rate_limit`, `overload`, `server_error`, `drop` or `none`;
 - `x-sim-seed`: mixed into the random stream (distinct samples of one identical prompt).
 
+A body the parser cannot take (not JSON, not an object, nested past the interpreter's
+recursion limit) is a 400 in the dialect's shape, like any other bad request.
+
 Streams are rendered whole and sent as one `text/event-stream` body: the framing and event
 order are the wire's, and the server does no per-event work (benchmarks need thousands of
 requests a second). A dropped stream is the first part of the events, without the terminal.
@@ -120,9 +123,23 @@ Renderer = Callable[[ParsedRequest, Generation], dict[str, Any]]
 StreamRenderer = Callable[[ParsedRequest, Generation], list[str]]
 
 
+_TOO_DEEP = "The request body is nested too deeply."
+
+
 async def _handle(sim: _Simulator, request: Request, dialect: Dialect, parse: Parser, render: Renderer,
                   render_stream: StreamRenderer, path_model: str | None = None,
                   path_stream: bool | None = None) -> Response:
+    try:
+        return await _reply(sim, request, dialect, parse, render, render_stream, path_model, path_stream)
+    except RecursionError:
+        # json.loads raises it for a body nested past the interpreter's recursion limit, and
+        # json.dumps (the canonical body) for one nested just below it: either way the
+        # client's input, a 400 in the dialect's shape, never a 500 text/plain from Starlette.
+        return error_response(dialect, 400, _TOO_DEEP)
+
+
+async def _reply(sim: _Simulator, request: Request, dialect: Dialect, parse: Parser, render: Renderer,
+                 render_stream: StreamRenderer, path_model: str | None, path_stream: bool | None) -> Response:
     raw = await request.body()
     try:
         body = json.loads(raw)

@@ -79,7 +79,7 @@ def check_json_arguments(arguments: object, where: str) -> dict[str, Any] | None
         raise SimError(400, f"{where}: arguments must be a string.")
     try:
         value = json.loads(arguments)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         # vLLM's chat template json-decodes replayed arguments and fails inside the server.
         raise SimError(500, f"{where}: the replayed tool-call arguments are not valid JSON.") from exc
     return value if isinstance(value, dict) else None

@@ -4,6 +4,12 @@ Ray workers and the official SDKs' tests need a real socket; uvicorn is the stan
 server. `SimServer` binds port 0 by default so the OS picks a free port, and reads the
 bound port back from the listening socket; `start()` returns only once the server accepts
 connections, and `stop()` waits for the thread to end.
+
+`serve` (the `collector sim` command) runs the same `SimServer` and blocks. The socket is
+bound here, not inside uvicorn, for two reasons: a port that is taken or a host that does
+not resolve raises `OSError` to the caller (uvicorn would log it and `sys.exit(3)`), and the
+address the caller announces is the one actually listening (port 0 becomes the real port),
+announced only once the server accepts connections.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections.abc import Callable
 from types import TracebackType
 
 import uvicorn
@@ -36,14 +43,18 @@ class SimServer:
         """`http://host:port` of the running server (no trailing slash, no `/v1`)."""
         if self._server is None:
             raise RuntimeError("SimServer is not started")
-        return f"http://{self.host}:{self.port}"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
 
     def start(self) -> SimServer:
+        """Bind, listen and serve; returns once connections are accepted.
+
+        Raises `ValueError` for a port outside 0..65535 and `OSError` when the address cannot
+        be bound (taken, not resolvable, not local), with nothing left open.
+        """
         if self._server is not None:
             return self
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((self.host, self.port))
+        sock = _listen(self.host, self.port)
         self.port = sock.getsockname()[1]
         self._sock = sock
         config = uvicorn.Config(create_app(self.seed), log_level="warning", access_log=False,
@@ -60,6 +71,13 @@ class SimServer:
                 raise RuntimeError("the simulated provider did not start")
             time.sleep(0.01)
         return self
+
+    def wait(self) -> None:
+        """Block until the server thread ends (`stop()` from another thread, or a crash).
+
+        Interruptible: Ctrl-C raises `KeyboardInterrupt` here, in the main thread."""
+        if self._thread is not None:
+            self._thread.join()
 
     def stop(self) -> None:
         if self._server is not None:
@@ -80,6 +98,36 @@ class SimServer:
         self.stop()
 
 
-def serve(host: str = "127.0.0.1", port: int = 8000, seed: int = 0) -> None:
-    """Serve the simulator in the foreground until interrupted (`collector sim`)."""
-    uvicorn.run(create_app(seed), host=host, port=port, log_level="info", access_log=False, lifespan="off")
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on (host, port), IPv4 or IPv6 as `host` resolves."""
+    if not 0 <= port <= 65535:
+        raise ValueError(f"port must be between 0 and 65535, got {port}")
+    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        # As uvicorn does: a restarted server may rebind a port whose old connections linger
+        # in TIME_WAIT. A port with a live listener still fails with EADDRINUSE.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def serve(host: str = "127.0.0.1", port: int = 8000, seed: int = 0,
+          on_ready: Callable[[str], None] | None = None) -> None:
+    """Serve the simulator in the foreground until interrupted (`collector sim`).
+
+    `on_ready(base_url)` is called once the server accepts connections, never before. A bad
+    port raises `ValueError` and an address that cannot be bound `OSError`, before anything
+    is served. Ctrl-C stops the server, then `KeyboardInterrupt` propagates to the caller.
+    """
+    server = SimServer(seed=seed, host=host, port=port).start()
+    try:
+        if on_ready is not None:
+            on_ready(server.base_url)
+        server.wait()
+    finally:
+        server.stop()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
@@ -283,3 +284,50 @@ async def test_gemini_rejects_empty_model_content(
     assert error["status"] == "INVALID_ARGUMENT"
     assert error["code"] == 400
     assert f"GenerateContentRequest.{field}" in error["message"]
+
+
+@pytest.mark.parametrize(
+    ("path", "key"),
+    [
+        ("/v1/chat/completions", "messages"),
+        ("/v1/responses", "input"),
+        ("/v1/messages", "messages"),
+        ("/v1beta/models/sim-perfect:streamGenerateContent?alt=sse", "contents"),
+    ],
+)
+async def test_deeply_nested_body_is_a_400_in_the_providers_shape(
+    client: httpx.AsyncClient, path: str, key: str
+) -> None:
+    """A body nested past the JSON parser's recursion limit is a 400 in the dialect's error shape, not 500."""
+    depth = 100_000
+    body = b'{"model": "sim-perfect", "max_tokens": 5, "%s": %s%s}' % (
+        key.encode(),
+        b"[" * depth,
+        b"]" * depth,
+    )
+    reply = await client.post(path, content=body, headers={"content-type": "application/json"})
+    assert reply.status_code == 400
+    assert reply.headers["content-type"] == "application/json"
+    payload = reply.json()
+    if path == "/v1/messages":
+        assert payload["error"]["type"] == "invalid_request_error"
+    elif "models/" in path:
+        assert payload["error"]["status"] == "INVALID_ARGUMENT"
+    else:
+        assert payload["error"]["type"] == "invalid_request_error"
+    assert "nested too deeply" in json.dumps(payload)
+
+
+async def test_deeply_nested_replayed_arguments_are_refused_like_broken_ones(
+    client: httpx.AsyncClient,
+) -> None:
+    """Replayed chat arguments nested past the parser's limit get the 500 that unparseable arguments get."""
+    deep = "[" * 100_000 + "]" * 100_000
+    call = {**CALL, "function": {"name": "calculator", "arguments": deep}}
+    body = _chat(
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "3"},
+    )
+    reply = await client.post("/v1/chat/completions", json=body)
+    assert reply.status_code == 500
+    assert reply.json()["error"]["type"] == "server_error"
