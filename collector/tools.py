@@ -14,21 +14,40 @@ methods per episode pay nothing per episode.
    to prevent. Tools built from a raw schema are checked against a small JSON Schema
    subset (types, required, properties, additionalProperties, enum);
 2. the function runs under a per-tool timeout. Coroutine functions are awaited and
-   cancelled at the timeout; plain functions run in a worker thread (a thread cannot be
-   killed: a hung one is abandoned, the model gets an error) unless the tool is marked
-   `inline`, for fast in-memory tools where a thread hop costs more than the work;
+   cancelled at the timeout; plain functions run on the collector's own tool threads
+   (`ToolThreads`) unless the tool is marked `inline`, for fast in-memory tools where a
+   thread hop costs more than the work. A thread cannot be killed: a call that times out
+   while running is abandoned (the model gets an error) and keeps its thread until the
+   function returns;
 3. an exception or a timeout becomes an error result naming the tool and the exception
    type. Only `asyncio.CancelledError` (the job cancelling the episode) passes through.
 
 Results are strings for the model: a `str` as is, anything else as JSON.
+
+The thread limit. Plain functions never use asyncio's default executor: it holds only
+``min(32, cpus + 4)`` threads, so that many hung tools used to make every later threaded
+call on the loop (the tool's own and anyone else's `asyncio.to_thread`) wait out its
+timeout. They run on `SYNC_TOOL_THREADS` (64, the default episodes in flight per worker, so
+a healthy worker never queues) daemon threads per process, started on demand; daemon,
+so that a hung tool cannot hold up the worker's exit. Abandoned threads are counted; once
+all of them are held by abandoned calls, a new call is refused at once with an error result
+naming the cause (``all 64 tool threads are held by calls that timed out ...``) and
+``ran=False``, instead of queueing behind functions that may never return. A thread comes
+back as soon as its function returns. A call whose time runs out while still queued is
+dropped and never runs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextvars
+import functools
 import inspect
 import json
-from collections.abc import Mapping, Sequence
+import queue
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, get_type_hints
 
@@ -215,11 +234,104 @@ def check_schema(schema: Mapping[str, Any], value: Any, where: str = "arguments"
             check_schema(schema["items"], item, f"{where}.{i}")
 
 
+# --- Threads for plain-function tools. ---
+
+#: Threads per process for plain-function tools (see the module docstring).
+SYNC_TOOL_THREADS = 64
+
+_Work = tuple["concurrent.futures.Future[Any]", Callable[[], Any]]
+
+
+class ToolThreadsExhausted(RuntimeError):
+    """Every tool thread is held by a call that timed out and is still running."""
+
+
+class ToolThreads:
+    """At most `size` daemon threads for plain-function tools, counting abandoned ones."""
+
+    def __init__(self, size: int = SYNC_TOOL_THREADS) -> None:
+        if size < 1:
+            raise ValueError("ToolThreads needs at least one thread")
+        self.size = size
+        self._queue: queue.SimpleQueue[_Work] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._threads = 0
+        self._idle = 0
+        self._queued = 0
+        self._abandoned = 0
+
+    @property
+    def abandoned(self) -> int:
+        """Threads still running a call whose caller gave up on it (timeout or cancellation)."""
+        return self._abandoned
+
+    async def run(self, function: Callable[[], Any]) -> Any:
+        """`function()` on a tool thread (in a copy of the caller's context, as `to_thread` does).
+
+        On cancellation a running call is abandoned and a queued one dropped.
+        """
+        if self._abandoned >= self.size:
+            raise ToolThreadsExhausted(
+                f"all {self.size} tool threads are held by calls that timed out and are still running"
+            )
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        with self._lock:
+            self._queued += 1
+            start = self._queued > self._idle and self._threads < self.size
+            if start:
+                self._threads += 1
+                name = f"collector-tool-{self._threads}"
+        self._queue.put((future, functools.partial(contextvars.copy_context().run, function)))
+        if start:
+            threading.Thread(target=self._serve, name=name, daemon=True).start()
+        try:
+            return await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            # A call not yet started is dropped (the worker skips it); a running one keeps
+            # its thread until the function returns, and is counted until then.
+            if not future.cancel():
+                with self._lock:
+                    self._abandoned += 1
+                future.add_done_callback(self._give_back)
+            raise
+
+    def _give_back(self, _: concurrent.futures.Future[Any]) -> None:
+        with self._lock:
+            self._abandoned -= 1
+
+    def _serve(self) -> None:
+        while True:
+            with self._lock:
+                self._idle += 1
+            future, function = self._queue.get()
+            with self._lock:
+                self._idle -= 1
+                self._queued -= 1
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                result = function()
+            # Broad on purpose: the exception is the call's result, handed to its awaiter.
+            except BaseException as exc:  # noqa: BLE001
+                future.set_exception(exc)
+            else:
+                future.set_result(result)
+
+
+#: The tool threads of this process (threads start on first use).
+DEFAULT_TOOL_THREADS = ToolThreads()
+
+
 # --- Running a tool. ---
 
 
-async def run_tool(tool_: Tool, arguments: JSONObject, timeout_s: float) -> ToolOutcome:
-    """Validate, then run under a timeout. Never raises except on cancellation."""
+async def run_tool(
+    tool_: Tool, arguments: JSONObject, timeout_s: float, *, threads: ToolThreads | None = None
+) -> ToolOutcome:
+    """Validate, then run under a timeout. Never raises except on cancellation.
+
+    Plain functions run on `threads` (default: `DEFAULT_TOOL_THREADS`).
+    """
     try:
         if tool_.validator is not None:
             args, kwargs = tool_.validator(arguments)
@@ -242,7 +354,10 @@ async def run_tool(tool_: Tool, arguments: JSONObject, timeout_s: float) -> Tool
                 if inspect.iscoroutinefunction(function):
                     result = await function(*args, **kwargs)
                 else:
-                    result = await asyncio.to_thread(function, *args, **kwargs)
+                    pool = threads if threads is not None else DEFAULT_TOOL_THREADS
+                    result = await pool.run(functools.partial(function, *args, **kwargs))
+    except ToolThreadsExhausted as exc:
+        return ToolOutcome(f"error: {tool_.name} was not run: {exc}; nothing was run", True, False)
     except TimeoutError as exc:
         if deadline.expired():
             return ToolOutcome(f"error: {tool_.name} timed out after {limit:g} s", True)
