@@ -15,7 +15,14 @@ adapters check them in this order and record every one that applies:
    with reason `max_output_tokens`, `finishReason: "MAX_TOKENS"`);
 2. `CAP_REACHED`: output tokens reached the requested cap, whatever the finish reason says
    (vLLM and llama.cpp report `tool_calls` for a call cut at the cap);
-3. `STREAM_CUT`: a stream ended inside a tool call or without its terminal event;
+3. `STREAM_CUT`: a stream *reached* its terminal event (Chat `[DONE]`, Responses
+   `response.completed`/`.incomplete`, Anthropic `message_stop`) with its output left open:
+   a tool call never closed (Anthropic `tool_use` without `content_block_stop`, Responses
+   `function_call` item without `output_item.done`) or no finish reason at all (Chat choice
+   without `finish_reason`, Anthropic without a `message_delta` stop reason). Gemini streams
+   have no terminal event, so they never carry it. A stream that *ends before* its terminal
+   event is not a length turn: it is a dropped stream, retried and, past the retries,
+   `ProviderUnavailable`;
 4. `UNCLOSED_TEMPLATE`: the text holds an opened but unclosed chat-template tool-call block.
 
 The raw finish reason is kept beside the derived `finish_class`, never replaced by it.
@@ -49,9 +56,14 @@ class LengthSignal(StrEnum):
     """Which evidence marked a turn as cut by the output cap (see the module docstring)."""
 
     FINISH_REASON = "finish_reason"
+    """The transport's own finish vocabulary says the output cap was hit."""
     CAP_REACHED = "cap_reached"
+    """Output tokens reached the requested cap, whatever the finish reason says."""
     STREAM_CUT = "stream_cut"
+    """The stream got its terminal event with a tool call left open or no finish reason (a
+    stream without its terminal event is a dropped stream, retried, never this)."""
     UNCLOSED_TEMPLATE = "unclosed_template"
+    """The text holds an opened but unclosed chat-template tool-call block."""
 
 
 class ArgStatus(StrEnum):

@@ -12,8 +12,10 @@ version prefix (``http://host:8000/v1``), Anthropic and Gemini take the server r
 (``https://api.anthropic.com``, ``https://generativelanguage.googleapis.com``).
 `base_url_for(kind, root)` turns a server root (the simulator's, say) into that form.
 
-Every adapter is handed its `httpx.AsyncClient` and never builds one; see
-`collector.providers.pool` for a client layout that holds up under thousands of episodes.
+Every adapter is handed its `httpx.AsyncClient` and never builds one. The client the
+collector hands them is built in `collector.worker` (one client per worker, shared by its
+episode slots) over `collector.providers.transport.StreamTransport`, whose module docstring
+and `collector.worker`'s say why that layout holds up under thousands of episodes in flight.
 """
 
 from __future__ import annotations

@@ -6,8 +6,9 @@ the order documented in `collector.turn` and records every one that holds:
 1. FINISH_REASON   the adapter says the transport's own vocabulary reported the cap;
 2. CAP_REACHED     `usage.output_tokens >= max_output_tokens` (servers that say `tool_calls`
                    for a call cut at the cap: vllm #58228, llama.cpp);
-3. STREAM_CUT      the adapter saw a stream end inside a tool call (a block never closed, no
-                   finish reason) although the terminal event arrived;
+3. STREAM_CUT      the terminal event arrived with the output left open (a tool call never
+                   closed, or no finish reason); a stream without its terminal event never
+                   gets here: the adapter raises `ProviderUnavailable` and it is retried;
 4. UNCLOSED_TEMPLATE  the text holds an opened, unclosed chat-template tool-call block.
 
 Keeping this in one function means the four transports cannot disagree about what "cut" is.

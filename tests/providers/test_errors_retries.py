@@ -181,6 +181,28 @@ async def test_stream_without_terminal_event_is_retried(make: MakeProvider, kind
 
 
 @pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("where", ["midway", "before-terminal"])
+async def test_stream_without_terminal_event_is_unavailable_never_a_cut(
+    make: MakeProvider, kind: str, where: str
+) -> None:
+    """A stream that closes before its terminal event, midway or just before it, raises ProviderUnavailable
+    once its retries are spent: it is never returned as a STREAM_CUT length turn."""
+    whole = good(kind, stream=True)
+    if kind == "gemini":
+        # One chunk holds the whole call; without its finishReason it is not the last chunk.
+        unfinished = whole.replace(b'"finishReason": "STOP", ', b"")
+        assert unfinished != whole
+        dropped = unfinished if where == "midway" else b""
+    else:
+        starts = [i for i in range(len(whole)) if whole.startswith(b"data:", i)]
+        dropped = whole[: starts[len(starts) // 2] if where == "midway" else starts[-1]]
+    provider, recorder, _ = await make(kind, dropped, dropped, stream=True, retries=1)
+    with pytest.raises(ProviderUnavailable, match="stream ended without"):
+        await provider.complete(request())
+    assert len(recorder.requests) == 2
+
+
+@pytest.mark.parametrize("kind", KINDS)
 async def test_non_wire_200_is_protocol_violation(make: MakeProvider, kind: str) -> None:
     """A 200 whose body is not the wire format raises ProtocolViolation after its retries."""
     provider, recorder, _ = await make(kind, b'{"unexpected": true}', b"not json", retries=1)
