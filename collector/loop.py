@@ -51,7 +51,9 @@ Reward policy (`LoopConfig.reward`):
 - `length`, `malformed_tool_call`: reward 0.0 with policy "zero"; with "grade_then_clamp"
   the grader runs and reward = min(graded, 0.0). With `grade_cut_episodes` the grader runs
   and its value is kept in `graded_reward` (the reward is unchanged by it).
-- `timeout`: reward 0.0, not graded.
+- `timeout`: reward 0.0, not graded, `trainable` False: a wall-clock limit depends on the
+  infrastructure's load (a slow or retrying provider, a busy tool host), not on the model,
+  so a zero reward there would punish the policy for the cluster's weather.
 - `error`: reward 0.0, not graded, `trainable` False. All other episodes are trainable: a
   trainer filters by `stop_reason`.
 """
@@ -106,6 +108,9 @@ UNPARSED_NOTICE = (
 MALFORMED_END = "not executed: the arguments were not a valid JSON object; the episode ended at this turn"
 SIBLING_END = "not executed: another call of this turn had malformed arguments; the episode ended"
 TIMED_OUT = "not executed: the episode's time limit expired"
+
+#: Stop reasons that are not the model's doing (reward policy in the module docstring).
+_NOT_TRAINABLE = frozenset({StopReason.ERROR, StopReason.TIMEOUT})
 
 #: Raw finish reasons meaning "the model tried to call a tool and the server could not read
 #: it" on turns that carry no call at all (Gemini drops the call and says so).
@@ -446,7 +451,7 @@ async def run_episode(
         sample=spec.sample,
         seed=spec.seed,
         stop_reason=reason,
-        trainable=reason is not StopReason.ERROR,
+        trainable=reason not in _NOT_TRAINABLE,
         reward=reward,
         graded_reward=graded,
         duration_s=time.perf_counter() - started,

@@ -20,7 +20,7 @@ from collector.stop import StopReason
 
 #: Bumped whenever a column is added, removed or changes meaning. Stored in file metadata.
 SCHEMA_VERSION = 2
-"""2: `messages.raw_text` added."""
+"""2: `messages.raw_text` added; `trainable` false for `timeout` episodes too."""
 
 
 def episode_id(run_id: str, task_id: str, sample: int, model: str, budget: int) -> str:
