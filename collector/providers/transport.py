@@ -18,9 +18,15 @@ What it does, and only that:
   (a model's reply) is read with the head, under one timer, and the connection is free at
   once; any other body is streamed to httpx. httpx decodes Content-Encoding itself. A
   streamed response not read to its end closes its connection;
-- a kept-alive connection the server has closed meanwhile is detected before reuse, and a
-  request that got not a single byte back on a reused connection is sent once more on a new
-  one (the server never saw it);
+- a kept-alive connection whose close has already arrived is dropped before reuse. A close
+  can still race with a request (the server times the idle connection out as we write), so
+  a request that got not a single byte back on a *reused* connection is sent once more, on a
+  new connection, and only once. That request may have reached the server: HTTP/1.1 cannot
+  tell a request the server never read from one it read and then dropped (a crash, a proxy
+  timeout). We accept the risk because a model call is safe to send twice: it changes
+  nothing at the provider but cost (the lost generation may be billed), and only the reply
+  that arrives is used, once. On a fresh connection nothing is resent here; the failure goes
+  to the adapter's retry policy (`collector.providers.http`), which resends it the same way;
 - the `timeout` extension's connect, read and write values; failures become the httpx
   exception types (`ConnectError`, `ReadTimeout`, `RemoteProtocolError`, ...), so
   `collector.providers.http` classifies them as it does httpcore's.
@@ -192,8 +198,9 @@ class StreamTransport(httpx.AsyncBaseTransport):
         try:
             return await self._exchange(conn, request, payload)
         except _Stale:
-            # A kept-alive connection the server closed before reading our request: the
-            # request never reached it, so sending it again on a new connection is safe.
+            # No byte back on a kept-alive connection: most often the server had closed it
+            # idle as we wrote. The server may also have read the request and dropped it;
+            # resending a model call is accepted anyway (see the module docstring).
             if not reused:
                 raise httpx.RemoteProtocolError("server closed the connection without a reply") from None
             conn = await self._connect(origin, _timeout(request, "connect"))

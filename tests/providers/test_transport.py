@@ -181,3 +181,35 @@ async def _read_request_body(reader: asyncio.StreamReader, head: bytes) -> bytes
         if line.lower().startswith(b"content-length:"):
             length = int(line.split(b":", 1)[1])
     return await reader.readexactly(length)
+
+
+async def test_resend_on_a_reused_connection_happens_once_and_may_repeat_a_request() -> None:
+    """A request that got no byte back on a reused connection is sent once more on a new one, even when
+    the server had read it (so the server sees it twice); on a fresh connection it is never resent."""
+    seen: list[bytes] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                body = await _read_request(reader)
+                seen.append(body)
+                if body == b"drop" and seen.count(b"drop") == 1:
+                    break  # read it whole, then die without a byte of reply
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass  # the client closed its kept-alive connection
+        writer.close()
+
+    server, url = await _serve(handle)
+    async with server, httpx.AsyncClient(transport=StreamTransport()) as client:
+        assert (await client.post(url, content=b"first")).content == b"ok"
+        assert (await client.post(url, content=b"drop")).content == b"ok"  # reused, dropped, resent
+    assert seen == [b"first", b"drop", b"drop"]
+
+    seen.clear()
+    server, url = await _serve(handle)
+    async with server, httpx.AsyncClient(transport=StreamTransport()) as client:
+        with pytest.raises(httpx.RemoteProtocolError):
+            await client.post(url, content=b"drop")  # fresh connection: no resend here
+    assert seen == [b"drop"]
