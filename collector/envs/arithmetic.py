@@ -107,10 +107,21 @@ class ArithmeticEnv(Environment):
         return self._tasks
 
     def start(self, task: Task) -> ArithmeticWorld:
-        expression = task.metadata.get("expression")
-        if not isinstance(expression, str):
-            expression = _expression_from_prompt(task)
-        return ArithmeticWorld(evaluate(expression))
+        return ArithmeticWorld(_expected(task))
+
+    def check_task(self, task: Task) -> str | None:
+        try:
+            _expected(task)
+        except ValueError as exc:
+            return str(exc)
+        return None
+
+
+def _expected(task: Task) -> int:
+    expression = task.metadata.get("expression")
+    if not isinstance(expression, str):
+        expression = _expression_from_prompt(task)
+    return evaluate(expression)
 
 
 def _expression_from_prompt(task: Task) -> str:
@@ -121,4 +132,4 @@ def _expression_from_prompt(task: Task) -> str:
         match = _PROMPT_RE.search(text)
         if match:
             return match.group("expr")
-    raise ValueError(f"task {task.id}: no expression in metadata or prompt")
+    raise ValueError("no expression in metadata or prompt")

@@ -9,7 +9,9 @@ A task prompt is a string or a list of chat messages (system and few-shot turns 
 calls and results included, as RL datasets store them).
 
 A user's own environment is loaded from `package.module:attr` in config, where `attr` is
-an `Environment` instance, subclass, or a zero-argument factory returning one.
+an `Environment` instance, subclass, or a zero-argument factory returning one. An
+environment that can refuse a task overrides `Environment.check_task`, so that tasks from
+a file are refused at load time rather than one `error` episode at a time.
 """
 
 from __future__ import annotations
@@ -80,3 +82,13 @@ class Environment(ABC):
 
     @abstractmethod
     def start(self, task: Task) -> EpisodeWorld: ...
+
+    def check_task(self, task: Task) -> str | None:
+        """Why no world can be built for `task` (one line), or None when it can (or is unknown).
+
+        Tasks from a file (`env.task_file`) are checked at load time, before any episode
+        starts, so a prompt the environment cannot read is a config error instead of an
+        `error` episode per task. Cheap and side-effect free: unlike `start`, it builds
+        nothing. The default accepts every task; override it when `start` can refuse one.
+        """
+        return None

@@ -8,10 +8,13 @@
 - `options["task_file"]`, when present, is taken out before that call: the tasks then come
   from the JSONL/Parquet file (`collector.envs.tasks`) while worlds and grading stay the
   environment's. The built-ins build each world from the task's metadata or prompt, so any
-  file of prompts in their phrasing works with them.
+  file of prompts in their phrasing works with them. Every task of the file goes through
+  the environment's `check_task`; a task it refuses (for a built-in: a prompt not in its
+  phrasing and no usable metadata) is a `ConfigError` naming the file, the task id and why.
 
 Every failure is a one-line `ConfigError` naming what was wrong, raised before any episode
-starts.
+starts. What an environment's `check_task` cannot see (a user environment that keeps the
+default, which accepts every task) still fails at `start`, as an `error` episode.
 """
 
 from __future__ import annotations
@@ -44,6 +47,9 @@ class TaskFileEnvironment(Environment):
     def start(self, task: Task) -> EpisodeWorld:
         return self.inner.start(task)
 
+    def check_task(self, task: Task) -> str | None:
+        return self.inner.check_task(task)
+
 
 def load_environment(spec: str, options: Mapping[str, Any] | None = None) -> Environment:
     """The environment named by `spec`, built with `options` (see the module docstring)."""
@@ -59,7 +65,19 @@ def load_environment(spec: str, options: Mapping[str, Any] | None = None) -> Env
         env.name = spec
     if task_file is not None:
         env = TaskFileEnvironment(env, load_tasks(str(task_file)))
+        for task in env.tasks():
+            problem = _check(env, task, spec)
+            if problem is not None:
+                raise ConfigError(f"env.task_file: {task_file}: task {task.id}: {problem}")
     return env
+
+
+def _check(env: Environment, task: Task, spec: str) -> str | None:
+    try:
+        problem = env.check_task(task)
+    except Exception as exc:  # noqa: BLE001 - a crashing check is reported like a refusal, in one line
+        problem = f"{spec!r} failed checking it: {type(exc).__name__}: {exc}"
+    return None if problem is None else " ".join(str(problem).split())
 
 
 def _resolve(target: str, spec: str) -> Any:

@@ -254,6 +254,13 @@ class SupportDeskEnv(Environment):
         kind, params = _params(task)
         return SupportDeskWorld(kind, params, task.id)
 
+    def check_task(self, task: Task) -> str | None:
+        try:
+            _params(task)
+        except ValueError as exc:
+            return str(exc)
+        return None
+
 
 def _params(task: Task) -> tuple[str, dict[str, Any]]:
     """The task's kind and parameters: from metadata, else parsed from the prompt."""
@@ -272,4 +279,4 @@ def _params(task: Task) -> tuple[str, dict[str, Any]]:
                     if key in params:
                         params[key] = int(params[key])
                 return name, params
-    raise ValueError(f"task {task.id}: not a support_desk prompt and no usable metadata")
+    raise ValueError("not a support_desk prompt and no usable metadata")

@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from collector.envs.arithmetic import ArithmeticEnv
+from collector.envs.base import Environment, EpisodeWorld, Task
 from collector.envs.loading import TaskFileEnvironment, load_environment
 from collector.envs.support_desk import SupportDeskEnv
 from collector.envs.tasks import load_tasks
@@ -190,3 +191,52 @@ def test_missing_and_unreadable_task_files(tmp_path: Path) -> None:
     fake.write_text("nope")
     with pytest.raises(ConfigError, match="not a readable Parquet file"):
         load_tasks(fake)
+
+
+@pytest.mark.parametrize(
+    ("env_name", "row", "problem"),
+    [
+        ("support_desk", {"id": "odd-1", "prompt": "Please water my plants."}, "not a support_desk prompt"),
+        ("arithmetic", {"id": "odd-2", "prompt": "What is love?"}, "no expression"),
+        ("arithmetic", {"id": "odd-3", "prompt": "x", "metadata": {"expression": "2 ** 8"}}, "only integers"),
+    ],
+)
+def test_task_file_prompts_that_do_not_fit_the_environment_fail_at_load(
+    tmp_path: Path, env_name: str, row: dict[str, object], problem: str
+) -> None:
+    """A task the built-in cannot build a world from is a one-line ConfigError naming file, task and cause."""
+    good = {"id": "ok-1", "prompt": "What is the status of order A-1007?"}
+    if env_name == "arithmetic":
+        good = {"id": "ok-1", "prompt": ArithmeticEnv(num_tasks=1).tasks()[0].prompt}
+    path = tmp_path / "tasks.jsonl"
+    path.write_text(json.dumps(good) + "\n" + json.dumps(row) + "\n")
+    with pytest.raises(ConfigError) as caught:
+        load_environment(env_name, {"task_file": str(path)})
+    message = str(caught.value)
+    assert "\n" not in message
+    assert str(path) in message
+    assert f"task {row['id']}" in message
+    assert problem in message
+
+
+def test_fitting_task_file_loads_and_user_envs_are_not_second_guessed(tmp_path: Path) -> None:
+    """Prompts in the built-in's phrasing load; an environment keeping the default check accepts any task."""
+    path = tmp_path / "tasks.jsonl"
+    path.write_text(json.dumps({"id": "t", "prompt": "What is the status of order A-1007?"}) + "\n")
+    env = load_environment("support_desk", {"task_file": str(path)})
+    assert [t.id for t in env.tasks()] == ["t"]
+    env.start(env.tasks()[0])
+    wrapped = TaskFileEnvironment(_AnyTask(), load_tasks(path))
+    assert wrapped.check_task(wrapped.tasks()[0]) is None
+
+
+class _AnyTask(Environment):
+    """A user environment that does not override `check_task`."""
+
+    name = "any"
+
+    def tasks(self) -> list[Task]:
+        return []
+
+    def start(self, task: Task) -> EpisodeWorld:
+        raise NotImplementedError
