@@ -26,9 +26,10 @@ is fixed and tested:
    a row, the episode ends as `malformed_tool_call` and nothing from the turn runs.
    Otherwise a malformed call gets an error result naming the problem (never echoing the
    fragment) and its valid siblings go on to 4.
-4. gate check: a call to a `gate` tool (approval, human review) that is malformed holds
-   every sibling of the turn: each gets a result saying nothing was approved. Valid gate
-   calls run first, whatever their position, and one that fails holds the rest the same way.
+4. gate check: a call to a `gate` tool (approval, human review) that is malformed (or
+   repeats an earlier call's id, below) holds every sibling of the turn: each gets a result
+   saying nothing was approved. Valid gate calls run first, whatever their position, and
+   one that fails holds the rest the same way.
 5. dispatch: the remaining calls run one after another, in the model's order, each
    validated against its schema first (`collector.tools.run_tool`).
 6. a turn with no tool call is the final answer: the episode ends as `done`.
@@ -39,7 +40,13 @@ in flight is cancelled, the open calls are settled, and the episode ends as `tim
 Every call id is settled exactly once, at the turn where it arose: before the next model
 call (or the end of the episode) each call of an assistant turn has exactly one
 `ToolResultMessage`, in the order of the calls. The history therefore replays cleanly to
-strict backends; the adapters replay a malformed call's arguments as ``"{}"``. An assistant
+strict backends; the adapters replay a malformed call's arguments as ``"{}"``. Call ids are
+unique within a turn: a call whose id repeats the id of an earlier call of the same turn is
+never run, whatever its arguments (which of two calls a result answers would be a guess);
+it is answered with an error naming the repeated id, and carries the id ``{id}_dup{n}`` (the
+first suffix free in that turn) in the history and the record, because strict backends
+reject a turn with duplicate ids. The first call with the id goes through the steps above
+as usual. An assistant
 turn with neither text nor a call (a reasoning model that spent the cap thinking, a cap of
 1 token) is kept in the record (`messages`) but never sent back to the model: no dialect has
 a valid empty assistant message. The notice that follows such a cut turn then comes right
@@ -108,6 +115,13 @@ UNPARSED_NOTICE = (
 MALFORMED_END = "not executed: the arguments were not a valid JSON object; the episode ended at this turn"
 SIBLING_END = "not executed: another call of this turn had malformed arguments; the episode ended"
 TIMED_OUT = "not executed: the episode's time limit expired"
+
+
+def _duplicate(original: str) -> str:
+    return (
+        f"not executed: this call repeated the id {original[:64]!r} of an earlier call of this turn; "
+        "send it again as a call of its own"
+    )
 
 #: Stop reasons that are not the model's doing (reward policy in the module docstring).
 _NOT_TRAINABLE = frozenset({StopReason.ERROR, StopReason.TIMEOUT})
@@ -187,6 +201,7 @@ class _Episode:
     """The mutable state of one running episode: history, records, counters."""
 
     __slots__ = (
+        "duplicates",
         "executed",
         "final_text",
         "history",
@@ -216,10 +231,12 @@ class _Episode:
         self.open_calls: list[ToolCall] = []
         self.open_index = 0
         self.results: dict[str, ToolResultMessage] = {}
+        self.duplicates: dict[str, str] = {}
+        """This turn's renamed calls: new id -> the id it repeated."""
 
     def add_turn(self, turn: Turn, cap: int) -> TurnRecord:
         index = len(self.turns)
-        calls = turn.tool_calls
+        calls = self.unique_ids(turn.tool_calls)
         record = TurnRecord(
             index=index,
             raw_finish_reason=turn.raw_finish_reason,
@@ -249,7 +266,32 @@ class _Episode:
         self.open_calls = calls
         self.open_index = index
         self.results = {}
+        for call in calls:
+            original = self.duplicates.get(call.id)
+            if original is not None:
+                self.answer(call, _duplicate(original), True)
         return record
+
+    def unique_ids(self, calls: list[ToolCall]) -> list[ToolCall]:
+        """The turn's calls, a repeated id renamed ``{id}_dup{n}`` (see the module docstring)."""
+        self.duplicates = {}
+        if len(calls) < 2 or len({c.id for c in calls}) == len(calls):
+            return calls
+        taken = {c.id for c in calls}
+        seen: set[str] = set()
+        out: list[ToolCall] = []
+        for call in calls:
+            if call.id in seen:
+                n = 1
+                while f"{call.id}_dup{n}" in taken:
+                    n += 1
+                renamed = f"{call.id}_dup{n}"
+                taken.add(renamed)
+                self.duplicates[renamed] = call.id
+                call = dataclasses.replace(call, id=renamed)
+            seen.add(call.id)
+            out.append(call)
+        return out
 
     def answer(self, call: ToolCall, content: str, is_error: bool) -> None:
         if call.id not in self.results:
@@ -280,7 +322,10 @@ class _Episode:
         held_by: str | None = None
         for call in calls:
             tool_ = tools.get(call.name)
-            if call.status is ArgStatus.MALFORMED or call.arguments is None:
+            if call.id in self.duplicates:  # already answered; a gate that does not go through holds
+                if tool_ is not None and tool_.gate:
+                    held_by = held_by or call.name
+            elif call.status is ArgStatus.MALFORMED or call.arguments is None:
                 self.answer(call, _malformed(call), True)
                 if tool_ is not None and tool_.gate:
                     held_by = held_by or call.name
@@ -345,7 +390,7 @@ async def _drive(
         except Exception as exc:
             raise _Failure(EpisodeError(type(exc).__name__, "unexpected exception in the provider")) from exc
         record = run.add_turn(turn, cap)
-        calls = turn.tool_calls
+        calls = run.open_calls  # the turn's calls, repeated ids renamed
 
         if turn.is_length:  # 2
             cut_streak += 1

@@ -350,3 +350,23 @@ def _replays_an_empty_assistant(body: dict[str, Any]) -> bool:
         ):
             return True
     return False
+
+
+async def test_duplicate_call_ids_replay_against_the_strict_simulator(sim: Harness) -> None:
+    """A turn whose two calls share an id runs only the first; the replay (renamed id) is accepted."""
+
+    def same_id(index: int, turn: Turn) -> Turn:
+        if index == 0:
+            assert len(turn.tool_calls) == 2
+            first, second = turn.tool_calls
+            turn.tool_calls[1] = dataclasses.replace(second, id=first.id)
+        return turn
+
+    provider = sim.provider(same_id)
+    episode, world, _ = await sim.episode(APPROVAL, "sim-perfect", 256, provider=provider, stop_on=[])
+    first_turn = [m for m in episode.messages if m.role == "tool" and m.turn_index == 0]
+    assert [m.is_error for m in first_turn] == [False, True]
+    assert len({m.call_id for m in first_turn}) == 2
+    assert [e.name for e in episode.executed_tool_calls if e.turn_index == 0] == ["request_approval"]
+    assert episode.stop_reason is StopReason.DONE
+    assert world.refunds == [("A-2002", 900.0)]
