@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from collector.errors import OutputError
 from collector.record import SCHEMA_VERSION, episode_id
@@ -51,8 +52,49 @@ MAX_PROBLEMS = 200
 
 _ROW_COLUMNS = [
     "episode_id", "run_id", "task_id", "sample", "model", "provider", "budget", "stop_reason", "trainable",
-    "reward", "error", "turns", "messages", "executed_tool_calls",
+    "reward", "turns", "messages", "executed_tool_calls",
 ]
+
+# The fields of the nested columns that the row checks read. Turning whole rows into Python
+# objects (message text, arguments, token counts) was most of the cost of a check (62 us a
+# row over 200k rows); casting each nested column down to these fields first leaves that
+# work in Arrow. A nested dict is a list<struct> field projected the same way.
+_Spec = tuple["str | dict[str, _Spec]", ...]
+_NESTED: dict[str, _Spec] = {
+    "turns": ("index", "finish_class", "discarded", "malformed_calls", "unparsed_tool_call"),
+    "messages": ("role", "turn_index", "call_id", {"tool_calls": ("id", "status")}),
+    "executed_tool_calls": ("turn_index", "call_id", "name"),
+}
+
+
+def _projected_type(full: pa.DataType, spec: _Spec) -> pa.DataType:
+    """`full` (a list<struct>) with only the struct fields `spec` names, nested alike."""
+    struct = full.value_type
+    fields = []
+    for item in spec:
+        if isinstance(item, dict):
+            ((name, sub),) = item.items()
+            f = struct.field(name)
+            fields.append(pa.field(name, _projected_type(f.type, sub), nullable=f.nullable))
+        else:
+            fields.append(struct.field(item))
+    return pa.list_(pa.struct(fields))
+
+
+_PROJECTED = {name: _projected_type(SCHEMA.field(name).type, spec) for name, spec in _NESTED.items()}
+
+
+def _rows(table: pa.Table) -> list[dict[str, Any]]:
+    """The rows as dicts of just what `_check_row` reads (`has_error` stands in for `error`)."""
+    columns = {}
+    for name in _ROW_COLUMNS:
+        column = table.column(name)
+        columns[name] = column.cast(_PROJECTED[name]) if name in _PROJECTED else column
+    # A dictionary column converts element by element (4.5 us a row); its string cast does not.
+    columns["stop_reason"] = columns["stop_reason"].cast(pa.string())
+    columns["has_error"] = pc.is_valid(table.column("error"))
+    rows: list[dict[str, Any]] = pa.table(columns).to_pylist()
+    return rows
 
 
 @dataclass(slots=True)
@@ -131,7 +173,7 @@ def check_run(run_dir: str | Path) -> CheckReport:
         if table is None:
             continue
         report.episodes += table.num_rows
-        for row in table.select(_ROW_COLUMNS).to_pylist():
+        for row in _rows(table):
             _check_row(rel, row, policy, seen, report)
     for note in _strays(root, listed):
         report.notes.append(note)
@@ -187,10 +229,10 @@ def _check_row(
         seen[eid] = rel
     expected = episode_id(row["run_id"], row["task_id"], row["sample"], row["model"], row["budget"])
     # A sweep over several providers names the model as "provider/model" in the id
-    # (collector.plan), so the same model under two providers gets two ids.
-    swept = episode_id(row["run_id"], row["task_id"], row["sample"], f"{row['provider']}/{row['model']}",
-                       row["budget"])
-    if eid not in (expected, swept):
+    # (collector.plan), so the same model under two providers gets two ids; that second
+    # hash is computed only when the first does not match.
+    if eid != expected and eid != episode_id(row["run_id"], row["task_id"], row["sample"],
+                                             f"{row['provider']}/{row['model']}", row["budget"]):
         report.add(f"{where}: id is not episode_id(run, task, sample, model, budget) = {expected}")
     reason = row["stop_reason"]
     turns = row["turns"]
@@ -230,7 +272,7 @@ def _check_row(
     if reason == StopReason.ERROR:
         if row["trainable"]:
             report.add(f"{where}: error episode marked trainable")
-        if row["error"] is None:
+        if not row["has_error"]:
             report.add(f"{where}: error episode without an error record")
 
 
