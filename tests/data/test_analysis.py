@@ -8,6 +8,7 @@ from types import ModuleType
 import duckdb
 import pandas as pd
 import polars as pl
+import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
 
@@ -140,3 +141,26 @@ def test_public_names(module: ModuleType) -> None:
     assert {"RunStore", "committed_shard_paths"} <= set(store.__all__)
     assert {"check_run", "CheckReport"} <= set(check.__all__)
     assert {"compute_stats", "format_stats"} <= set(stats.__all__)
+
+
+def test_readers_that_discover_hive_directories_agree_with_the_files(runs: dict[str, Path]) -> None:
+    """The README's directory-tree recipes work: pyarrow with PARTITIONING, polars and DuckDB with hive on."""
+    arrow, parquet = runs["arrow"], runs["parquet"]
+    with pytest.raises(pa.ArrowTypeError, match="budget"):  # why the README names PARTITIONING
+        ds.dataset(arrow, format="ipc", partitioning="hive", exclude_invalid_files=True).to_table()
+    for run, fmt in ((arrow, "ipc"), (parquet, "parquet")):
+        dataset = ds.dataset(run, format=fmt, partitioning=analysis.PARTITIONING, exclude_invalid_files=True)
+        table = dataset.to_table(columns=["model", "budget", "is_truncated"], filter=ds.field("budget") == 64)
+        assert table.schema.field("budget").type == pa.int64()
+        assert table.num_rows == 20
+    lf = pl.scan_ipc(f"{arrow}/model=*/budget=*/*.arrow", hive_partitioning=True)
+    got = lf.group_by("model", "budget").agg(pl.col("is_truncated").sum()).collect()
+    assert got.schema["budget"] == pl.Int64
+    assert {(r["model"], r["budget"]): r["is_truncated"] for r in got.iter_rows(named=True)} == (
+        expected_truncated(arrow))
+    files = f"{parquet}/model=*/budget=*/*.parquet"
+    rows = duckdb.sql(
+        f"select model, budget, sum(is_truncated::int) from read_parquet('{files}', hive_partitioning=true)"
+        " group by all"
+    ).fetchall()
+    assert {(m, b): t for m, b, t in rows} == expected_truncated(parquet)
