@@ -98,7 +98,7 @@ def _tiled(template: pa.Table, keys: list[_Key], seed: int) -> pa.Table:
     table = table.set_column(i, SCHEMA.field("stop_reason"), column)
     put("is_truncated", truncated)
     put("reward", reward)
-    put("trainable", reasons != "error")
+    put("trainable", (reasons != "error") & (reasons != "timeout"))
     put("output_tokens", out_tokens)
     put("wasted_output_tokens", wasted)
     return table

@@ -19,7 +19,8 @@ run directory it did not watch being written. Checked, per committed shard:
 4. every call id of an assistant message is settled by exactly one tool result before the
    next assistant message (or the end), and no tool result settles an unknown id;
 5. reward is 0 for the stop_on reasons (at most 0 under the `grade_then_clamp` policy);
-6. `error` episodes are not trainable and carry an error record.
+6. `error` episodes are not trainable and carry an error record; `timeout` episodes are not
+   trainable (a wall-clock limit depends on the infrastructure, not only on the model).
 
 stop_on and the reward policy come from ``config.resolved.json`` beside the manifest (both
 stop_on reasons and policy "zero" when it is missing). Files in the partitions that the
@@ -274,6 +275,8 @@ def _check_row(
             report.add(f"{where}: error episode marked trainable")
         if not row["has_error"]:
             report.add(f"{where}: error episode without an error record")
+    elif reason == StopReason.TIMEOUT and row["trainable"]:
+        report.add(f"{where}: timeout episode marked trainable")
 
 
 def _settlement(messages: Iterable[dict[str, Any]]) -> list[str]:

@@ -103,7 +103,10 @@ def make_episode(
         error = EpisodeError(type="ProviderUnavailable", message="HTTP 503 after 4 retries")
         trainable = False
         value = 0.0
-    else:  # max_steps, timeout: the episode simply stopped after the first turn
+    elif stop is StopReason.TIMEOUT:  # the clock ran out after the first turn
+        trainable = False
+        value = 0.0
+    else:  # max_steps: the episode simply stopped after the first turn
         value = 0.0 if reward is None else reward
     return Episode(
         episode_id=eid,

@@ -95,6 +95,7 @@ CASES: list[tuple[str, StopReason, Callable[[Episode], None], str]] = [
     ("reward on a malformed episode", S.MALFORMED_TOOL_CALL, _rewarded_cut, "malformed_tool_call episode"),
     ("trainable error", S.ERROR, _trainable_error, "error episode marked trainable"),
     ("error without a record", S.ERROR, _error_without_record, "without an error record"),
+    ("trainable timeout", S.TIMEOUT, _trainable_error, "timeout episode marked trainable"),
     ("episode went on after a cut", S.DONE, _went_on_after_cut, "was cut but the episode went on"),
     ("episode went on after malformed", S.DONE, _went_on_after_malformed, "had a malformed tool call"),
     ("id not deterministic", S.DONE, _wrong_id, "id is not episode_id"),
