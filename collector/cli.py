@@ -27,7 +27,9 @@ EXIT_OK, EXIT_PROBLEM, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 def _by(values: list[str] | None) -> tuple[str, ...]:
     if not values:
         return ("model", "budget")
-    return tuple(col.strip() for value in values for col in value.split(",") if col.strip())
+    columns = (col.strip() for value in values for col in value.split(",") if col.strip())
+    # A column named twice (`--by model,model`, or in two `--by`) is grouped by once.
+    return tuple(dict.fromkeys(columns))
 
 
 def _fraction(text: str) -> float:

@@ -12,9 +12,15 @@ before validation, so an override is checked exactly like the file. Every failur
 Identity. `config_fingerprint` hashes only the fields that define what an episode means
 (provider wire, sampling, environment, loop policy, seed, run name). The fields that only
 select which episodes exist (models, budgets, samples, task count) and the ones that only
-shape how the run executes (output, Ray, concurrency, timeouts, retries) are left out:
-episode ids already name their cell, so a grown sweep resumes into the same run directory,
-while a changed policy is refused there.
+shape how the run executes (output, Ray, concurrency, the provider's request timeout and
+retries) are left out: episode ids already name their cell, so a grown sweep resumes into
+the same run directory, while a changed policy is refused there. The loop's timeouts
+(`loop.episode_timeout_s`, `loop.tool_timeout_s`) stay in: they decide which episodes end
+as `timeout` and which tool results are errors, so they shape the data.
+
+Checks that need more than the schema (`check_run_config`: simulator model names must be
+presets) run in `load_config` and again in the job before Ray starts, not in the pydantic
+models, so a `RunConfig` can still be built in code for any model name.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -38,14 +45,18 @@ PositiveFloat = Annotated[float, Field(gt=0)]
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Attribute docstrings become field descriptions (the JSON schema, and a test that every
+    # field has one).
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 class RetryConfig(_Model):
     max_retries: Annotated[int, Field(ge=0)] = 4
     """Retries per model call for retryable failures (429, 5xx, 529, transport, broken streams)."""
     initial_backoff_s: PositiveFloat = 0.5
+    """First back-off before a retry; doubled (with jitter) on each further retry."""
     max_backoff_s: PositiveFloat = 8.0
+    """Ceiling of the exponential back-off (a server's `retry-after` may ask for longer)."""
     max_retry_after_s: PositiveFloat = 120.0
     """A `retry-after` longer than this is not waited for; the call fails as unavailable."""
 
@@ -60,10 +71,13 @@ class ProviderConfig(_Model):
     api_key_env: str | None = None
     """Name of the environment variable holding the API key. The key itself is never in config."""
     streaming: bool = False
+    """Ask for server-sent events (and assemble the turn from them) instead of one JSON body."""
     request_timeout_s: PositiveFloat = 60.0
+    """Per model call: connect, and wait between bytes of the reply. Not in the fingerprint."""
     cap_field: Literal["max_completion_tokens", "max_tokens"] | None = None
     """Chat Completions: which field carries the output cap (OSS servers often want max_tokens)."""
     retry: RetryConfig = RetryConfig()
+    """How failed model calls are retried (not in the fingerprint)."""
     label: str | None = None
     """Stored in the `provider` column; defaults to the kind. Must differ between swept providers."""
 
@@ -85,19 +99,28 @@ class ProviderConfig(_Model):
 
 
 class SamplingConfig(_Model):
+    """Request parameters sent with every model call; unset fields are left to the server."""
+
     temperature: float | None = None
+    """Sampling temperature; unset sends none (the provider's default)."""
     top_p: float | None = None
+    """Nucleus sampling mass; unset sends none."""
     stop: list[str] | None = None
+    """Stop sequences, where the wire format has them."""
     tool_choice: str | None = None
+    """Tool-choice mode for the provider (e.g. `auto`, `required`, `none`); unset sends none."""
     logprobs: bool = False
+    """Ask for token log-probabilities, where the wire format supports them."""
     top_logprobs: int | None = None
+    """With `logprobs`: alternatives per token."""
     extra_body: dict[str, object] = {}
     """Server-specific request fields (vLLM, llama.cpp), merged into every request body."""
 
 
 class SweepConfig(_Model):
     models: Annotated[list[str], Field(min_length=1)]
-    """Model names. For the simulator these are preset names (see `collector sim --list`)."""
+    """Model names. For the simulator these are preset names: the keys of `PRESETS` in
+    collector/sim/presets.py (any other name is refused by `collector validate` and `run`)."""
     budgets: Annotated[list[PositiveInt], Field(min_length=1)]
     """Per-turn output-token caps to sweep."""
     providers: list[ProviderConfig] | None = None
@@ -149,17 +172,22 @@ class RedactionConfig(_Model):
 
 class LoopConfig(_Model):
     stop_on: frozenset[StopReason] = frozenset(STOP_ON_CHOICES)
+    """Turn faults that end the episode at that turn (nothing of the turn executed, reward 0)."""
     max_steps: PositiveInt = 8
     """Model turns per episode."""
     max_consecutive_faults: PositiveInt = 2
     """When a fault is not in stop_on: consecutive cut (or malformed) turns before the episode
     ends with that reason."""
     episode_timeout_s: PositiveFloat = 300.0
+    """Wall time per episode before it ends as `timeout`. In the fingerprint: it shapes the data."""
     tool_timeout_s: PositiveFloat = 10.0
+    """Wall time per tool call before its result is an error. In the fingerprint: it shapes the data."""
     episode_output_budget: PositiveInt | None = None
     """Optional cap on output tokens across the whole episode, beside the per-turn cap."""
     reward: RewardConfig = RewardConfig()
+    """What reward cut, malformed and max_steps episodes get."""
     redaction: RedactionConfig = RedactionConfig()
+    """What is scrubbed from tool arguments before storage."""
 
     @field_validator("stop_on")
     @classmethod
@@ -175,31 +203,92 @@ class RayConfig(_Model):
     address: str | None = None
     """Empty: an embedded local cluster. Else a cluster address (or set RAY_ADDRESS)."""
     workers: PositiveInt = 2
+    """Worker actors (one event loop each; on a cluster, spread one per node first)."""
     episodes_in_flight: PositiveInt = 64
     """Concurrent episodes per worker."""
     batch_size: PositiveInt = 32
     """Episodes handed to a worker per call (one Ray call per batch, never per model call)."""
     cpus_per_worker: Annotated[float, Field(ge=0)] = 1.0
-    """CPUs each worker actor reserves in Ray's scheduler (one busy event loop is one core)."""
+    """CPUs each worker actor reserves in Ray's scheduler (one busy event loop is one core).
+    `workers x cpus_per_worker` must fit the cluster's CPUs, or the run stops before starting."""
+    start_timeout_s: PositiveFloat = 120.0
+    """How long a worker actor may take to be placed and become ready (also a replacement after
+    a worker died). Past it the run stops with one line instead of waiting forever for room."""
 
 
 class OutputConfig(_Model):
-    path: str = "runs/demo"
+    path: str = "runs/{name}"
+    """The run directory. `{name}` is replaced by the run's `name`, so by default every config
+    gets its own `runs/<name>` and two configs never collide on one directory."""
     format: Literal["arrow", "parquet"] = "arrow"
+    """Shard file format: Arrow IPC (zstd) or Parquet."""
     rows_per_shard: PositiveInt = 512
+    """Rows per shard. The driver buffers finished episodes per (model, budget) cell and
+    commits a cell when it holds this many; smaller shards only at `commit_interval_s` and
+    at the end of the run."""
+    commit_interval_s: PositiveFloat = 30.0
+    """Commit whatever is buffered at least this often. A killed driver loses at most this
+    much work (rerun to resume); shorter means more, smaller shards."""
 
 
 class RunConfig(_Model):
     name: str = "run"
+    """The run's name: the start of the run id (and of every episode id) and the default
+    output directory `runs/<name>`."""
     seed: int = 0
+    """Run seed: per-episode seeds derive from it, and the simulator is seeded with it."""
     samples_per_task: PositiveInt = 1
+    """Episodes per task in each sweep cell."""
     provider: ProviderConfig = ProviderConfig()
+    """The model provider (the simulator by default); see `sweep.providers` for several."""
     sampling: SamplingConfig = SamplingConfig()
+    """Request parameters sent with every call."""
     sweep: SweepConfig
+    """The cells: models x budgets (x providers)."""
     env: EnvConfig = EnvConfig()
+    """The environment whose tasks the episodes work."""
     loop: LoopConfig = LoopConfig()
+    """The episode loop's policy."""
     ray: RayConfig = RayConfig()
+    """Where and how wide the run executes."""
     output: OutputConfig = OutputConfig()
+    """Where and how episodes are stored."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _output_path_named(cls, data: Any) -> Any:
+        # Expand `{name}` before the (frozen) models are built; a mapping only: an already
+        # built RunConfig has its path expanded.
+        if not isinstance(data, Mapping):
+            return data
+        output = data.get("output", {})
+        if not isinstance(output, Mapping):
+            return data  # the field validation reports it
+        name = data.get("name", "run")
+        path = output.get("path", OutputConfig.model_fields["path"].default)
+        if isinstance(path, str) and isinstance(name, str) and "{name}" in path:
+            return {**data, "output": {**output, "path": path.replace("{name}", name)}}
+        return data
+
+
+def check_run_config(cfg: RunConfig, source: str = "<config>") -> RunConfig:
+    """Checks beyond the schema; a one-line ConfigError naming `source` and the field.
+
+    Simulator model names must be presets: the simulator answers any other name with a 404,
+    which would otherwise only show once Ray is up. Imported here, lazily, so that loading
+    the config module stays cheap.
+    """
+    providers = cfg.sweep.providers or [cfg.provider]
+    if any(p.kind == "sim" for p in providers):
+        from collector.sim.presets import PRESETS
+
+        for i, model in enumerate(cfg.sweep.models):
+            if model not in PRESETS:
+                known = ", ".join(sorted(PRESETS))
+                raise ConfigError(
+                    f"{source}: sweep.models.{i}: {model!r} is not a simulator preset (known: {known})"
+                )
+    return cfg
 
 
 # --- Loading: TOML files, `--set` overrides, one-line errors. -----------------------------
@@ -282,7 +371,7 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> RunConfig:
         raise ConfigError(f"{source}: cannot read: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{source}: not valid TOML: {exc}") from None
-    return config_from_dict(apply_overrides(data, overrides), source)
+    return check_run_config(config_from_dict(apply_overrides(data, overrides), source), source)
 
 
 # --- Identity: which fields define the data. -----------------------------------------------
@@ -290,8 +379,9 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> RunConfig:
 #: Fields that only select *which* episodes exist, not what any one of them contains. Every
 #: episode id already names its model, budget, task and sample, so growing a sweep (another
 #: budget, more samples, more tasks) resumes into the same run directory and runs only the
-#: new cells. Output, Ray layout, concurrency, timeouts and retries never change an episode's
-#: meaning either, so they stay out as well.
+#: new cells. Output, Ray layout, concurrency, the provider's request timeout and retries
+#: never change an episode's meaning either, so they stay out as well (the loop's timeouts
+#: do change it: which episodes time out, which tool results are errors; they stay in).
 _SELECTION_ONLY: dict[str, Any] = {
     "samples_per_task": True,
     "sweep": {"models": True, "budgets": True},
@@ -352,11 +442,30 @@ def with_absolute_paths(cfg: RunConfig, base: str | Path | None = None) -> RunCo
     )
 
 
+def public_url(url: str) -> str:
+    """`url` without user info, query or fragment: where credentials hide in a base URL
+    (`https://user:pass@host/v1`, `...?key=...`). Used for anything stored or printed."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"  # an IPv6 literal keeps its brackets
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        port = ""  # a malformed port: drop it rather than fail while making a safe copy
+    return f"{parts.scheme}://{host}{port}{parts.path}" if parts.scheme else parts.path
+
+
 def resolved_config(cfg: RunConfig) -> dict[str, Any]:
     """The fully resolved config as JSON-ready data, saved beside the output.
 
-    It holds the *name* of the API-key variable, never its value.
+    It holds the *name* of the API-key variable, never its value, and base URLs without
+    user info or query string (`public_url`), so credentials put in a URL are not saved.
     """
     data = cfg.model_dump(mode="json")
     data["loop"]["stop_on"] = sorted(data["loop"]["stop_on"])
+    providers = [data["provider"], *(data["sweep"].get("providers") or [])]
+    for provider in providers:
+        if provider.get("base_url"):
+            provider["base_url"] = public_url(provider["base_url"])
     return data

@@ -10,14 +10,20 @@ The driver, in order:
    by another config, and subtracts the ids already committed (resume). A run with nothing
    left to do ends here, without starting Ray;
 3. starts the simulator if the provider is "sim", connects to Ray (embedded local cluster
-   unless an address is given), creates the worker actors and waits until each is ready:
-   keys present, base URL reachable, environment built. A problem there is one line, before
-   any episode runs;
-4. keeps every worker busy: each has a few batches outstanding, refilled as batches return;
-5. buffers returned episodes and commits them (`RunStore.commit`) every `rows_per_shard`
-   episodes or `COMMIT_INTERVAL_S`, and at the end, also on Ctrl-C;
+   unless an address is given), checks that the cluster has CPUs for `workers x
+   cpus_per_worker` (Ray would otherwise wait forever to place an actor), creates the
+   worker actors and waits, at most `ray.start_timeout_s`, until each is ready: keys
+   present, base URL reachable, environment built. A problem there is one line, before any
+   episode runs;
+4. keeps every ready worker busy: each has a few batches outstanding, refilled as batches
+   return. A worker still starting (a replacement) gets no batch until it is ready;
+5. buffers returned episodes per (model, budget) cell, the store's partition, and commits
+   a cell (`RunStore.commit`) once it holds `rows_per_shard` episodes, so shards are full;
+   every `output.commit_interval_s` and at the end (also on Ctrl-C) it commits everything
+   buffered;
 6. when an actor dies (a `RayError` that is not an exception raised by our code), puts that
-   actor's outstanding items back at the front of the queue and replaces the actor.
+   actor's outstanding items back at the front of the queue and replaces the actor; a
+   replacement that cannot be placed within `ray.start_timeout_s` stops the run.
 
 Exactly once. Only the driver writes, and a commit is atomic (the store's manifest). A
 driver killed at any moment loses only uncommitted episodes, which the rerun's set
@@ -27,7 +33,10 @@ holds. Nodes need not share a disk: episodes travel back to the driver by Ray.
 
 A `QuotaExhausted` episode is never committed (the run did not fail the episode, the
 account did): the driver stops handing out work, commits what finished and raises, so a
-rerun after the quota resets picks up exactly the missing episodes.
+rerun after the quota resets picks up exactly the missing episodes. A `RequestRejected`
+with HTTP 401, 403 or 404 is treated the same way: a refused key or an unknown model name
+fails every episode alike, so recording them as `error` rows would fill the run with rows
+a rerun (after fixing the config) never retries. Other 4xx stay per-episode errors.
 
 Address resolution: `--address`, else `ray.address` in the config, else `RAY_ADDRESS`,
 else an embedded local cluster. If Ray is already initialised in this process (a test
@@ -41,6 +50,7 @@ import contextlib
 import logging
 import math
 import os
+import re
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
@@ -51,22 +61,24 @@ from typing import Any
 import ray
 import ray.exceptions
 
-from collector.config import RunConfig, resolved_config, with_absolute_paths
-from collector.errors import CollectorError, ConfigError, QuotaExhausted
+from collector.config import RunConfig, check_run_config, resolved_config, with_absolute_paths
+from collector.errors import CollectorError, ConfigError, QuotaExhausted, RequestRejected
 from collector.plan import Plan, WorkItem, plan_work
 from collector.progress import Progress
 from collector.record import Episode
 from collector.simlaunch import provider_urls
 from collector.worker import EpisodeWorker, WorkerSetup, probe, read_api_key
 
-#: Commit buffered episodes at least this often, so a killed driver loses little work.
-COMMIT_INTERVAL_S = 5.0
 #: How long the driver blocks in `ray.wait` before refreshing the progress line.
 WAIT_S = 0.25
 #: Replacement actors allowed per configured worker before the run gives up.
 RESTARTS_PER_WORKER = 3
 #: The embedded cluster's object store: episodes are small, and the machine is shared.
 OBJECT_STORE_BYTES = 256 * 1024 * 1024
+#: Rejections that fail every episode alike (key, permission, model name): fatal for the run.
+FATAL_REJECTIONS = frozenset({401, 403, 404})
+#: `str(ProviderError)` ends with the status; `EpisodeError` keeps only type and message.
+_STATUS_SUFFIX = re.compile(r"\(HTTP (\d{3})\)$")
 
 
 @dataclass(slots=True)
@@ -165,6 +177,61 @@ class _WorkerActor:
 _RemoteWorker: Any = ray.remote(_WorkerActor)
 
 
+def check_cluster_fits(cfg: RunConfig) -> None:
+    """Raise a one-line ConfigError unless the cluster's CPUs can hold every worker actor.
+
+    Ray queues an actor it cannot place and waits for room forever; this turns the common
+    case (too many CPUs asked per worker) into an error before any actor is created. The
+    largest node must also hold one worker: CPUs are not pooled across nodes.
+    """
+    per_worker = cfg.ray.cpus_per_worker
+    if per_worker <= 0:
+        return
+    need = cfg.ray.workers * per_worker
+    have = float(ray.cluster_resources().get("CPU", 0.0))  # type: ignore[no-untyped-call]
+    biggest = max(
+        (float(n.get("Resources", {}).get("CPU", 0.0)) for n in ray.nodes() if n.get("Alive")),  # type: ignore[no-untyped-call]
+        default=0.0,
+    )
+    if need > have + 1e-9 or per_worker > biggest + 1e-9:
+        raise ConfigError(
+            f"ray.workers x ray.cpus_per_worker = {cfg.ray.workers} x {per_worker:g} = {need:g} CPUs, "
+            f"but the cluster has {have:g} CPUs (largest node {biggest:g}); lower ray.cpus_per_worker "
+            "or ray.workers"
+        )
+
+
+def fatal_rejection(episode: Episode, cfg: RunConfig) -> CollectorError | None:
+    """The run-stopping error an episode's `RequestRejected` 401/403/404 stands for, else None.
+
+    The message names the cause and the config field to fix, never the key: for 401/403 it
+    names the variable the key came from, for 404 the model name.
+    """
+    error = episode.error
+    if error is None or error.type != RequestRejected.__name__:
+        return None
+    match = _STATUS_SUFFIX.search(error.message)
+    status = int(match.group(1)) if match else None
+    if status not in FATAL_REJECTIONS:
+        return None
+    providers = cfg.sweep.providers or [cfg.provider]
+    provider = next((p for p in providers if p.name == episode.provider), providers[0])
+    where = f"provider {provider.name}"
+    if status == 404:
+        message = (
+            f"{where} does not know model {episode.model!r} (HTTP 404); check sweep.models "
+            "(finished episodes are committed; rerun after fixing it)"
+        )
+    else:
+        env = provider.api_key_env
+        key = f"the key in ${env}" if env else "the request (no key configured)"
+        message = (
+            f"{where}: {key} was refused (HTTP {status}); check provider.api_key_env and the key's "
+            "permissions (finished episodes are committed; rerun after fixing it)"
+        )
+    return RequestRejected(message, None)
+
+
 def _cause(exc: ray.exceptions.RayTaskError) -> BaseException:
     """The exception our own code raised inside the actor, unwrapped from Ray's envelope."""
     cause = getattr(exc, "cause", None)
@@ -179,6 +246,9 @@ class _Slot:
         self.actor: Any = None
         self.generation = 0
         self.outstanding = 0
+        self.starting: Any = None
+        """The pending `ready()` call of an actor not yet ready; no batches until it returns."""
+        self.started_at = 0.0
 
 
 class _Driver:
@@ -199,7 +269,8 @@ class _Driver:
         self.queue: deque[WorkItem] = deque()
         self.inflight: dict[Any, tuple[_Slot, int, list[WorkItem]]] = {}
         self.slots: list[_Slot] = []
-        self.buffer: list[Episode] = []
+        self.buffer: dict[tuple[str, int], list[Episode]] = {}
+        """Finished episodes not yet committed, per (model, budget): the store's partition."""
         self.seen: set[str] = set()
         self.last_commit = time.monotonic()
         self.stop_reason: CollectorError | None = None
@@ -217,6 +288,8 @@ class _Driver:
             num_cpus=self.cfg.ray.cpus_per_worker, scheduling_strategy="SPREAD"
         ).remote(setup)
         slot.outstanding = 0
+        slot.starting = slot.actor.ready.remote()
+        slot.started_at = time.monotonic()
 
     def _replace(self, slot: _Slot, generation: int) -> None:
         if slot.generation != generation:
@@ -231,11 +304,15 @@ class _Driver:
 
     def start_workers(self, setup: WorkerSetup) -> None:
         self.setup = setup
+        check_cluster_fits(self.cfg)
         self.slots = [_Slot(i) for i in range(self.cfg.ray.workers)]
         for slot in self.slots:
             self._spawn(slot)
+        timeout = self.cfg.ray.start_timeout_s
         try:
-            ray.get([slot.actor.ready.remote() for slot in self.slots])
+            ray.get([slot.starting for slot in self.slots], timeout=timeout)
+        except ray.exceptions.GetTimeoutError:
+            raise CollectorError(self._not_placed("not ready", timeout)) from None
         except ray.exceptions.RayTaskError as exc:
             cause = _cause(exc)
             if isinstance(cause, CollectorError):
@@ -244,11 +321,46 @@ class _Driver:
         except ray.exceptions.RayError as exc:
             # The actor could not be placed or died while starting (resources, a lost node).
             raise CollectorError(f"a worker could not start: {type(exc).__name__}") from None
+        for slot in self.slots:
+            slot.starting = None
+
+    def _not_placed(self, what: str, timeout: float) -> str:
+        cpus = self.cfg.ray.cpus_per_worker
+        return (
+            f"a worker was {what} after ray.start_timeout_s = {timeout:g}s (no node with "
+            f"{cpus:g} free CPUs, or a slow start); committed episodes are safe, run again to resume"
+        )
+
+    def started(self, ref: Any) -> None:
+        """A replacement's `ready()` returned: hand it batches, or stop on a start failure."""
+        slot = next((s for s in self.slots if s.starting == ref), None)
+        if slot is None:
+            return  # the ready() of an actor already replaced (it died meanwhile)
+        generation = slot.generation
+        slot.starting = None
+        try:
+            ray.get(ref)
+        except ray.exceptions.RayTaskError as exc:
+            cause = _cause(exc)
+            if isinstance(cause, CollectorError):
+                raise cause from None
+            raise CollectorError(f"a worker failed to start: {type(cause).__name__}: {cause}") from None
+        except ray.exceptions.RayError:
+            self._replace(slot, generation)  # died while starting: counts as another death
+
+    def check_starting(self) -> None:
+        """Stop the run if a replacement actor has waited longer than `ray.start_timeout_s`."""
+        timeout = self.cfg.ray.start_timeout_s
+        now = time.monotonic()
+        for slot in self.slots:
+            if slot.starting is not None and now - slot.started_at > timeout:
+                raise CollectorError(self._not_placed("replaced but could not be placed or started", timeout))
 
     def stop_workers(self) -> None:
         for slot in self.slots:
-            with contextlib.suppress(Exception):  # best effort: the run's result is already safe
-                ray.get(slot.actor.close.remote(), timeout=5)
+            if slot.starting is None:  # an actor never placed would only make close() wait
+                with contextlib.suppress(Exception):  # best effort: the run's result is already safe
+                    ray.get(slot.actor.close.remote(), timeout=5)
             with contextlib.suppress(Exception):
                 ray.kill(slot.actor, no_restart=True)
 
@@ -269,7 +381,7 @@ class _Driver:
         batch = self._batch_size()
         per_worker = self._per_worker(batch)
         for slot in self.slots:
-            while self.queue and slot.outstanding < per_worker:
+            while slot.starting is None and self.queue and slot.outstanding < per_worker:
                 items = [self.queue.popleft() for _ in range(min(batch, len(self.queue)))]
                 ref = slot.actor.run_batch.remote(items)
                 self.inflight[ref] = (slot, slot.generation, items)
@@ -304,17 +416,35 @@ class _Driver:
                         "committed, run again when the quota resets to resume"
                     )
                 continue
+            fatal = fatal_rejection(episode, self.cfg)
+            if fatal is not None:
+                # Not committed: the episode says nothing about the model; the rerun runs it.
+                if self.stop_reason is None:
+                    self.stop_reason = fatal
+                continue
             self.seen.add(episode.episode_id)
-            self.buffer.append(episode)
+            self.buffer.setdefault((episode.model, episode.budget), []).append(episode)
 
     def commit(self, force: bool = False) -> None:
-        due = len(self.buffer) >= self.cfg.output.rows_per_shard
-        due = due or (time.monotonic() - self.last_commit >= COMMIT_INTERVAL_S)
-        if not self.buffer or not (force or due):
+        """Commit full cells (whole shards only); everything on the interval or when forced."""
+        rows = self.cfg.output.rows_per_shard
+        everything = force or time.monotonic() - self.last_commit >= self.cfg.output.commit_interval_s
+        batch: list[Episode] = []
+        for cell, episodes in list(self.buffer.items()):
+            take = len(episodes) if everything else len(episodes) - len(episodes) % rows
+            if take:
+                batch.extend(episodes[:take])
+                if take == len(episodes):
+                    del self.buffer[cell]
+                else:
+                    self.buffer[cell] = episodes[take:]
+        if everything:
+            # The interval restarts even when nothing was due, so a quiet period does not
+            # make the next trickle of episodes a commit of its own.
+            self.last_commit = time.monotonic()
+        if not batch:
             return
-        batch, self.buffer = self.buffer, []
         written = self.store.commit(batch)
-        self.last_commit = time.monotonic()
         self.result.committed += written
         self.result.duplicates_dropped += len(batch) - written
         self.result.counts.update(str(e.stop_reason) for e in batch)
@@ -333,11 +463,18 @@ class _Driver:
     def loop(self) -> None:
         while self.inflight or (self.queue and self.stop_reason is None):
             self.fill()
-            ready, _ = ray.wait(
-                list(self.inflight), num_returns=len(self.inflight), timeout=WAIT_S, fetch_local=True
-            )
+            starting = [s.starting for s in self.slots if s.starting is not None]
+            waiting = list(self.inflight) + starting
+            if not waiting:  # cannot happen with a ready slot and a non-empty queue; be safe
+                time.sleep(WAIT_S)
+                continue
+            ready, _ = ray.wait(waiting, num_returns=len(waiting), timeout=WAIT_S, fetch_local=True)
             for ref in ready:
-                self.collect(ref)
+                if ref in self.inflight:
+                    self.collect(ref)
+                else:
+                    self.started(ref)
+            self.check_starting()
             self.commit()
             self.show()
 
@@ -357,6 +494,7 @@ def run_job(
     from collector.store import RunStore
 
     started = time.monotonic()
+    check_run_config(cfg)
     plan = plan_work(cfg)
     address = resolve_address(address, cfg)
     if address is None:

@@ -12,7 +12,9 @@ request, draws from a seeded generator which fault (if any) to serve instead:
   terminal event, or a 200 body that is no longer JSON);
 - ``slow``: the upstream reply, after sleeping longer than the client's request timeout;
 - ``doomed``: a 500 for every request whose body holds one of the `doomed` markers, so that
-  chosen episodes exhaust their retries whatever the luck of the draw.
+  chosen episodes exhaust their retries whatever the luck of the draw;
+- ``quota``: once `quota_after` requests have been served, every request gets OpenAI's
+  `insufficient_quota` 429 (an account out of credit: fatal for the run, never retried).
 
 `down()` stops the listening server (connections are refused), `up()` brings it back on the
 same port. `calm` turns every fault off. `counts` tallies requests and injected faults.
@@ -71,6 +73,8 @@ class StormProxy:
         self.calm = False
         self.doomed: tuple[bytes, ...] = ()
         """Requests whose body contains one of these always get a 500, calm or not."""
+        self.quota_after: int | None = None
+        """When set, requests after this many get a quota 429, calm or not."""
         self.counts: Counter[str] = Counter()
         self.port = 0
         self._burst_left = 0
@@ -86,6 +90,8 @@ class StormProxy:
     def _draw(self) -> str | None:
         with self._lock:
             self.counts["requests"] += 1
+            if self.quota_after is not None and self.counts["requests"] > self.quota_after:
+                return "quota"
             if self.calm:
                 return None
             if self._burst_left > 0:
@@ -125,6 +131,11 @@ class StormProxy:
             fault = "doomed" if any(marker in body for marker in self.doomed) else self._draw()
             if fault is not None:
                 self.counts[fault] += 1
+            if fault == "quota":
+                payload = json.dumps({"error": {
+                    "message": "You exceeded your current quota, please check your plan and billing details.",
+                    "type": "insufficient_quota", "param": None, "code": "insufficient_quota"}}).encode()
+                return Response(payload, 429, media_type="application/json")
             if fault == "rate_limit":
                 payload = _error_body(path, 429, "rate_limit_error", "Rate limit reached; slow down.")
                 return Response(payload, 429, {"retry-after-ms": "5", "content-type": "application/json"})

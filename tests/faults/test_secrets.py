@@ -54,9 +54,11 @@ async def completions(request: Request) -> JSONResponse:
         return JSONResponse({"error": {"message": "no key", "type": "invalid_request_error"}}, 401)
     prompt = json.dumps(body["messages"])
     if "task 0" in prompt:
-        message = f"Incorrect API key provided: {API_KEY}. Find your key at the dashboard."
+        # A per-request rejection (400) that echoes the key: an `error` row, its message
+        # scrubbed. (A 401 would stop the whole run: tests/faults/test_run_stoppers.py.)
+        message = f"Request rejected for API key {API_KEY}: unsupported parameter."
         return JSONResponse({"error": {"message": message, "type": "invalid_request_error",
-                                       "code": "invalid_api_key"}}, 401)
+                                       "code": "invalid_request_error"}}, 400)
     if any(m.get("role") == "tool" for m in body["messages"]):
         return JSONResponse(_reply({"role": "assistant", "content": "done"}, "stop"))
     args = {"username": "bob", "password": PASSWORD, "api_token": TOKEN}
@@ -148,3 +150,30 @@ def test_planted_secrets_reach_no_shard_log_or_message(tmp_path: Path, fake_prov
         assert not leaks_in(Path(ray_tmp))
     finally:
         shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def test_credentials_in_base_url_are_not_saved(tmp_path: Path) -> None:
+    """User info and query string of a base_url (credentials) never reach config.resolved.json."""
+    from collector.config import RunConfig, config_fingerprint, resolved_config
+    from collector.store import RunStore
+
+    cfg = RunConfig.model_validate({
+        "name": "urls",
+        "provider": {"kind": "chat", "base_url": f"https://bob:{PASSWORD}@gw.example:8443/v1?key={API_KEY}"},
+        "sweep": {
+            "models": ["m"], "budgets": [16],
+            "providers": [
+                {"kind": "anthropic", "base_url": f"https://{TOKEN}@api.example/x?token={TOKEN}#f",
+                 "label": "a"},
+                {"kind": "chat", "base_url": "http://127.0.0.1:8000/v1", "label": "b"},
+            ],
+        },
+        "output": {"path": str(tmp_path / "run")},
+    })
+    with RunStore.open(tmp_path / "run", config_fingerprint(cfg), resolved_config(cfg)):
+        pass
+    assert not leaks_in(tmp_path / "run")
+    saved = json.loads((tmp_path / "run" / "config.resolved.json").read_text())["config"]
+    assert saved["provider"]["base_url"] == "https://gw.example:8443/v1"
+    urls = [p["base_url"] for p in saved["sweep"]["providers"]]
+    assert urls == ["https://api.example/x", "http://127.0.0.1:8000/v1"]

@@ -123,3 +123,26 @@ def test_run_then_stats_show_check(tmp_path: Path, capsys: pytest.CaptureFixture
     assert "ok" in capsys.readouterr().out
     assert main(["stats", str(run_dir), "--by", "no_such_column"]) == 2
     assert_one_line_error(capsys.readouterr().err, "no_such_column")
+
+
+def test_sim_model_that_is_not_a_preset_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`validate` and `run` refuse a misspelt simulator model in one line listing the presets, before Ray."""
+    path = write_config(tmp_path)
+    bad = ["--set", 'sweep.models=["sim-terse", "sim-trese"]']
+    assert main(["validate", str(path), *bad]) == 2
+    err = capsys.readouterr().err
+    assert_one_line_error(err, "sweep.models.1", "'sim-trese'", "sim-terse", "sim-verbose")
+    assert main(["run", str(path), *bad, "--quiet"]) == 2
+    assert_one_line_error(capsys.readouterr().err, "'sim-trese'", "sim-hidden-cut")
+    assert not (tmp_path / "run").exists()
+
+
+def test_stats_by_repeated_column_is_grouped_once() -> None:
+    """`--by model,model` (or a column in two --by) groups by that column once."""
+    from collector.cli import _by
+
+    assert _by(["model,model"]) == ("model",)
+    assert _by(["model, budget", "budget,stop_reason,model"]) == ("model", "budget", "stop_reason")
+    assert _by(None) == ("model", "budget")

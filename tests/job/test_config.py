@@ -197,3 +197,31 @@ def test_resolved_config_holds_key_name_not_value(monkeypatch: pytest.MonkeyPatc
 def test_shipped_configs_validate(path: Path) -> None:
     """Every config shipped in configs/ loads and validates."""
     load_config(path)
+
+
+def test_default_output_path_is_per_run_name(tmp_path: Path) -> None:
+    """Without output.path a config writes to runs/<name>, so two configs never share a directory."""
+    first = load_config(write(tmp_path, MINIMAL))
+    second = load_config(write(tmp_path, MINIMAL.replace('name = "t"', 'name = "other"')))
+    assert (first.output.path, second.output.path) == ("runs/t", "runs/other")
+    placed = load_config(write(tmp_path, MINIMAL), ["output.path=/data/{name}-x"])
+    assert placed.output.path == "/data/t-x"
+    assert RunConfig.model_validate(resolved_config(placed)).output.path == "/data/t-x"
+
+
+@pytest.mark.parametrize("field", ["loop__episode_timeout_s", "loop__tool_timeout_s"])
+def test_loop_timeouts_are_part_of_the_fingerprint(field: str) -> None:
+    """The loop's timeouts decide which episodes time out, so changing one changes the fingerprint."""
+    assert config_fingerprint(with_(base(), **{field: 1.5})) != config_fingerprint(base())
+
+
+def test_every_config_field_has_a_docstring() -> None:
+    """Each field of every config model carries a description (its attribute docstring)."""
+    from collector import config
+
+    models = [config.RetryConfig, config.ProviderConfig, config.SamplingConfig, config.SweepConfig,
+              config.EnvConfig, config.RewardConfig, config.RedactionConfig, config.LoopConfig,
+              config.RayConfig, config.OutputConfig, config.RunConfig]
+    missing = [f"{m.__name__}.{name}" for m in models for name, info in m.model_fields.items()
+               if not info.description]
+    assert not missing, missing

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.errors import OutputError
+from collector.errors import CollectorError, ConfigError, OutputError
 from collector.job import Snapshot, run_job
 from collector.plan import plan_work
 from collector.shards import read_shard
@@ -95,6 +95,88 @@ def test_killed_worker_episodes_are_rerun_and_committed_once(tmp_path: Path) -> 
     assert killed
     assert result.worker_restarts >= 1
     assert result.redispatched >= 1
+    counts = committed_id_counts(tmp_path / "run")
+    assert set(counts) == {item.episode_id for item in plan_work(cfg).items}
+    assert set(counts.values()) == {1}
+
+
+def test_shards_are_full_per_cell(tmp_path: Path) -> None:
+    """Episodes are buffered per (model, budget) cell: every shard holds exactly rows_per_shard rows."""
+    cfg = small_config(tmp_path / "run", output__commit_interval_s=600.0)
+    result = run_job(cfg, show_progress=False)
+    assert result.committed == 24  # 2 cells x 12 episodes, 4 rows per shard
+    sizes = [read_shard(p).num_rows for p in committed_shard_paths(tmp_path / "run")]
+    assert sorted(sizes) == [4] * 6
+
+
+@pytest.mark.timeout(60)
+def test_workers_that_do_not_fit_the_cluster_are_refused(tmp_path: Path) -> None:
+    """cpus_per_worker beyond the cluster's CPUs is a one-line ConfigError before any actor, not a hang."""
+    cfg = small_config(tmp_path / "run", ray__cpus_per_worker=3)
+    with pytest.raises(ConfigError) as info:
+        run_job(cfg, show_progress=False)
+    message = str(info.value)
+    assert "\n" not in message
+    assert "ray.cpus_per_worker" in message
+    assert "ray.workers" in message
+    assert "cluster has 2 CPUs" in message
+
+
+@pytest.mark.timeout(60)
+def test_worker_start_timeout_is_one_line(tmp_path: Path) -> None:
+    """Workers not ready within ray.start_timeout_s end the run with one line naming the setting."""
+    cfg = small_config(tmp_path / "run", ray__start_timeout_s=0.001)
+    with pytest.raises(CollectorError) as info:
+        run_job(cfg, show_progress=False)
+    assert "ray.start_timeout_s" in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.timeout(120)
+def test_replacement_that_cannot_be_placed_stops_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The only worker killed, its replacement unplaceable: the run stops in one line; a rerun completes."""
+    import ray
+
+    from collector import job
+
+    original = job._RemoteWorker
+    created: list[int] = []
+
+    class Unplaceable:
+        """The actor class, but every actor after the first asks for a resource no node has."""
+
+        def options(self, **kwargs: object) -> object:
+            created.append(1)
+            if len(created) > 1:
+                kwargs["resources"] = {"no_such_node": 1}
+            return original.options(**kwargs)
+
+    monkeypatch.setattr(job, "_RemoteWorker", Unplaceable())
+    killed: list[object] = []
+
+    def kill_all(snapshot: Snapshot) -> None:
+        if not killed:
+            killed.extend(snapshot.busy_actors)
+            for actor in snapshot.busy_actors:
+                ray.kill(actor, no_restart=True)
+
+    cfg = small_config(
+        tmp_path / "run", sweep__models=["sim-slow"], env__tasks=10, ray__workers=1, ray__start_timeout_s=6.0
+    )
+    with pytest.raises(CollectorError) as info:
+        run_job(cfg, show_progress=False, on_commit=kill_all)
+    assert len(killed) == 1
+    assert "could not be placed" in str(info.value)
+    assert "\n" not in str(info.value)
+    before = committed_id_counts(tmp_path / "run")
+    assert before
+    assert set(before.values()) == {1}
+
+    monkeypatch.setattr(job, "_RemoteWorker", original)
+    again = run_job(cfg, show_progress=False)
+    assert again.already == sum(before.values())
     counts = committed_id_counts(tmp_path / "run")
     assert set(counts) == {item.episode_id for item in plan_work(cfg).items}
     assert set(counts.values()) == {1}
