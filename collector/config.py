@@ -76,6 +76,10 @@ class ProviderConfig(_Model):
     """Per model call: connect, and wait between bytes of the reply. Not in the fingerprint."""
     cap_field: Literal["max_completion_tokens", "max_tokens"] | None = None
     """Chat Completions: which field carries the output cap (OSS servers often want max_tokens)."""
+    http_client: Literal["fast", "httpx"] = "fast"
+    """"fast": the collector's own HTTP/1.1 transport (lowest CPU per turn; ignores proxy
+    variables). "httpx": httpx's default transport, which honours HTTP_PROXY / HTTPS_PROXY /
+    ALL_PROXY / NO_PROXY, split over many small clients. Not in the fingerprint."""
     retry: RetryConfig = RetryConfig()
     """How failed model calls are retried (not in the fingerprint)."""
     label: str | None = None
@@ -389,7 +393,7 @@ _SELECTION_ONLY: dict[str, Any] = {
     "ray": True,
     "output": True,
 }
-_PROVIDER_TRANSPORT_ONLY = {"request_timeout_s", "retry", "api_key_env"}
+_PROVIDER_TRANSPORT_ONLY = {"request_timeout_s", "retry", "api_key_env", "http_client"}
 
 
 def _provider_identity(provider: ProviderConfig) -> dict[str, Any]:

@@ -10,8 +10,10 @@ long as work is queued: the driver keeps more than one batch outstanding per wor
 episodes of the next batch take slots as soon as episodes of the previous one free them
 (no waves; runtime-notes: waves reached 0.68 of the bound, refilled slots 0.96).
 
-HTTP client. One `httpx.AsyncClient` over `collector.providers.transport.StreamTransport`
-serves every slot. httpx's default transport (httpcore) degrades under hundreds of
+HTTP client. By default one `httpx.AsyncClient` over
+`collector.providers.transport.StreamTransport` serves every slot (`provider.http_client =
+"httpx"` selects httpx's own transport, for proxies, split over small clients: see
+`http_clients`). httpx's default transport (httpcore) degrades under hundreds of
 concurrent requests (runtime-notes: its pool does work proportional to connections x queued
 requests) and costs 1.4-1.8 ms of client CPU per turn even split into many small clients;
 StreamTransport opens a connection whenever none is idle, does O(1) pool work per request,
@@ -155,8 +157,7 @@ class EpisodeWorker:
             await probe(url)
         self._env = load_env(cfg)
         self._tasks = {t.id: t for t in select_tasks(cfg, self._env)}
-        # One client for all slots (see the module docstring); the slots bound its connections.
-        self._clients = [fast_client()]
+        self._clients = http_clients(providers, self.in_flight)
         self._slots = asyncio.Queue()
         for slot in range(self.in_flight):
             self._slots.put_nowait(slot)
@@ -198,7 +199,7 @@ class EpisodeWorker:
         )
         slot = await self._slots.get()
         try:
-            provider = self._provider(item.provider_index, 0)
+            provider = self._provider(item.provider_index, slot % len(self._clients))
             episode = await run_episode(spec, provider, self._env, cfg.loop)
         finally:
             self._slots.put_nowait(slot)
@@ -210,6 +211,28 @@ class EpisodeWorker:
         """Close the HTTP clients (the actor is about to go away)."""
         clients, self._clients = self._clients, []
         await asyncio.gather(*(c.aclose() for c in clients), return_exceptions=True)
+
+
+#: With `http_client = "httpx"`: episodes per httpx client (and its connection limit).
+#: runtime-notes: one shared httpcore pool collapses under hundreds of concurrent requests;
+#: many small ones do not.
+HTTPX_SLOTS_PER_CLIENT = 16
+
+
+def http_clients(providers: Sequence[ProviderConfig], in_flight: int) -> list[httpx.AsyncClient]:
+    """The worker's HTTP clients; a slot uses client `slot % len(clients)`.
+
+    By default one client over `StreamTransport` serves every slot (see the module
+    docstring): the slots bound its connections. When any provider asks for httpx's own
+    transport (a proxy is needed), the slots are split over small httpx clients instead,
+    each honouring the proxy environment variables.
+    """
+    if all(p.http_client == "fast" for p in providers):
+        return [fast_client()]
+    count = max(1, -(-in_flight // HTTPX_SLOTS_PER_CLIENT))
+    size = HTTPX_SLOTS_PER_CLIENT
+    limits = httpx.Limits(max_connections=size, max_keepalive_connections=size)
+    return [httpx.AsyncClient(limits=limits, timeout=None, trust_env=True) for _ in range(count)]
 
 
 def sampling_params(cfg: RunConfig) -> SamplingParams:

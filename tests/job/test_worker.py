@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import socket
 
+import httpx
 import pytest
 
 from collector.config import ProviderConfig
 from collector.errors import ConfigError
-from collector.worker import probe, read_api_key, safe_url
+from collector.worker import http_clients, probe, read_api_key, safe_url
 
 
 def free_port() -> int:
@@ -68,3 +69,64 @@ def test_probe_rejects_non_http_url() -> None:
     """A base URL that is not http(s) is refused with the field named."""
     with pytest.raises(ConfigError, match="not an http"):
         asyncio.run(probe("ftp://127.0.0.1/x"))
+
+
+async def _serve_as_proxy(seen: list[bytes]) -> asyncio.Server:
+    """A loopback HTTP proxy stand-in: records each request line and answers 200 `{}`."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        seen.append(head.split(b"\r\n", 1)[0])
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}")
+        await writer.drain()
+        writer.close()
+
+    return await asyncio.start_server(handle, "127.0.0.1", 0)
+
+
+@pytest.mark.parametrize("choice", ["fast", "httpx"])
+def test_http_client_choice_decides_whether_proxy_variables_are_honoured(
+    monkeypatch: pytest.MonkeyPatch, choice: str
+) -> None:
+    """`provider.http_client = "httpx"` sends through HTTP_PROXY; the default fast transport goes direct."""
+    unreachable = f"http://127.0.0.1:{free_port()}/v1/models"  # nothing listens here
+
+    async def scenario() -> tuple[list[bytes], int | None]:
+        seen: list[bytes] = []
+        server = await _serve_as_proxy(seen)
+        port = server.sockets[0].getsockname()[1]
+        monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{port}")
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        monkeypatch.delenv("no_proxy", raising=False)
+        provider = ProviderConfig(kind="chat", base_url="http://x/v1", http_client=choice)  # type: ignore[arg-type]
+        clients = http_clients([provider], in_flight=40)
+        status: int | None = None
+        try:
+            status = (await clients[0].get(unreachable)).status_code
+        except httpx.ConnectError:
+            status = None
+        finally:
+            await asyncio.gather(*(c.aclose() for c in clients))
+            server.close()
+            await server.wait_closed()
+        return seen, status
+
+    seen, status = asyncio.run(scenario())
+    if choice == "httpx":
+        assert status == 200
+        assert seen == [f"GET {unreachable} HTTP/1.1".encode()]
+    else:
+        assert status is None  # went straight to the closed port
+        assert seen == []
+
+
+def test_httpx_choice_splits_slots_over_small_clients() -> None:
+    """With httpx's transport the slots are split over clients of 16 (its pool degrades when shared)."""
+    provider = ProviderConfig(kind="chat", base_url="http://x/v1", http_client="httpx")
+
+    async def count() -> int:
+        clients = http_clients([provider], in_flight=40)
+        await asyncio.gather(*(c.aclose() for c in clients))
+        return len(clients)
+
+    assert asyncio.run(count()) == 3
