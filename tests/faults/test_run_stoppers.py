@@ -9,13 +9,10 @@ against loopback servers.
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -25,8 +22,8 @@ from collector.cli import main
 from collector.config import load_config
 from collector.plan import plan_work
 from tests.checking import committed_ids, committed_rows
-from tests.faults.cluster import free_port
 from tests.faults.storm import StormProxy
+from tests.loopback import serving
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_cluster"), pytest.mark.timeout(240)]
 
@@ -150,21 +147,9 @@ async def _refuse(request: Request) -> JSONResponse:
 @pytest.fixture
 def refusing_provider() -> Iterator[str]:
     """A loopback server answering every chat request with 401; yields its /v1 base URL."""
-    port = free_port()
     app = Starlette(routes=[Route("/v1/chat/completions", _refuse, methods=["POST"])])
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="critical",
-                                           lifespan="off"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 15
-    while not server.started:
-        assert time.monotonic() < deadline, "refusing provider did not start"
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+    with serving(app) as root:
+        yield root + "/v1"
 
 
 def test_refused_key_stops_the_run_naming_the_variable_not_the_key(

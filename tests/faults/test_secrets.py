@@ -16,20 +16,17 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from tests.checking import assert_run_checked, committed_rows
-from tests.faults.cluster import free_port
+from tests.loopback import serving
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -69,21 +66,9 @@ async def completions(request: Request) -> JSONResponse:
 @pytest.fixture
 def fake_provider() -> Iterator[str]:
     """The fake server on a free loopback port; yields its /v1 base URL."""
-    port = free_port()
     app = Starlette(routes=[Route("/v1/chat/completions", completions, methods=["POST"])])
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="critical",
-                                           lifespan="off"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 15
-    while not server.started:
-        assert time.monotonic() < deadline, "fake provider did not start"
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+    with serving(app) as root:
+        yield root + "/v1"
 
 
 CONFIG = """
