@@ -204,6 +204,10 @@ class SamplingParams:
     top_logprobs: int | None = None
     extra_body: JSONObject = field(default_factory=dict)
     """Free server-specific fields merged into the request body (vLLM, llama.cpp)."""
+    extra_headers: dict[str, str] = field(default_factory=dict)
+    """HTTP headers added to this request only (never logged or stored). The job sets the
+    simulator's `x-sim-seed` here, so that samples of one task differ on transports whose
+    body has no seed field (Anthropic, Responses)."""
 
 
 @dataclass(slots=True)

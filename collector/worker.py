@@ -27,6 +27,7 @@ own environment: it never crosses Ray and never enters a log, an episode or an e
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import socket
 from collections.abc import Sequence
@@ -185,6 +186,11 @@ class EpisodeWorker:
         assert self._env is not None
         cfg = self.cfg
         providers = cfg.sweep.providers or [cfg.provider]
+        sampling = sampling_params(cfg)
+        if providers[item.provider_index].kind == "sim":
+            # The simulator's reply is a pure function of the request body, and Anthropic and
+            # Responses bodies carry no seed: the sample's seed travels in a header it reads.
+            sampling = dataclasses.replace(sampling, extra_headers={"x-sim-seed": str(item.seed)})
         spec = EpisodeSpec(
             run_id=self.setup.run_id,
             model=item.model,
@@ -194,7 +200,7 @@ class EpisodeWorker:
             sample=item.sample,
             seed=item.seed,
             episode_id=item.episode_id,
-            sampling=sampling_params(cfg),
+            sampling=sampling,
             env_name=cfg.env.name,
         )
         slot = await self._slots.get()

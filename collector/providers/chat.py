@@ -35,7 +35,7 @@ from collector.providers.common import (
     merge_extra,
     replay_text,
 )
-from collector.providers.http import Http, Sleep
+from collector.providers.http import Headers, Http, Sleep
 from collector.sse import SSEEvent
 from collector.turn import (
     AssistantMessage,
@@ -181,12 +181,13 @@ class ChatProvider:
     async def complete(self, request: TurnRequest) -> Turn:
         body = encode_body(build_chat_body(request, self._cap_field, self._streaming))
         cap = request.max_output_tokens
+        extra = request.params.extra_headers
         if self._streaming:
-            return await self._http.retrying(lambda: self._stream_once(body, cap))
-        return await self._http.retrying(lambda: self._post_once(body, cap))
+            return await self._http.retrying(lambda: self._stream_once(body, cap, extra))
+        return await self._http.retrying(lambda: self._post_once(body, cap, extra))
 
-    async def _post_once(self, body: bytes, cap: int) -> Turn:
-        payload, elapsed = await self._http.post_json(self._url, body)
+    async def _post_once(self, body: bytes, cap: int, extra: Headers) -> Turn:
+        payload, elapsed = await self._http.post_json(self._url, body, extra)
         try:
             return self._parse(payload, cap, elapsed)
         except _PARSE_ERRORS:
@@ -229,8 +230,8 @@ class ChatProvider:
             response_id=payload.get("id"),
         )
 
-    async def _stream_once(self, body: bytes, cap: int) -> Turn:
-        acc, elapsed = await self._http.stream(self._url, body, self._consume)
+    async def _stream_once(self, body: bytes, cap: int, extra: Headers) -> Turn:
+        acc, elapsed = await self._http.stream(self._url, body, self._consume, extra)
         try:
             return acc.turn(cap, elapsed)
         except _PARSE_ERRORS:

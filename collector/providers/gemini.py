@@ -42,7 +42,7 @@ from collector.providers.common import (
     merge_extra,
     replay_object,
 )
-from collector.providers.http import Http, Sleep
+from collector.providers.http import Headers, Http, Sleep
 from collector.sse import SSEEvent
 from collector.turn import (
     AssistantMessage,
@@ -262,12 +262,13 @@ class GeminiProvider:
         body = encode_body(build_gemini_body(request))
         url = self._url(request.model)
         cap = request.max_output_tokens
+        extra = request.params.extra_headers
         if self._streaming:
-            return await self._http.retrying(lambda: self._stream_once(url, body, cap))
-        return await self._http.retrying(lambda: self._post_once(url, body, cap))
+            return await self._http.retrying(lambda: self._stream_once(url, body, cap, extra))
+        return await self._http.retrying(lambda: self._post_once(url, body, cap, extra))
 
-    async def _post_once(self, url: str, body: bytes, cap: int) -> Turn:
-        payload, elapsed = await self._http.post_json(url, body)
+    async def _post_once(self, url: str, body: bytes, cap: int, extra: Headers) -> Turn:
+        payload, elapsed = await self._http.post_json(url, body, extra)
         try:
             if isinstance(payload, list) and len(payload) == 1:
                 payload = payload[0]
@@ -279,8 +280,8 @@ class GeminiProvider:
         except _PARSE_ERRORS:
             raise self._http.protocol_error("reply is not a GenerateContentResponse") from None
 
-    async def _stream_once(self, url: str, body: bytes, cap: int) -> Turn:
-        reply, elapsed = await self._http.stream(url, body, self._consume)
+    async def _stream_once(self, url: str, body: bytes, cap: int, extra: Headers) -> Turn:
+        reply, elapsed = await self._http.stream(url, body, self._consume, extra)
         try:
             return reply.turn(cap, elapsed)
         except _PARSE_ERRORS:

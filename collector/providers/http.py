@@ -59,6 +59,8 @@ __all__ = ["Http", "Sleep", "classify_error_body", "classify_http_error", "parse
 
 T = TypeVar("T")
 Sleep = Callable[[float], Awaitable[None]]
+Headers = Mapping[str, str]
+"""Per-request HTTP headers beside the dialect's own (`SamplingParams.extra_headers`)."""
 
 RETRYABLE_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 
@@ -266,13 +268,14 @@ class Http:
         # The class name only: httpx messages can carry the URL, and URLs can carry keys.
         return ProviderUnavailable(f"{self._dialect}: transport error {type(exc).__name__}")
 
-    async def post_json(self, url: str, body: bytes) -> tuple[Any, float]:
+    async def post_json(
+        self, url: str, body: bytes, extra_headers: Mapping[str, str] | None = None
+    ) -> tuple[Any, float]:
         """One POST; the decoded JSON reply and the seconds it took."""
+        headers = {**self._headers, **extra_headers} if extra_headers else self._headers
         started = time.perf_counter()
         try:
-            response = await self._client.post(
-                url, content=body, headers=self._headers, timeout=self._timeout
-            )
+            response = await self._client.post(url, content=body, headers=headers, timeout=self._timeout)
         except httpx.HTTPError as exc:
             raise self._transport_error(exc) from None
         elapsed = time.perf_counter() - started
@@ -284,11 +287,15 @@ class Http:
             raise self.protocol_error("reply body is not JSON") from None
 
     async def stream(
-        self, url: str, body: bytes, consume: Callable[[AsyncIterator[SSEEvent]], Awaitable[T]]
+        self,
+        url: str,
+        body: bytes,
+        consume: Callable[[AsyncIterator[SSEEvent]], Awaitable[T]],
+        extra_headers: Mapping[str, str] | None = None,
     ) -> tuple[T, float]:
         """One streaming POST; `consume` reads the SSE events and returns what it built."""
         started = time.perf_counter()
-        headers = {**self._headers, "accept": "text/event-stream"}
+        headers = {**self._headers, **(extra_headers or {}), "accept": "text/event-stream"}
         try:
             async with self._client.stream(
                 "POST", url, content=body, headers=headers, timeout=self._timeout

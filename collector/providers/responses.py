@@ -39,7 +39,7 @@ from collector.providers.common import (
     merge_extra,
     replay_text,
 )
-from collector.providers.http import Http, Sleep
+from collector.providers.http import Headers, Http, Sleep
 from collector.sse import SSEEvent
 from collector.turn import (
     AssistantMessage,
@@ -229,12 +229,13 @@ class ResponsesProvider:
     async def complete(self, request: TurnRequest) -> Turn:
         body = encode_body(build_responses_body(request, self._streaming))
         cap = request.max_output_tokens
+        extra = request.params.extra_headers
         if self._streaming:
-            return await self._http.retrying(lambda: self._stream_once(body, cap))
-        return await self._http.retrying(lambda: self._post_once(body, cap))
+            return await self._http.retrying(lambda: self._stream_once(body, cap, extra))
+        return await self._http.retrying(lambda: self._post_once(body, cap, extra))
 
-    async def _post_once(self, body: bytes, cap: int) -> Turn:
-        payload, elapsed = await self._http.post_json(self._url, body)
+    async def _post_once(self, body: bytes, cap: int, extra: Headers) -> Turn:
+        payload, elapsed = await self._http.post_json(self._url, body, extra)
         try:
             if payload.get("status") == "failed" or (payload.get("error") and "output" not in payload):
                 raise self._http.stream_error({"error": payload.get("error") or {}})
@@ -246,8 +247,8 @@ class ResponsesProvider:
         except _PARSE_ERRORS:
             raise self._http.protocol_error("reply is not a Responses object") from None
 
-    async def _stream_once(self, body: bytes, cap: int) -> Turn:
-        (reply, cut), elapsed = await self._http.stream(self._url, body, self._consume)
+    async def _stream_once(self, body: bytes, cap: int, extra: Headers) -> Turn:
+        (reply, cut), elapsed = await self._http.stream(self._url, body, self._consume, extra)
         try:
             return reply.turn(cap, elapsed, stream_cut=cut)
         except _PARSE_ERRORS:

@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from pathlib import Path
 
 import httpx
 import pytest
 
 from collector.config import ProviderConfig
 from collector.errors import ConfigError
-from collector.worker import http_clients, probe, read_api_key, safe_url
+from collector.plan import plan_work
+from collector.record import Episode
+from collector.simlaunch import provider_urls
+from collector.stop import StopReason
+from collector.worker import EpisodeWorker, WorkerSetup, http_clients, probe, read_api_key, safe_url
+from tests.job.helpers import small_config
 
 
 def free_port() -> int:
@@ -130,3 +136,34 @@ def test_httpx_choice_splits_slots_over_small_clients() -> None:
         return len(clients)
 
     assert asyncio.run(count()) == 3
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+@pytest.mark.parametrize("wire", ["anthropic", "responses", "chat", "gemini"])
+def test_samples_of_one_task_differ_on_every_simulated_wire(
+    tmp_path: Path, wire: str, streaming: bool
+) -> None:
+    """Samples of one task get different simulated replies on every wire and mode, seed field or not."""
+    cfg = small_config(
+        tmp_path / "run",
+        provider={"kind": "sim", "sim_transport": wire, "streaming": streaming},
+        sweep={"models": ["sim-verbose"], "budgets": [512]},
+        env={"name": "arithmetic", "tasks": 1},
+        samples_per_task=8,
+    )
+    plan = plan_work(cfg)
+
+    async def run() -> list[Episode]:
+        with provider_urls(plan.providers, cfg.seed) as urls:
+            worker = EpisodeWorker(WorkerSetup(cfg, plan.run_id, urls, "w"))
+            try:
+                return await worker.run_batch(plan.items)
+            finally:
+                await worker.close()
+
+    episodes = asyncio.run(run())
+    assert StopReason.ERROR not in {e.stop_reason for e in episodes}  # the header is accepted
+    # sim-verbose draws the length of the text before each call: 8 identical replies would
+    # mean the samples were one sample written eight times.
+    first_turn_tokens = {e.turns[0].output_tokens for e in episodes}
+    assert len(first_turn_tokens) > 1
