@@ -45,7 +45,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from collector.stats import compute_stats, format_stats
 
     cfg = load_config(args.config, args.set)
-    result = run_job(cfg, address=args.address, show_progress=not args.quiet)
+    result = run_job(cfg, address=args.address, show_progress=not args.quiet, retry_errors=args.retry_errors)
     print(result.summary(), file=sys.stderr)
     stats = compute_stats(result.run_dir, by=("model", "budget"), target=args.target)
     print(format_stats(stats, "table"))
@@ -154,6 +154,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     target(p)
     p.add_argument("--quiet", action="store_true", help="no progress line")
+    p.add_argument(
+        "--retry-errors",
+        action="store_true",
+        help="first forget the episodes earlier runs committed as error, so they are collected again",
+    )
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("stats", help="truncation table of a run directory")

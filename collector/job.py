@@ -66,7 +66,10 @@ from collector.errors import CollectorError, ConfigError, QuotaExhausted, Reques
 from collector.plan import Plan, WorkItem, plan_work
 from collector.progress import Progress
 from collector.record import Episode
+from collector.shards import read_shard
 from collector.simlaunch import provider_urls
+from collector.stop import StopReason
+from collector.store import RunStore
 from collector.worker import EpisodeWorker, WorkerSetup, probe, read_api_key
 
 #: How long the driver blocks in `ray.wait` before refreshing the progress line.
@@ -99,11 +102,15 @@ class JobResult:
     """Work items run again because the worker holding them died."""
     elapsed_s: float = 0.0
     warnings: list[str] = field(default_factory=list)
+    retried_errors: int = 0
+    """`error` episodes of earlier runs forgotten to be run again (`retry_errors`)."""
 
     def summary(self) -> str:
         parts = [f"{self.run_dir}: {self.already + self.committed}/{self.planned} episodes committed"]
         if self.already:
             parts.append(f"{self.already} from earlier runs")
+        if self.retried_errors:
+            parts.append(f"{self.retried_errors} earlier error episodes run again")
         parts.append(f"{self.committed} new in {self.elapsed_s:.1f}s")
         if self.worker_restarts:
             parts.append(f"{self.worker_restarts} worker(s) replaced, {self.redispatched} episodes re-run")
@@ -457,7 +464,12 @@ class _Driver:
     def show(self, force: bool = False) -> None:
         if self.progress is None:
             return
-        note = f"{self.result.worker_restarts} worker(s) replaced" if self.result.worker_restarts else ""
+        notes = []
+        if self.result.retried_errors:
+            notes.append(f"{self.result.retried_errors} earlier errors re-run")
+        if self.result.worker_restarts:
+            notes.append(f"{self.result.worker_restarts} worker(s) replaced")
+        note = ", ".join(notes)
         self.progress.update(self.result.committed, self.result.counts, note, force=force)
 
     def loop(self) -> None:
@@ -479,20 +491,34 @@ class _Driver:
             self.show()
 
 
+def committed_error_ids(store: RunStore) -> set[str]:
+    """Ids of the committed episodes whose stop_reason is `error` (reads two columns only)."""
+    found: set[str] = set()
+    for entry in store.shards:
+        table = read_shard(store.root / entry["path"], ["episode_id", "stop_reason"])
+        ids = table.column("episode_id").to_pylist()
+        reasons = table.column("stop_reason").to_pylist()
+        found.update(i for i, r in zip(ids, reasons, strict=True) if r == StopReason.ERROR.value)
+    return found
+
+
 def run_job(
     cfg: RunConfig,
     *,
     address: str | None = None,
     show_progress: bool = True,
     on_commit: Callable[[Snapshot], None] | None = None,
+    retry_errors: bool = False,
 ) -> JobResult:
     """Run (or resume) the sweep `cfg` describes; return what was committed.
+
+    With `retry_errors`, the planned episodes committed as `error` by earlier runs (a
+    provider that failed after its retries) are first forgotten by the store, so this run
+    collects them again; `JobResult.retried_errors` says how many.
 
     Raises `ConfigError` / `OutputError` (one line) for bad input, before any episode runs
     where it can be detected: keys, reachability, a foreign run directory.
     """
-    from collector.store import RunStore
-
     started = time.monotonic()
     check_run_config(cfg)
     plan = plan_work(cfg)
@@ -507,6 +533,12 @@ def run_job(
     with RunStore.open(
         cfg.output.path, plan.fingerprint, resolved_config(cfg), cfg.output.format, cfg.output.rows_per_shard
     ) as store:
+        retried = 0
+        if retry_errors:
+            planned_ids = {item.episode_id for item in plan.items}
+            # Only ids of this plan: an error in a cell the sweep no longer selects would
+            # be deleted and never collected again.
+            retried = store.forget(committed_error_ids(store) & planned_ids)
         committed = store.committed_ids()
         todo = [item for item in plan.items if item.episode_id not in committed]
         result = JobResult(
@@ -515,6 +547,7 @@ def run_job(
             len(plan.items),
             len(plan.items) - len(todo),
             warnings=list(store.warnings),
+            retried_errors=retried,
         )
         if not todo:
             result.elapsed_s = time.monotonic() - started

@@ -18,6 +18,13 @@ difference: the driver runs every id not in `committed_ids()`; an id that is alr
 committed, or repeated inside one commit (a late duplicate from a worker presumed dead), is
 dropped at commit. Nothing is ever committed twice, and nothing committed is ever lost.
 
+Forgetting. `RunStore.forget` takes committed episodes out again (`collector run
+--retry-errors` uses it to re-collect `error` episodes): each shard holding one is
+replaced by a new shard without those rows, written exactly as a commit writes, then the
+manifest is replaced once, then the old files are deleted. Before that one swap the old
+state is committed (the new shards are orphans), after it the new one (the old files are
+orphans); orphans are deleted on open, as for a commit.
+
 Trust. A run dir written by a different config is refused. The store does not decide what
 "different" means: it compares the `config_fingerprint` its caller passes with the one in the
 manifest. The job computes it with `collector.config.config_fingerprint`, over what gives the
@@ -54,12 +61,15 @@ import os
 import shutil
 import uuid
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
 from urllib.parse import quote, unquote
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from collector.errors import OutputError
 from collector.record import SCHEMA_VERSION, Episode
@@ -232,6 +242,9 @@ class RunStore:
         """One line per problem found on open (corrupt shards quarantined, orphans removed)."""
         self._manifest = manifest
         self._ids: set[str] = set()
+        # Which shard (manifest path) holds each committed id: `forget` then rewrites only
+        # the shards concerned instead of reading the ids of every shard again.
+        self._where: dict[str, str] = {}
         self._lock_fd = lock_fd
         self._closed = False
         self._finalizer = weakref.finalize(self, _release_lock, lock_fd)
@@ -341,6 +354,7 @@ class RunStore:
             path = self.root / entry["path"]
             if problem is None:
                 self._ids.update(ids)
+                self._where.update(dict.fromkeys(ids, entry["path"]))
                 kept.append(entry)
                 continue
             moved = self._quarantine(path)
@@ -410,6 +424,7 @@ class RunStore:
             return 0
         written: list[Path] = []
         entries: list[dict[str, Any]] = []
+        shard_ids: list[list[str]] = []
         before = len(self._manifest["shards"])
         try:
             for (model, budget), group in fresh.items():
@@ -417,6 +432,7 @@ class RunStore:
                 part_dir.mkdir(parents=True, exist_ok=True)
                 for start in range(0, len(group), self.rows_per_shard):
                     chunk = group[start:start + self.rows_per_shard]
+                    shard_ids.append([ep.episode_id for ep in chunk])
                     seq = self._manifest["next_part"]
                     name = f"part-{seq:06d}-{uuid.uuid4().hex[:8]}{EXTENSIONS[self.fmt]}"
                     self._manifest["next_part"] += 1
@@ -440,6 +456,8 @@ class RunStore:
                 _fsync_dir(part_dir)
             self._manifest["shards"].extend(entries)
             self._write_manifest()
+            for entry, chunk_ids in zip(entries, shard_ids, strict=True):
+                self._where.update(dict.fromkeys(chunk_ids, entry["path"]))
         except Exception as e:
             # Abort: whatever this call wrote is not in the manifest; remove it now rather
             # than leaving it for the next open. Broad on purpose: any failure aborts.
@@ -452,6 +470,89 @@ class RunStore:
             raise OutputError(f"commit to {self.root} failed: {type(e).__name__}: {e}") from e
         self._ids.update(seen)
         return len(seen)
+
+    def forget(self, ids: Collection[str]) -> int:
+        """Remove committed episodes, so that the next resume runs them again; return how many.
+
+        Used to re-collect `error` episodes once a provider is back. The same transaction
+        shape as `commit`: every shard holding one of `ids` gets a replacement without
+        those rows (temp name, fsync, rename, size and checksum recorded; none when no row
+        is left), then the manifest is swapped once (old entries out, new ones in), and
+        only then are the old files deleted. A crash before the swap leaves the old state
+        (the replacements are orphans, removed on the next open); after it, the new state
+        (the old files are orphans). Ids that are not committed are ignored. On a failure
+        before the swap, what this call wrote is removed and OutputError raised.
+        """
+        if self._closed:
+            raise OutputError(f"run store {self.root} is closed")
+        gone = {i for i in ids if i in self._ids}
+        if not gone:
+            return 0
+        touched = {self._where[i] for i in gone}
+        old = [e for e in self._manifest["shards"] if e["path"] in touched]
+        written: list[Path] = []
+        replacements: list[tuple[dict[str, Any], list[str]]] = []
+        next_part = self._manifest["next_part"]
+        try:
+            dirs: set[Path] = set()
+            for entry in old:
+                path = self.root / entry["path"]
+                table = read_shard(path)
+                mask = pc.invert(pc.is_in(table.column("episode_id"), value_set=pa.array(sorted(gone))))
+                kept = table.filter(mask)
+                if kept.num_rows == 0:
+                    continue
+                name = f"part-{self._manifest['next_part']:06d}-{uuid.uuid4().hex[:8]}{EXTENSIONS[self.fmt]}"
+                self._manifest["next_part"] += 1
+                final = path.parent / name
+                tmp = path.parent / f".{name}{TMP_SUFFIX}"
+                written.append(tmp)
+                write_shard(tmp, kept, self.fmt)
+                size, checksum = file_digest(tmp)
+                os.replace(tmp, final)
+                written.append(final)
+                dirs.add(path.parent)
+                replacements.append(({
+                    "path": final.relative_to(self.root).as_posix(),
+                    "rows": kept.num_rows,
+                    "model": entry["model"],
+                    "budget": entry["budget"],
+                    "size": size,
+                    "checksum": checksum,
+                    "committed": _now(),
+                }, kept.column("episode_id").to_pylist()))
+            for d in dirs:
+                _fsync_dir(d)
+            previous = self._manifest["shards"]
+            self._manifest["shards"] = [e for e in previous if e["path"] not in touched]
+            self._manifest["shards"].extend(entry for entry, _ in replacements)
+            try:
+                self._write_manifest()  # the one atomic switch from the old state to the new
+            except BaseException:
+                self._manifest["shards"] = previous
+                raise
+        except Exception as e:
+            self._manifest["next_part"] = next_part
+            for path in written:
+                with contextlib.suppress(OSError):
+                    path.unlink(missing_ok=True)
+            if isinstance(e, OutputError):
+                raise
+            raise OutputError(f"forgetting episodes in {self.root} failed: {type(e).__name__}: {e}") from e
+        self._ids -= gone
+        for i in gone:
+            del self._where[i]
+        for entry, kept_ids in replacements:
+            self._where.update(dict.fromkeys(kept_ids, entry["path"]))
+        # Committed state is already the new one; a file left here is an orphan the next
+        # open removes, so a failed delete is not an error.
+        for entry in old:
+            with contextlib.suppress(OSError):
+                (self.root / entry["path"]).unlink(missing_ok=True)
+        for d in {(self.root / e["path"]).parent for e in old}:
+            with contextlib.suppress(OSError):
+                _fsync_dir(d)
+        return len(gone)
 
     def _write_manifest(self) -> None:
         self._manifest["updated"] = _now()
