@@ -224,6 +224,13 @@ def committed_shard_paths(run_dir: str | Path) -> list[Path]:
     return [root / entry["path"] for entry in read_manifest(root)["shards"]]
 
 
+
+def _remove(paths: Sequence[Path]) -> None:
+    """Best-effort removal of what an aborted transaction wrote (never in the manifest)."""
+    for path in paths:
+        with contextlib.suppress(OSError):
+            path.unlink(missing_ok=True)
+
 class RunStore:
     """The single writer of one run directory. Open it, commit batches, close it.
 
@@ -402,6 +409,32 @@ class RunStore:
         """The manifest's shard entries (path relative to the run dir, rows, model, budget)."""
         return [dict(e) for e in self._manifest["shards"]]
 
+    def _place_shard(
+        self, part_dir: Path, table: pa.Table, model: str, budget: int, written: list[Path]
+    ) -> dict[str, Any]:
+        """Write `table` as the next shard of `part_dir` (temp name, then rename) and return
+        its manifest entry. Every file it creates is appended to `written` first, so the
+        caller's abort can remove it; the caller fsyncs the directory and swaps the manifest."""
+        name = f"part-{self._manifest['next_part']:06d}-{uuid.uuid4().hex[:8]}{EXTENSIONS[self.fmt]}"
+        self._manifest["next_part"] += 1
+        final = part_dir / name
+        tmp = part_dir / f".{name}{TMP_SUFFIX}"
+        written.append(tmp)
+        write_shard(tmp, table, self.fmt)
+        # Hashed from the page cache right after the write: what open verifies.
+        size, checksum = file_digest(tmp)
+        os.replace(tmp, final)
+        written.append(final)
+        return {
+            "path": final.relative_to(self.root).as_posix(),
+            "rows": table.num_rows,
+            "model": model,
+            "budget": budget,
+            "size": size,
+            "checksum": checksum,
+            "committed": _now(),
+        }
+
     def commit(self, episodes: Sequence[Episode]) -> int:
         """Durably commit the episodes not yet committed; return how many were new.
 
@@ -433,26 +466,8 @@ class RunStore:
                 for start in range(0, len(group), self.rows_per_shard):
                     chunk = group[start:start + self.rows_per_shard]
                     shard_ids.append([ep.episode_id for ep in chunk])
-                    seq = self._manifest["next_part"]
-                    name = f"part-{seq:06d}-{uuid.uuid4().hex[:8]}{EXTENSIONS[self.fmt]}"
-                    self._manifest["next_part"] += 1
-                    final = part_dir / name
-                    tmp = part_dir / f".{name}{TMP_SUFFIX}"
-                    written.append(tmp)
-                    write_shard(tmp, episodes_to_table(chunk), self.fmt)
-                    # Hashed from the page cache right after the write: what open verifies.
-                    size, checksum = file_digest(tmp)
-                    os.replace(tmp, final)
-                    written.append(final)
-                    entries.append({
-                        "path": final.relative_to(self.root).as_posix(),
-                        "rows": len(chunk),
-                        "model": model,
-                        "budget": budget,
-                        "size": size,
-                        "checksum": checksum,
-                        "committed": _now(),
-                    })
+                    table = episodes_to_table(chunk)
+                    entries.append(self._place_shard(part_dir, table, model, budget, written))
                 _fsync_dir(part_dir)
             self._manifest["shards"].extend(entries)
             self._write_manifest()
@@ -462,9 +477,7 @@ class RunStore:
             # Abort: whatever this call wrote is not in the manifest; remove it now rather
             # than leaving it for the next open. Broad on purpose: any failure aborts.
             del self._manifest["shards"][before:]
-            for path in written:
-                with contextlib.suppress(OSError):
-                    path.unlink(missing_ok=True)
+            _remove(written)
             if isinstance(e, OutputError):
                 raise
             raise OutputError(f"commit to {self.root} failed: {type(e).__name__}: {e}") from e
@@ -502,25 +515,9 @@ class RunStore:
                 kept = table.filter(mask)
                 if kept.num_rows == 0:
                     continue
-                name = f"part-{self._manifest['next_part']:06d}-{uuid.uuid4().hex[:8]}{EXTENSIONS[self.fmt]}"
-                self._manifest["next_part"] += 1
-                final = path.parent / name
-                tmp = path.parent / f".{name}{TMP_SUFFIX}"
-                written.append(tmp)
-                write_shard(tmp, kept, self.fmt)
-                size, checksum = file_digest(tmp)
-                os.replace(tmp, final)
-                written.append(final)
+                placed = self._place_shard(path.parent, kept, entry["model"], entry["budget"], written)
                 dirs.add(path.parent)
-                replacements.append(({
-                    "path": final.relative_to(self.root).as_posix(),
-                    "rows": kept.num_rows,
-                    "model": entry["model"],
-                    "budget": entry["budget"],
-                    "size": size,
-                    "checksum": checksum,
-                    "committed": _now(),
-                }, kept.column("episode_id").to_pylist()))
+                replacements.append((placed, kept.column("episode_id").to_pylist()))
             for d in dirs:
                 _fsync_dir(d)
             previous = self._manifest["shards"]
@@ -533,9 +530,7 @@ class RunStore:
                 raise
         except Exception as e:
             self._manifest["next_part"] = next_part
-            for path in written:
-                with contextlib.suppress(OSError):
-                    path.unlink(missing_ok=True)
+            _remove(written)
             if isinstance(e, OutputError):
                 raise
             raise OutputError(f"forgetting episodes in {self.root} failed: {type(e).__name__}: {e}") from e
