@@ -239,10 +239,14 @@ def fatal_rejection(episode: Episode, cfg: RunConfig) -> CollectorError | None:
     return RequestRejected(message, None)
 
 
-def _cause(exc: ray.exceptions.RayTaskError) -> BaseException:
-    """The exception our own code raised inside the actor, unwrapped from Ray's envelope."""
+def _worker_failure(exc: ray.exceptions.RayTaskError, what: str) -> CollectorError:
+    """The error to raise when our own code raised inside the actor (a bug or a config
+    problem, not a death): a CollectorError as it was raised, anything else as one line."""
     cause = getattr(exc, "cause", None)
-    return cause if isinstance(cause, BaseException) else exc
+    cause = cause if isinstance(cause, BaseException) else exc
+    if isinstance(cause, CollectorError):
+        return cause
+    return CollectorError(f"{what}: {type(cause).__name__}: {cause}")
 
 
 class _Slot:
@@ -321,10 +325,7 @@ class _Driver:
         except ray.exceptions.GetTimeoutError:
             raise CollectorError(self._not_placed("not ready", timeout)) from None
         except ray.exceptions.RayTaskError as exc:
-            cause = _cause(exc)
-            if isinstance(cause, CollectorError):
-                raise cause from None
-            raise CollectorError(f"a worker failed to start: {type(cause).__name__}: {cause}") from None
+            raise _worker_failure(exc, "a worker failed to start") from None
         except ray.exceptions.RayError as exc:
             # The actor could not be placed or died while starting (resources, a lost node).
             raise CollectorError(f"a worker could not start: {type(exc).__name__}") from None
@@ -348,10 +349,7 @@ class _Driver:
         try:
             ray.get(ref)
         except ray.exceptions.RayTaskError as exc:
-            cause = _cause(exc)
-            if isinstance(cause, CollectorError):
-                raise cause from None
-            raise CollectorError(f"a worker failed to start: {type(cause).__name__}: {cause}") from None
+            raise _worker_failure(exc, "a worker failed to start") from None
         except ray.exceptions.RayError:
             self._replace(slot, generation)  # died while starting: counts as another death
 
@@ -402,10 +400,7 @@ class _Driver:
             episodes: list[Episode] = ray.get(ref)
         except ray.exceptions.RayTaskError as exc:
             # Our own code raised inside the worker: a bug or a config problem, not a death.
-            cause = _cause(exc)
-            if isinstance(cause, CollectorError):
-                raise cause from None
-            raise CollectorError(f"a worker failed: {type(cause).__name__}: {cause}") from None
+            raise _worker_failure(exc, "a worker failed") from None
         except ray.exceptions.RayError:
             # The actor (or its node) died: run its items again on a fresh actor.
             self.result.redispatched += len(items)
