@@ -1,6 +1,6 @@
 """Memory: peak RSS of the driver and of each worker as a run grows 10x.
 
-Issue 6, item 1e. The real job (`collector.job.run_job`: Ray driver, worker actors, shard
+Issue 6, item 1e. The real job (`collector.run.job.run_job`: Ray driver, worker actors, shard
 commits) runs the same sweep at `--episodes` and at 10x that, against the simulator in its
 own process (`bench-zero`, zero latency) so that the driver's memory is the driver's alone.
 A sampler thread reads the RSS of this process (the driver) and of every Ray worker
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args.rounds = 1
     import ray
 
-    from collector.job import OBJECT_STORE_BYTES, run_job
+    from collector.run.job import OBJECT_STORE_BYTES, run_job
 
     rows = []
     with SimProcess() as sim, tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp:

@@ -47,7 +47,7 @@ from bench.workload import (
     run_plain_httpx,
     worker_for,
 )
-from collector.plan import load_env
+from collector.run.plan import load_env
 
 NAME = "overhead"
 

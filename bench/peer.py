@@ -32,7 +32,7 @@ if __package__ in (None, ""):
 from bench.common import Clock, SimProcess, median, parser, report
 from bench.workload import items_for, make_config, run_collector
 from collector.envs.base import Environment, Task
-from collector.plan import load_env
+from collector.run.plan import load_env
 
 NAME = "peer"
 

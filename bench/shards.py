@@ -34,8 +34,8 @@ import pyarrow.ipc as ipc
 
 from bench.common import Clock, SimProcess, median, parser, report
 from bench.workload import commit, items_for, make_config, run_collector
-from collector.record import Episode
-from collector.shards import SCHEMA, episodes_to_table
+from collector.data.record import Episode
+from collector.data.shards import SCHEMA, episodes_to_table
 
 NAME = "shards"
 

@@ -1,7 +1,71 @@
 """collector: turn LLM-agent episodes into training data you can trust.
 
-Data flows one way: config -> job (Ray workers) -> episode loop -> provider adapters and
-environment -> episode record -> shard writer -> analysis.
+Data flows one way, and the sub-packages follow it:
+
+    config -> run/ (plan, Ray job, workers) -> episode/ (loop, redaction)
+           -> providers/ (wire formats) and envs/ (tasks, tools, graders)
+           -> data/ (episode record, shards, run store, stats, analysis)
+
+`config`, `turn`, `stop` and `errors` are the vocabulary every layer shares. The simulated
+provider (`sim/`) is a separate ASGI app that the loop never imports.
+
+The names a notebook or an environment needs are re-exported here, imported on first use so
+that `import collector` stays cheap (no pyarrow, no pydantic models built until asked for).
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
+
+#: Public name -> the module that defines it.
+_EXPORTS = {
+    "Environment": "collector.envs.base",
+    "EpisodeWorld": "collector.envs.base",
+    "Task": "collector.envs.base",
+    "Tool": "collector.envs.base",
+    "tool": "collector.envs.tools",
+    "StopReason": "collector.stop",
+    "RunConfig": "collector.config",
+    "load_config": "collector.config",
+    "load_run": "collector.data.analysis",
+    "truncation_table": "collector.data.analysis",
+    "PARTITIONING": "collector.data.analysis",
+}
+
+__all__ = [
+    "PARTITIONING",
+    "Environment",
+    "EpisodeWorld",
+    "RunConfig",
+    "StopReason",
+    "Task",
+    "Tool",
+    "__version__",
+    "load_config",
+    "load_run",
+    "tool",
+    "truncation_table",
+]
+
+if TYPE_CHECKING:
+    from collector.config import RunConfig, load_config
+    from collector.data.analysis import PARTITIONING, load_run, truncation_table
+    from collector.envs.base import Environment, EpisodeWorld, Task, Tool
+    from collector.envs.tools import tool
+    from collector.stop import StopReason
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'collector' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -1,44 +1,20 @@
-"""A run from Python: load the committed episodes, compute the tables, read one transcript.
+"""Public home of the analysis API: `from collector.analysis import load_run` keeps working.
 
-The shards are standard Arrow IPC (Feather v2) or Parquet files, so any Arrow reader can
-open them; this module adds the two things a plain glob cannot know: *which* files are
-committed (the manifest's list; a crash's orphans and quarantined files are never read),
-and the statistics exactly as `collector stats` computes them (`collector.stats`).
-
-    from collector.analysis import load_run, truncation_table
-    table = load_run("runs/demo", columns=["model", "budget", "stop_reason", "reward"])
-    df = truncation_table("runs/demo", target=0.05).to_pandas()
-
-Other readers, for reference. Each file also holds `model` and `budget`, so no reader needs
-the Hive directories for their values; the layout is there for pruning and for people:
-
-    pandas:   pd.concat(pd.read_feather(p) for p in committed_shard_paths(run))
-    polars:   pl.scan_ipc(f"{run}/model=*/budget=*/*.arrow")
-    DuckDB:   read_parquet('{run}/model=*/budget=*/*.parquet') on a Parquet run, or
-              con.register("episodes", load_run(run)) on any run
-    pyarrow:  ds.dataset(run, format="ipc", partitioning=PARTITIONING, exclude_invalid_files=True)
-              (plain ``partitioning="hive"`` infers budget as int32 and clashes with the int64
-              column in the files: pass `PARTITIONING`, or none)
-
-A glob over the directories also picks up a crash's orphan shards until the next `collector
-run` removes them; `load_run` and `committed_shard_paths` read the manifest and never do.
+The implementation lives in `collector.data.analysis`, beside the store and the statistics.
 """
 
-from __future__ import annotations
-
-from collections.abc import Sequence
-from pathlib import Path
-from typing import TypeAlias
-
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.dataset as ds
-
-from collector.errors import OutputError
-from collector.record import Episode, MessageRecord, ToolCallRecord
-from collector.shards import ShardError, describe_exception, episodes_from_table, read_shard
-from collector.stats import aggregate, read_committed, run_dataset
-from collector.store import committed_shard_paths
+from collector.data.analysis import (
+    PARTITIONING,
+    committed_shard_paths,
+    get_episode,
+    load_episodes,
+    load_run,
+    render_episode,
+    render_transcript,
+    run_dataset,
+    stop_reason_mix,
+    truncation_table,
+)
 
 __all__ = [
     "PARTITIONING",
@@ -52,161 +28,3 @@ __all__ = [
     "stop_reason_mix",
     "truncation_table",
 ]
-
-#: The Hive partitioning of a run dir with the same types as the columns inside the files.
-PARTITIONING = ds.partitioning(pa.schema([("model", pa.string()), ("budget", pa.int64())]), flavor="hive")
-
-RunOrTable: TypeAlias = "str | Path | pa.Table"
-
-
-def load_run(
-    run_dir: str | Path, columns: Sequence[str] | None = None, filter: ds.Expression | None = None
-) -> pa.Table:
-    """The committed episodes of a run as one Arrow table (optionally some columns, a filter).
-
-    OutputError (one line naming the file) when a committed shard cannot be read.
-    """
-    return read_committed(run_dir, columns, filter)
-
-
-def _table(source: RunOrTable, columns: Sequence[str]) -> pa.Table:
-    if isinstance(source, pa.Table):
-        return source
-    return load_run(source, columns=sorted(set(columns)))
-
-
-def truncation_table(
-    source: RunOrTable, by: Sequence[str] = ("model", "budget"), target: float | None = None
-) -> pa.Table:
-    """The `collector stats` table as Arrow: one row per `by` group, rates with Wilson 95% bounds.
-
-    `source` is a run dir or an already loaded (and perhaps filtered) episode table.
-    """
-    needed = [*by, "stop_reason", "is_truncated", "reward", "wasted_output_tokens", "output_tokens"]
-    return aggregate(_table(source, needed), by, target).to_arrow()
-
-
-def stop_reason_mix(source: RunOrTable, by: Sequence[str] = ("model", "budget")) -> pa.Table:
-    """Episodes per `by` group and stop reason, with each reason's share of its group."""
-    table = _table(source, [*by, "stop_reason"])
-    reasons = table.column("stop_reason")
-    if pa.types.is_dictionary(reasons.type):
-        table = table.set_column(table.schema.get_field_index("stop_reason"), "stop_reason",
-                                 reasons.cast(pa.string()))
-    counts = table.group_by([*by, "stop_reason"]).aggregate([([], "count_all")])
-    totals = counts.group_by(list(by)).aggregate([("count_all", "sum")])
-    joined = counts.join(totals, keys=list(by))
-    share = pc.divide(pc.cast(joined.column("count_all"), pa.float64()), joined.column("count_all_sum"))
-    joined = joined.append_column("share", share).drop_columns(["count_all_sum"])
-    joined = joined.rename_columns([*joined.column_names[:-2], "episodes", "share"])
-    return joined.sort_by([(c, "ascending") for c in [*by, "stop_reason"]])
-
-
-def load_episodes(run_dir: str | Path, ids: Sequence[str] | None = None) -> list[Episode]:
-    """Committed episodes as `Episode` objects (all, or those with the given ids)."""
-    filt = None if ids is None else ds.field("episode_id").isin(list(ids))
-    return episodes_from_table(load_run(run_dir, filter=filt))
-
-
-def get_episode(run_dir: str | Path, episode_id: str) -> Episode:
-    """One committed episode by id; OutputError (one line) when the run has no such episode.
-
-    Only the `episode_id` column of each shard is read until the shard holding it is found.
-    """
-    for path in committed_shard_paths(run_dir):
-        ids = read_shard(path, ["episode_id"]).column("episode_id")
-        hit = pc.index(ids, episode_id).as_py()
-        if hit >= 0:
-            row = read_shard(path).slice(hit, 1)
-            try:
-                return episodes_from_table(row)[0]
-            except (ValueError, TypeError, KeyError) as e:
-                # Decoded but not an episode (an unknown stop reason, a field of the wrong
-                # type): the file's fault, named in one line like any unreadable shard.
-                raise ShardError(str(path), f"row of {episode_id!r} is not an episode "
-                                            f"({describe_exception(e)})") from e
-    raise OutputError(f"{run_dir}: no committed episode {episode_id!r}")
-
-
-def render_episode(run_dir: str | Path, episode_id: str) -> str:
-    """The readable transcript `collector show` prints."""
-    return render_transcript(get_episode(run_dir, episode_id))
-
-
-# --- transcript rendering -------------------------------------------------------------------
-
-
-def _yn(flag: bool) -> str:
-    return "yes" if flag else "no"
-
-
-def _indent(text: str, prefix: str = "    ") -> str:
-    return "\n".join(prefix + line for line in text.splitlines()) if text else ""
-
-
-def _call_text(call: ToolCallRecord, executed: set[tuple[int | None, str]], turn: int | None) -> str:
-    if call.arguments_json is None:
-        chars = f"{call.unparsed_chars} chars" if call.unparsed_chars is not None else "fragment"
-        args = f"<{call.status}: {chars} not parsed, not stored>"
-    else:
-        args = call.arguments_json
-        if call.status != "ok":
-            args += f"  ({call.status})"
-    ran = "executed" if (turn, call.id) in executed else "not executed"
-    return f"  -> {call.name} [{call.id}] {args}  <{ran}>"
-
-
-def _message_text(m: MessageRecord, executed: set[tuple[int | None, str]]) -> list[str]:
-    if m.role == "tool":
-        tag = f"[tool {m.name or '?'} . {m.call_id}{' . error' if m.is_error else ''}]"
-    elif m.role == "assistant":
-        tag = f"[assistant . turn {m.turn_index}]" if m.turn_index is not None else "[assistant]"
-    else:
-        tag = f"[{m.role}]"
-    out = [tag]
-    if m.text:
-        out.append(_indent(m.text))
-    out.extend(_call_text(c, executed, m.turn_index) for c in m.tool_calls)
-    return out
-
-
-def render_transcript(ep: Episode) -> str:
-    """An episode as text: header, per-turn table, then the messages with their tool calls."""
-    graded = "-" if ep.graded_reward is None else f"{ep.graded_reward:g}"
-    lines = [
-        f"episode {ep.episode_id}   run {ep.run_id}",
-        f"model {ep.model} ({ep.provider})   budget {ep.budget}   env {ep.env}   task {ep.task_id}   "
-        f"sample {ep.sample}   seed {ep.seed}",
-        f"stop_reason {ep.stop_reason.value}   truncated {_yn(ep.is_truncated)}   trainable "
-        f"{_yn(ep.trainable)}   reward {ep.reward:g}   graded {graded}",
-        f"turns {ep.num_turns}   tool calls {ep.num_tool_calls} ({len(ep.executed_tool_calls)} executed, "
-        f"{ep.tool_errors} errors)   tokens in {ep.input_tokens} out {ep.output_tokens} "
-        f"(wasted {ep.wasted_output_tokens})   {ep.duration_s:.2f}s"
-        + (f"   worker {ep.worker}" if ep.worker else ""),
-    ]
-    if ep.error is not None:
-        lines.append(f"error {ep.error.type}: {ep.error.message}")
-    lines += ["", "turn  finish (raw)                     out/cap     latency  notes"]
-    for t in ep.turns:
-        notes = []
-        if t.length_signals:
-            notes.append("cut: " + ",".join(t.length_signals))
-        if t.incomplete_reason:
-            notes.append(f"incomplete: {t.incomplete_reason}")
-        if t.repairs:
-            notes.append("repaired: " + ",".join(t.repairs))
-        if t.malformed_calls:
-            notes.append(f"{t.malformed_calls} malformed")
-        if t.unparsed_tool_call:
-            notes.append("unparsed tool call in text")
-        if t.discarded:
-            notes.append("discarded")
-        finish = f"{t.finish_class} ({t.raw_finish_reason})"
-        lines.append(f"{t.index:>4}  {finish:<32} {f'{t.output_tokens}/{t.max_output_tokens}':>9}  "
-                     f"{t.latency_s:>7.2f}s  {'; '.join(notes)}".rstrip())
-    executed: set[tuple[int | None, str]] = {(c.turn_index, c.call_id) for c in ep.executed_tool_calls}
-    lines.append("")
-    for m in ep.messages:
-        lines.extend(_message_text(m, executed))
-    return "\n".join(lines)
-

@@ -41,8 +41,8 @@ def _fraction(text: str) -> float:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from collector.config import load_config
-    from collector.job import run_job
-    from collector.stats import compute_stats, format_stats
+    from collector.data.stats import compute_stats, format_stats
+    from collector.run.job import run_job
 
     cfg = load_config(args.config, args.set)
     result = run_job(cfg, address=args.address, show_progress=not args.quiet, retry_errors=args.retry_errors)
@@ -53,7 +53,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:
-    from collector.stats import compute_stats, format_stats
+    from collector.data.stats import compute_stats, format_stats
 
     stats = compute_stats(args.run_dir, by=_by(args.by), target=args.target)
     print(format_stats(stats, args.format))
@@ -61,7 +61,7 @@ def _cmd_stats(args: argparse.Namespace) -> int:
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
-    from collector.analysis import render_episode
+    from collector.data.analysis import render_episode
 
     print(render_episode(args.run_dir, args.episode_id))
     return EXIT_OK
@@ -69,7 +69,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     from collector.config import load_config
-    from collector.plan import plan_work
+    from collector.run.plan import plan_work
 
     cfg = load_config(args.config, args.set)
     plan = plan_work(cfg)
@@ -79,7 +79,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from collector.check import check_run
+    from collector.data.check import check_run
 
     report = check_run(args.run_dir)
     for problem in report.problems:

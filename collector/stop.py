@@ -1,7 +1,7 @@
 """Why an episode ended: the `stop_reason` column of every shard row.
 
 The order in which the episode loop checks its limits decides which reason a turn is
-counted under; that order is written down in `collector.loop`.
+counted under; that order is written down in `collector.episode.loop`.
 """
 
 from __future__ import annotations

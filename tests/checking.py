@@ -1,7 +1,7 @@
 """Run `collector check` on a run directory a test has just collected, and fail loudly.
 
 Issue 7 asks the suite to verify every collection it performs with the same check a
-trainer would run (`collector.check.check_run`), so a test that only counted episodes
+trainer would run (`collector.data.check.check_run`), so a test that only counted episodes
 cannot pass over a run that broke an invariant (a tool executed from a cut turn, a call
 left unsettled, an error episode marked trainable). Any test module may import
 `assert_run_checked`; inside tests/faults the `run_checker` fixture wraps it.
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from collector.check import CheckReport, check_run
-from collector.shards import read_shard
-from collector.store import committed_shard_paths, read_manifest
+from collector.data.check import CheckReport, check_run
+from collector.data.manifest import committed_shard_paths, read_manifest
+from collector.data.shards import read_shard
 
 
 def assert_run_checked(run_dir: str | Path, *, allow_notes: bool = True) -> CheckReport:
@@ -57,7 +57,7 @@ def committed_rows(run_dir: str | Path) -> list[dict[str, object]]:
 def check_runs_left_in_tmp_path(request: pytest.FixtureRequest) -> Iterator[None]:
     """Fixture body: after the test, `collector check` every run directory under its tmp_path.
 
-    The collection tests (tests/job, tests/faults) enable it as an autouse fixture, so no
+    The collection tests (tests/run, tests/faults) enable it as an autouse fixture, so no
     test that merely counts episodes can pass over a broken invariant. A test that leaves a
     broken run on purpose opts out with `@pytest.mark.corrupts_runs`.
     """

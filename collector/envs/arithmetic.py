@@ -22,7 +22,7 @@ import re
 from collections.abc import Sequence
 
 from collector.envs.base import Environment, EpisodeWorld, Task, Tool
-from collector.tools import tool
+from collector.envs.tools import tool
 from collector.turn import UserMessage
 
 PROMPT = "What is {expr}? Use the calculator tool, then reply with the number only."

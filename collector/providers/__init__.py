@@ -13,9 +13,9 @@ version prefix (``http://host:8000/v1``), Anthropic and Gemini take the server r
 `base_url_for(kind, root)` turns a server root (the simulator's, say) into that form.
 
 Every adapter is handed its `httpx.AsyncClient` and never builds one. The client the
-collector hands them is built in `collector.worker` (one client per worker, shared by its
+collector hands them is built in `collector.run.worker` (one client per worker, shared by its
 episode slots) over `collector.providers.transport.StreamTransport`, whose module docstring
-and `collector.worker`'s say why that layout holds up under thousands of episodes in flight.
+and `collector.run.worker`'s say why that layout holds up under thousands of episodes in flight.
 """
 
 from __future__ import annotations

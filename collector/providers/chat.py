@@ -5,7 +5,7 @@ llama.cpp's server, OpenRouter and most gateways.
 (`https://api.openai.com/v1`, `http://localhost:8000/v1`).
 
 Arguments arrive as a JSON *string*, in fragments per `index` when streaming; they are
-parsed once, at the end, by `collector.arguments`. The finish reason is trusted for nothing
+parsed once, at the end, by `collector.providers.arguments`. The finish reason is trusted for nothing
 on its own: vLLM reports `tool_calls` for a call cut at the cap, which `CAP_REACHED` catches
 (streams ask for `include_usage` so the count is there), and a Hermes block that the server
 could not parse is left in `content`, which `UNCLOSED_TEMPLATE` catches. OpenRouter's
@@ -36,7 +36,7 @@ from collector.providers.common import (
     replay_text,
 )
 from collector.providers.http import Headers, Http, Sleep
-from collector.sse import SSEEvent
+from collector.providers.sse import SSEEvent
 from collector.turn import (
     AssistantMessage,
     FinishClass,

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from collector.arguments import has_template_opener, parse_arguments, unclosed_template
+from collector.providers.arguments import has_template_opener, parse_arguments, unclosed_template
 from collector.turn import (
     ArgStatus,
     FinishClass,

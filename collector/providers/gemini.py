@@ -43,7 +43,7 @@ from collector.providers.common import (
     replay_object,
 )
 from collector.providers.http import Headers, Http, Sleep
-from collector.sse import SSEEvent
+from collector.providers.sse import SSEEvent
 from collector.turn import (
     AssistantMessage,
     FinishClass,

@@ -53,7 +53,7 @@ from collector.errors import (
     RequestRejected,
 )
 from collector.providers.base import Endpoint
-from collector.sse import SSEDecoder, SSEEvent
+from collector.providers.sse import SSEDecoder, SSEEvent
 
 __all__ = ["Http", "Sleep", "classify_error_body", "classify_http_error", "parse_retry_after"]
 

@@ -40,7 +40,7 @@ from collector.providers.common import (
     replay_text,
 )
 from collector.providers.http import Headers, Http, Sleep
-from collector.sse import SSEEvent
+from collector.providers.sse import SSEEvent
 from collector.turn import (
     AssistantMessage,
     FinishClass,

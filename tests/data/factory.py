@@ -1,4 +1,4 @@
-"""Synthetic episodes for the data-side tests: built directly from `collector.record`.
+"""Synthetic episodes for the data-side tests: built directly from `collector.data.record`.
 
 Each builder returns a well-formed episode (every call id settled once, nothing executed
 from a cut turn, reward 0 for cut and malformed episodes, errors not trainable), so a test
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from collector.record import (
+from collector.data.record import (
     Episode,
     EpisodeError,
     ExecutedToolCall,

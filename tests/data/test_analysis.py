@@ -12,11 +12,12 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
 
-from collector import analysis, check, shards, stats, store
+from collector.data import analysis, check, manifest, shards, stats, store
+from collector.data.manifest import committed_shard_paths
+from collector.data.stats import compute_stats
+from collector.data.store import RunStore
 from collector.errors import OutputError
-from collector.stats import compute_stats
 from collector.stop import StopReason
-from collector.store import RunStore, committed_shard_paths
 from tests.data.factory import make_batch, make_episode
 
 S = StopReason
@@ -132,13 +133,14 @@ def test_get_episode_round_trips(runs: dict[str, Path]) -> None:
     assert analysis.load_episodes(runs["arrow"], [want.episode_id]) == [want]
 
 
-@pytest.mark.parametrize("module", [analysis, check, shards, stats, store])
+@pytest.mark.parametrize("module", [analysis, check, manifest, shards, stats, store])
 def test_public_names(module: ModuleType) -> None:
     """Each data-side module's __all__ is non-empty, names only what exists, and holds its public API."""
     assert module.__all__
     assert all(hasattr(module, name) for name in module.__all__)
     assert {"load_run", "truncation_table", "render_episode"} <= set(analysis.__all__)
-    assert {"RunStore", "committed_shard_paths"} <= set(store.__all__)
+    assert {"RunStore"} <= set(store.__all__)
+    assert {"committed_shard_paths", "read_manifest"} <= set(manifest.__all__)
     assert {"check_run", "CheckReport"} <= set(check.__all__)
     assert {"compute_stats", "format_stats"} <= set(stats.__all__)
 

@@ -11,11 +11,12 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from collector import shards
-from collector.check import MAX_PROBLEMS, check_run
-from collector.record import Episode, ExecutedToolCall, MessageRecord
+from collector.data import shards
+from collector.data.check import MAX_PROBLEMS, check_run
+from collector.data.manifest import MANIFEST
+from collector.data.record import Episode, ExecutedToolCall, MessageRecord
+from collector.data.store import RunStore
 from collector.stop import StopReason
-from collector.store import MANIFEST, RunStore
 from tests.data.factory import make_batch, make_episode
 
 S = StopReason

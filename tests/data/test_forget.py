@@ -7,10 +7,11 @@ from typing import Any
 
 import pytest
 
-from collector import store as store_mod
+from collector.data import store as store_mod
+from collector.data.manifest import committed_shard_paths, read_manifest
+from collector.data.shards import read_shard
+from collector.data.store import RunStore
 from collector.errors import OutputError
-from collector.shards import read_shard
-from collector.store import RunStore, committed_shard_paths, read_manifest
 from tests.data.factory import make_batch
 
 FP = "fingerprint-forget"

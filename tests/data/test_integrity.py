@@ -11,12 +11,13 @@ from typing import Any
 import pytest
 
 from collector import cli
-from collector.analysis import get_episode, load_run, truncation_table
-from collector.check import check_run
+from collector.data.analysis import get_episode, load_run, truncation_table
+from collector.data.check import check_run
+from collector.data.manifest import MANIFEST, QUARANTINE, read_manifest
+from collector.data.shards import ShardError
+from collector.data.store import RunStore
 from collector.errors import OutputError
-from collector.shards import ShardError
 from collector.stop import StopReason
-from collector.store import MANIFEST, QUARANTINE, RunStore, read_manifest
 from tests.data.factory import make_batch
 
 STOPS = (StopReason.DONE, StopReason.LENGTH, StopReason.MALFORMED_TOOL_CALL, StopReason.ERROR)

@@ -9,8 +9,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from collector.data.store import RunStore
 from collector.stop import StopReason
-from collector.store import RunStore
 from tests.data.factory import make_batch
 
 S = StopReason

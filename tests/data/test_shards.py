@@ -8,9 +8,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from collector import shards
+from collector.data import shards
+from collector.data.record import SCHEMA_VERSION, Episode, MessageRecord, ToolCallRecord, TurnRecord
 from collector.errors import OutputError
-from collector.record import SCHEMA_VERSION, Episode, MessageRecord, ToolCallRecord, TurnRecord
 from collector.stop import StopReason
 from tests.data.factory import make_batch, make_episode
 

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from collector.data.record import Episode
+from collector.data.stats import compute_stats, format_stats, wilson_interval
+from collector.data.store import RunStore
 from collector.errors import ConfigError, OutputError
-from collector.record import Episode
-from collector.stats import compute_stats, format_stats, wilson_interval
 from collector.stop import StopReason
-from collector.store import RunStore
 from tests.data.factory import make_batch, make_episode
 
 S = StopReason

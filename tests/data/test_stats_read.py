@@ -1,4 +1,4 @@
-"""The fast Arrow read of `collector.stats` returns what the dataset scan returns, or steps aside."""
+"""The fast Arrow read of `collector.data.stats` returns what the dataset scan returns, or steps aside."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from collector.stats import _read, _read_ipc, run_dataset
+from collector.data.manifest import committed_shard_paths
+from collector.data.stats import _read, _read_ipc, run_dataset
+from collector.data.store import RunStore
 from collector.stop import StopReason
-from collector.store import RunStore, committed_shard_paths
 from tests.data.factory import make_batch
 
 COLUMNS = ["budget", "is_truncated", "model", "output_tokens", "reward", "stop_reason",

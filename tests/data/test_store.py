@@ -14,11 +14,18 @@ from typing import Any
 import pyarrow.dataset as ds
 import pytest
 
-from collector import store as store_mod
-from collector.analysis import PARTITIONING
+from collector.data import store as store_mod
+from collector.data.analysis import PARTITIONING
+from collector.data.manifest import (
+    MANIFEST,
+    QUARANTINE,
+    RESOLVED_CONFIG,
+    committed_shard_paths,
+    partition_dir,
+)
+from collector.data.shards import read_shard
+from collector.data.store import RunStore
 from collector.errors import OutputError
-from collector.shards import read_shard
-from collector.store import MANIFEST, RESOLVED_CONFIG, RunStore, committed_shard_paths, partition_dir
 from tests.data.factory import make_batch
 
 FP = "fingerprint-aaaaaaaaaaaa"
@@ -228,13 +235,13 @@ def test_a_corrupt_shard_is_reported_and_never_stops_resume(tmp_path: Path, dama
         assert st.commit(work) == 4
     assert sorted(all_rows(run)) == sorted(e.episode_id for e in work)
     if damage != "delete":
-        assert list((run / store_mod.QUARANTINE).iterdir())
+        assert list((run / QUARANTINE).iterdir())
 
 
 _KILLER = textwrap.dedent(
     """
     import os, signal, sys
-    from collector.store import RunStore
+    from collector.data.store import RunStore
     from tests.data.factory import make_batch
 
     run, when = sys.argv[1], sys.argv[5]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from collector.envs.base import Environment, EpisodeWorld, Task, Tool
-from collector.tools import tool
+from collector.envs.tools import tool
 
 
 class _World(EpisodeWorld):

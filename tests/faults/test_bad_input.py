@@ -19,14 +19,14 @@ import pytest
 
 from collector.cli import main
 from collector.config import LoopConfig, RunConfig
+from collector.data.manifest import committed_shard_paths
 from collector.envs.base import Environment, EpisodeWorld, Task, Tool
-from collector.job import run_job
-from collector.loop import EpisodeSpec, run_episode
-from collector.plan import plan_work
+from collector.envs.tools import tool
+from collector.episode.loop import EpisodeSpec, run_episode
 from collector.providers.scripted import ScriptedProvider, call, calls, text
+from collector.run.job import run_job
+from collector.run.plan import plan_work
 from collector.stop import StopReason
-from collector.store import committed_shard_paths
-from collector.tools import tool
 from tests.checking import assert_run_checked, committed_ids
 from tests.faults.cluster import free_port
 

@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 
 from collector.config import load_config
-from collector.job import run_job
-from collector.plan import plan_work
-from collector.store import read_manifest
+from collector.data.manifest import read_manifest
+from collector.run.job import run_job
+from collector.run.plan import plan_work
 from tests.checking import assert_run_checked, committed_ids
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(240)]

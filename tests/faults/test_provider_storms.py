@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 
 from collector.config import RunConfig
+from collector.data.stats import compute_stats
 from collector.envs.arithmetic import ArithmeticEnv
-from collector.job import Snapshot, run_job
-from collector.plan import plan_work
+from collector.run.job import Snapshot, run_job
+from collector.run.plan import plan_work
 from collector.sim.server import SimServer
-from collector.stats import compute_stats
 from collector.stop import StopReason
 from tests.checking import assert_run_checked, committed_ids, committed_rows
 from tests.faults.storm import StormProxy

@@ -17,8 +17,8 @@ import pytest
 from collector.cli import main
 from collector.config import load_config
 from collector.envs.arithmetic import ArithmeticEnv
-from collector.job import run_job
-from collector.plan import plan_work
+from collector.run.job import run_job
+from collector.run.plan import plan_work
 from collector.sim.server import SimServer
 from collector.stop import StopReason
 from tests.checking import committed_ids, committed_rows

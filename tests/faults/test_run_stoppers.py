@@ -20,7 +20,7 @@ from starlette.routing import Route
 
 from collector.cli import main
 from collector.config import load_config
-from collector.plan import plan_work
+from collector.run.plan import plan_work
 from tests.checking import committed_ids, committed_rows
 from tests.faults.storm import StormProxy
 from tests.loopback import serving

@@ -140,7 +140,7 @@ def test_planted_secrets_reach_no_shard_log_or_message(tmp_path: Path, fake_prov
 def test_credentials_in_base_url_are_not_saved(tmp_path: Path) -> None:
     """User info and query string of a base_url (credentials) never reach config.resolved.json."""
     from collector.config import RunConfig, config_fingerprint, resolved_config
-    from collector.store import RunStore
+    from collector.data.store import RunStore
 
     cfg = RunConfig.model_validate({
         "name": "urls",

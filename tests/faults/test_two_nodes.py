@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from collector.config import load_config
-from collector.plan import plan_work
-from collector.store import read_manifest
+from collector.data.manifest import read_manifest
+from collector.run.plan import plan_work
 from tests.checking import assert_run_checked, committed_ids
 from tests.faults.cluster import TwoNodeCluster
 

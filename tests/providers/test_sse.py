@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from collector.sse import SSEDecoder, SSEEvent
+from collector.providers.sse import SSEDecoder, SSEEvent
 from tests.providers.wirefab import WIRE
 
 

@@ -91,7 +91,8 @@ def test_package_exports_and_imports_nothing_of_the_collector() -> None:
 
     assert all(hasattr(sim, name) for name in sim.__all__)
     code = ("import sys, collector.sim, collector.sim.app, collector.sim.truth; "
-            "print(sorted(m for m in sys.modules if m.startswith(('collector.envs', 'collector.loop', "
+            "print(sorted(m for m in sys.modules if m.startswith(('collector.envs', "
+            "'collector.episode.loop', "
             "'collector.providers'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

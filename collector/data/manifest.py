@@ -1,0 +1,158 @@
+"""The run directory's files: their names, the manifest's format, atomic JSON writes.
+
+`collector.data.store.RunStore` is the one writer of a run directory; this module is what a
+reader needs to find the committed data without it (`committed_shard_paths`,
+`read_manifest`), and the file-level primitives the store builds its commits from.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, unquote
+
+from collector.data.shards import EXTENSIONS
+from collector.errors import OutputError
+
+__all__ = [
+    "CHECKSUM_ALGORITHM",
+    "LOCK",
+    "MANIFEST",
+    "MANIFEST_VERSION",
+    "QUARANTINE",
+    "RESOLVED_CONFIG",
+    "TMP_SUFFIX",
+    "committed_shard_paths",
+    "decode_partition_value",
+    "file_digest",
+    "fsync_dir",
+    "now_iso",
+    "partition_dir",
+    "read_manifest",
+    "write_json_atomic",
+]
+
+MANIFEST = "manifest.json"
+RESOLVED_CONFIG = "config.resolved.json"
+LOCK = ".lock"
+QUARANTINE = "_quarantine"
+TMP_SUFFIX = ".tmp"
+MANIFEST_VERSION = 1
+#: The checksum recorded for each shard at commit, as ``"<algorithm>:<hex digest>"``.
+CHECKSUM_ALGORITHM = "sha256"
+
+
+def partition_dir(model: str, budget: int) -> str:
+    """The Hive partition of a model and budget, relative to the run dir.
+
+    Model names are URI-escaped (``meta-llama/Llama-3`` -> ``meta-llama%2FLlama-3``), which
+    is how pyarrow's Hive partitioning decodes segments by default.
+    """
+    return f"model={quote(model, safe='')}/budget={int(budget)}"
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, set | frozenset):
+        return sorted(value, key=str)
+    return str(value)
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_json_atomic(path: Path, payload: Any) -> None:
+    """Replace `path` with `payload` as JSON: temp file, fsync, rename, fsync the directory."""
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}{TMP_SUFFIX}")
+    data = json.dumps(payload, indent=1, default=_json_default).encode()
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def read_manifest(run_dir: Path) -> dict[str, Any]:
+    """The manifest of `run_dir` (raises OutputError when missing or unreadable)."""
+    path = run_dir / MANIFEST
+    try:
+        manifest = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise OutputError(f"{run_dir} is not a run directory (no {MANIFEST})") from None
+    except (OSError, ValueError) as e:
+        raise OutputError(f"{path} is unreadable: {e}") from e
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("shards"), list):
+        raise OutputError(f"{path} is not a collector manifest")
+    for i, entry in enumerate(manifest["shards"]):
+        problem = _entry_problem(entry)
+        if problem is not None:
+            shown = json.dumps(entry, default=str)
+            shown = shown if len(shown) <= 160 else shown[:157] + "..."
+            raise OutputError(f"{path}: shard entry {i} {problem}: {shown}")
+    return manifest
+
+
+def _entry_problem(entry: Any) -> str | None:
+    """Why a manifest shard entry cannot be trusted, or None.
+
+    Checked before any entry is used, so that a hand-edited or damaged manifest is one
+    line naming it instead of a KeyError deep in a reader, and so that no entry can point
+    outside the run dir (the store moves and deletes the files it names).
+    """
+    if not isinstance(entry, dict):
+        return "is not an object"
+    rel = entry.get("path")
+    if not isinstance(rel, str) or not rel:
+        return 'has no "path"'
+    parts = rel.split("/")
+    if rel.startswith("/") or "\\" in rel or any(p in ("", ".", "..") for p in parts):
+        return "has a path outside the run dir"
+    if not any(rel.endswith(ext) for ext in EXTENSIONS.values()):
+        return "names a file that is not a shard"
+    for key, kind in (("rows", int), ("budget", int), ("model", str)):
+        value = entry.get(key)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            return f'has no valid "{key}"'
+    if entry["rows"] < 0:
+        return 'has a negative "rows"'
+    # Absent in manifests written before checksums were recorded: the full decode stands in.
+    size = entry.get("size")
+    if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 0):
+        return 'has an invalid "size"'
+    checksum = entry.get("checksum")
+    if checksum is not None and (not isinstance(checksum, str) or ":" not in checksum):
+        return 'has an invalid "checksum"'
+    return None
+
+
+def file_digest(path: Path) -> tuple[int, str]:
+    """The size of the file at `path` and its checksum, ``"sha256:<hex>"``."""
+    with open(path, "rb") as f:
+        digest = hashlib.file_digest(f, CHECKSUM_ALGORITHM)
+        size = os.fstat(f.fileno()).st_size
+    return size, f"{CHECKSUM_ALGORITHM}:{digest.hexdigest()}"
+
+
+def committed_shard_paths(run_dir: str | Path) -> list[Path]:
+    """Absolute paths of the shards the manifest names (committed data only)."""
+    root = Path(run_dir)
+    return [root / entry["path"] for entry in read_manifest(root)["shards"]]
+
+
+def decode_partition_value(segment: str) -> str:
+    """Inverse of the escaping in `partition_dir` for one ``key=value`` segment's value."""
+    return unquote(segment.split("=", 1)[1])

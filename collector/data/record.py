@@ -1,0 +1,168 @@
+"""The episode record: what one finished episode becomes, and what one shard row holds.
+
+The episode loop produces an `Episode`; the shard writer turns it into one Arrow row
+(`collector.data.shards`) and back. Values that can be derived (token totals, counts, whether
+the episode is truncated) are properties, computed once at write time, never stored twice
+in memory.
+
+Nothing here holds raw model output that could carry a secret: tool-call arguments are
+stored as parsed objects with secret-like keys redacted; an argument fragment that did not
+parse, and a tool-call block left unparsed in a message's text, are stored only as their
+length in characters (`collector.episode.redact`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+from collector.stop import StopReason
+
+#: Bumped whenever a column is added, removed or changes meaning. Stored in file metadata.
+SCHEMA_VERSION = 2
+"""2: `messages.raw_text` added; `trainable` false for `timeout` episodes too."""
+
+
+def episode_id(run_id: str, task_id: str, sample: int, model: str, budget: int) -> str:
+    """Deterministic id: the same run, task, sample, model and budget give the same id.
+
+    This is what makes resume-by-set-difference and drop-duplicates-at-commit possible.
+    """
+    key = "\x1f".join((run_id, task_id, str(sample), model, str(budget)))
+    return hashlib.blake2b(key.encode(), digest_size=12).hexdigest()
+
+
+@dataclass(slots=True)
+class TurnRecord:
+    """One model call of the episode, as stored in the `turns` list column."""
+
+    index: int
+    raw_finish_reason: str | None
+    finish_class: str
+    """The derived `FinishClass` value (length detection applied)."""
+    length_signals: list[str]
+    incomplete_reason: str | None
+    output_tokens: int
+    input_tokens: int
+    max_output_tokens: int
+    latency_s: float
+    repairs: list[str]
+    """Repairs applied to this turn's tool-call arguments (e.g. "strip_delimiters")."""
+    num_tool_calls: int
+    malformed_calls: int
+    discarded: bool
+    """True when the turn's output was thrown away: it was cut, or it ended the episode as
+    malformed, so nothing from it ran. Its output tokens count as wasted."""
+    unparsed_tool_call: bool = False
+
+
+@dataclass(slots=True)
+class ToolCallRecord:
+    """A tool call inside a stored assistant message; arguments redacted, never raw."""
+
+    id: str
+    name: str
+    arguments_json: str | None
+    """The parsed arguments as JSON with secret-like values replaced; None if unparseable."""
+    status: str
+    """The `ArgStatus` value: ok, repaired, malformed."""
+    unparsed_chars: int | None = None
+    """For a malformed call: the length of the fragment in characters (the fragment is never kept)."""
+    raw_fragment: str | None = None
+    """Only with the opt-in debug setting: the unparseable fragment, as received."""
+
+
+@dataclass(slots=True)
+class MessageRecord:
+    """One message of the transcript (`messages` list column)."""
+
+    role: str
+    """system | user | assistant | tool"""
+    text: str
+    tool_calls: list[ToolCallRecord] = field(default_factory=list)
+    call_id: str | None = None
+    """For a tool result: the id of the call it settles."""
+    name: str | None = None
+    is_error: bool = False
+    turn_index: int | None = None
+    """For assistant messages and tool results: the turn they belong to."""
+    raw_text: str | None = None
+    """Only with the opt-in debug setting: the unparsed tool-call block cut from `text`."""
+
+
+@dataclass(slots=True)
+class ExecutedToolCall:
+    """A tool call that actually ran against the environment (`executed_tool_calls` column)."""
+
+    turn_index: int
+    call_id: str
+    name: str
+    arguments_json: str
+    """Redacted arguments, as JSON."""
+    is_error: bool
+
+
+@dataclass(slots=True)
+class EpisodeError:
+    """Why an `error` episode failed: an exception type and a secret-free message."""
+
+    type: str
+    message: str
+
+
+@dataclass(slots=True)
+class Episode:
+    """One finished episode: one row of a shard."""
+
+    episode_id: str
+    run_id: str
+    model: str
+    provider: str
+    budget: int
+    """The per-turn output-token cap this episode ran with."""
+    env: str
+    task_id: str
+    sample: int
+    seed: int
+    stop_reason: StopReason
+    trainable: bool
+    reward: float
+    """The training reward: 0.0 for the stop_on reasons and for errors, else the graded value."""
+    graded_reward: float | None
+    """The grader's value where it ran (also for cut episodes if the config asks to grade them)."""
+    duration_s: float
+    turns: list[TurnRecord]
+    messages: list[MessageRecord]
+    executed_tool_calls: list[ExecutedToolCall]
+    tool_errors: int
+    """Tool results that were errors (validation, exceptions, timeouts, refusals to run)."""
+    error: EpisodeError | None = None
+    worker: str | None = None
+    """Which worker ran it (diagnostics only)."""
+
+    @property
+    def is_truncated(self) -> bool:
+        return self.stop_reason is StopReason.LENGTH or any(
+            t.finish_class == "length" for t in self.turns
+        )
+
+    @property
+    def num_turns(self) -> int:
+        return len(self.turns)
+
+    @property
+    def num_tool_calls(self) -> int:
+        return sum(t.num_tool_calls for t in self.turns)
+
+    @property
+    def input_tokens(self) -> int:
+        return sum(t.input_tokens for t in self.turns)
+
+    @property
+    def output_tokens(self) -> int:
+        return sum(t.output_tokens for t in self.turns)
+
+    @property
+    def wasted_output_tokens(self) -> int:
+        """Output tokens spent on turns whose output was cut or thrown away (never executed)."""
+        return sum(t.output_tokens for t in self.turns if t.discarded)

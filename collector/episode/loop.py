@@ -1,0 +1,508 @@
+"""The episode loop: one task, one model, tools in a loop, one `Episode` record at the end.
+
+Nothing the model or a tool does makes `run_episode` raise. A cut turn and a broken call
+are data: they end the episode with a typed `StopReason` or are answered with an error
+result. Provider failures (after the adapter's retries) and environment crashes end the
+episode as `error`, recorded and marked not trainable. Only cancellation by the caller
+(`asyncio.CancelledError`) propagates.
+
+Order of checks per turn. The order decides which stop reason a turn counts under, so it
+is fixed and tested:
+
+0. before the call: the episode output-token budget (`episode_output_budget`). The turn's
+   cap is the smaller of the per-turn cap and what remains; when nothing remains the
+   episode ends as `length`.
+1. call the model. A `ProviderError` ends the episode as `error`.
+2. length check (`Turn.is_length`, any length signal). Nothing from a cut turn ever runs,
+   whatever its calls look like (an Anthropic `input` or Gemini `args` may parse perfectly
+   and still be cut). Every call of the turn is settled with a result starting
+   ``not executed: cut by the output-token limit``. With `length` in `stop_on`, or after
+   `max_consecutive_faults` cut turns in a row, the episode ends as `length`; otherwise the
+   loop goes on and the model is asked for a shorter call.
+3. argument status (`ToolCall.status`, set by the adapters). A turn with no calls whose
+   text holds an unparsed chat-template call, or that Gemini ended with
+   `MALFORMED_FUNCTION_CALL`, counts as malformed, never as a final answer. With
+   `malformed_tool_call` in `stop_on`, or after `max_consecutive_faults` malformed turns in
+   a row, the episode ends as `malformed_tool_call` and nothing from the turn runs.
+   Otherwise a malformed call gets an error result naming the problem (never echoing the
+   fragment) and its valid siblings go on to 4.
+4. gate check: a call to a `gate` tool (approval, human review) that is malformed (or
+   repeats an earlier call's id, below) holds every sibling of the turn: each gets a result
+   saying nothing was approved. Valid gate calls run first, whatever their position, and
+   one that fails holds the rest the same way.
+5. dispatch: the remaining calls run one after another, in the model's order, each
+   validated against its schema first (`collector.envs.tools.run_tool`).
+6. a turn with no tool call is the final answer: the episode ends as `done`.
+After the last allowed turn (`max_steps`) the episode ends as `max_steps`. Around all of it
+runs the episode's wall-clock limit (`episode_timeout_s`): on expiry the model or tool call
+in flight is cancelled, the open calls are settled, and the episode ends as `timeout`.
+
+Every call id is settled exactly once, at the turn where it arose: before the next model
+call (or the end of the episode) each call of an assistant turn has exactly one
+`ToolResultMessage`, in the order of the calls. The history therefore replays cleanly to
+strict backends; the adapters replay a malformed call's arguments as ``"{}"``. Call ids are
+unique within a turn: a call whose id repeats the id of an earlier call of the same turn is
+never run, whatever its arguments (which of two calls a result answers would be a guess);
+it is answered with an error naming the repeated id, and carries the id ``{id}_dup{n}`` (the
+first suffix free in that turn) in the history and the record, because strict backends
+reject a turn with duplicate ids. The first call with the id goes through the steps above
+as usual. An assistant
+turn with neither text nor a call (a reasoning model that spent the cap thinking, a cap of
+1 token) is kept in the record (`messages`) but never sent back to the model: no dialect has
+a valid empty assistant message. The notice that follows such a cut turn then comes right
+after the previous user or tool message, which every dialect accepts.
+
+Reward policy (`LoopConfig.reward`):
+- `done`: the grader runs on the final answer and world state; reward = graded value.
+- `max_steps`: graded the same way when `grade_max_steps` (the default), else 0.0.
+- `length`, `malformed_tool_call`: reward 0.0 with policy "zero"; with "grade_then_clamp"
+  the grader runs and reward = min(graded, 0.0). With `grade_cut_episodes` the grader runs
+  and its value is kept in `graded_reward` (the reward is unchanged by it).
+- `timeout`: reward 0.0, not graded, `trainable` False: a wall-clock limit depends on the
+  infrastructure's load (a slow or retrying provider, a busy tool host), not on the model,
+  so a zero reward there would punish the policy for the cluster's weather.
+- `error`: reward 0.0, not graded, `trainable` False. All other episodes are trainable: a
+  trainer filters by `stop_reason`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from collector.config import LoopConfig, RedactionConfig
+from collector.data.record import (
+    Episode,
+    EpisodeError,
+    ExecutedToolCall,
+    MessageRecord,
+    TurnRecord,
+    episode_id,
+)
+from collector.envs.base import Environment, EpisodeWorld, Task, Tool
+from collector.envs.tools import run_tool, tool_specs
+from collector.episode.redact import Redactor
+from collector.errors import EnvironmentFailure, ProviderError
+from collector.providers.base import Provider
+from collector.stop import StopReason
+from collector.turn import (
+    ArgStatus,
+    AssistantMessage,
+    Message,
+    SamplingParams,
+    ToolCall,
+    ToolResultMessage,
+    Turn,
+    TurnRequest,
+    UserMessage,
+)
+
+__all__ = ["EpisodeSpec", "run_episode"]
+
+# Results that settle calls which did not run. The model reads them; the simulator keys its
+# recovery on "not executed".
+CUT = "not executed: cut by the output-token limit"
+CUT_RETRY = CUT + "; send the call again with shorter arguments"
+CUT_TEXT_NOTICE = "Your last reply was cut by the output-token limit. Reply again, more briefly."
+UNPARSED_NOTICE = (
+    "Your last reply held a tool call written as text that could not be read; nothing was run. "
+    "Send it again as a tool call with a complete JSON object."
+)
+MALFORMED_END = "not executed: the arguments were not a valid JSON object; the episode ended at this turn"
+SIBLING_END = "not executed: another call of this turn had malformed arguments; the episode ended"
+TIMED_OUT = "not executed: the episode's time limit expired"
+
+
+def _duplicate(original: str) -> str:
+    return (
+        f"not executed: this call repeated the id {original[:64]!r} of an earlier call of this turn; "
+        "send it again as a call of its own"
+    )
+
+#: Stop reasons that are not the model's doing (reward policy in the module docstring).
+_NOT_TRAINABLE = frozenset({StopReason.ERROR, StopReason.TIMEOUT})
+
+#: Raw finish reasons meaning "the model tried to call a tool and the server could not read
+#: it" on turns that carry no call at all (Gemini drops the call and says so).
+_FAILED_CALL_REASONS = frozenset({"MALFORMED_FUNCTION_CALL"})
+
+
+def _malformed(call: ToolCall) -> str:
+    size = len(call.raw_arguments) if call.raw_arguments is not None else 0
+    return (
+        f"not executed: the arguments of this {call.name} call were not a valid JSON object "
+        f"({size} characters received); send the call again with complete JSON arguments"
+    )
+
+
+def _held(gate: str) -> str:
+    return (
+        f"not executed: the {gate} call of this turn did not go through, so nothing was approved; "
+        f"send the {gate} request again, then this call"
+    )
+
+
+@dataclass(slots=True, frozen=True)
+class EpisodeSpec:
+    """What to run: one task, one sample, one model at one per-turn output cap (`budget`).
+
+    `episode_id` is computed from (run_id, task id, sample, model, budget) when left empty.
+    The episode `seed` is sent as the sampling seed unless `sampling.seed` is set, so that
+    samples of one task differ on seeded backends (the simulator among them).
+    """
+
+    run_id: str
+    model: str
+    provider_kind: str
+    budget: int
+    task: Task
+    sample: int = 0
+    seed: int = 0
+    env_name: str = ""
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    episode_id: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.episode_id:
+            eid = episode_id(self.run_id, self.task.id, self.sample, self.model, self.budget)
+            object.__setattr__(self, "episode_id", eid)
+
+
+class _Failure(Exception):
+    """Ends the episode as `error` with an already secret-free record."""
+
+    def __init__(self, error: EpisodeError) -> None:
+        super().__init__(error.type)
+        self.error = error
+
+
+_REDACTORS: dict[tuple[tuple[str, ...], bool], Redactor] = {}
+
+
+def _redactor(config: RedactionConfig) -> Redactor:
+    key = (tuple(config.secret_keys), config.keep_raw_fragments)
+    found = _REDACTORS.get(key)
+    if found is None:
+        found = _REDACTORS[key] = Redactor(config.secret_keys, config.keep_raw_fragments)
+    return found
+
+
+def _env_failure(phase: str, exc: Exception, redactor: Redactor) -> _Failure:
+    text = redactor.redact_text(str(exc))[:300]
+    message = f"{phase}: {type(exc).__name__}: {text}" if text else f"{phase}: {type(exc).__name__}"
+    return _Failure(EpisodeError(EnvironmentFailure.__name__, message))
+
+
+class _Episode:
+    """The mutable state of one running episode: history, records, counters."""
+
+    __slots__ = (
+        "duplicates",
+        "executed",
+        "final_text",
+        "history",
+        "open_calls",
+        "open_index",
+        "output_used",
+        "records",
+        "redactor",
+        "results",
+        "settings",
+        "tool_errors",
+        "turns",
+    )
+
+    def __init__(self, task: Task, settings: LoopConfig, redactor: Redactor) -> None:
+        prompt: list[Message]
+        prompt = [UserMessage(task.prompt)] if isinstance(task.prompt, str) else list(task.prompt)
+        self.history = prompt
+        self.records: list[MessageRecord] = redactor.message_records(prompt, None)
+        self.settings = settings
+        self.redactor = redactor
+        self.turns: list[TurnRecord] = []
+        self.executed: list[ExecutedToolCall] = []
+        self.tool_errors = 0
+        self.output_used = 0
+        self.final_text: str | None = None
+        self.open_calls: list[ToolCall] = []
+        self.open_index = 0
+        self.results: dict[str, ToolResultMessage] = {}
+        self.duplicates: dict[str, str] = {}
+        """This turn's renamed calls: new id -> the id it repeated."""
+
+    def add_turn(self, turn: Turn, cap: int) -> TurnRecord:
+        index = len(self.turns)
+        calls = self.unique_ids(turn.tool_calls)
+        record = TurnRecord(
+            index=index,
+            raw_finish_reason=turn.raw_finish_reason,
+            finish_class=turn.finish_class.value,
+            length_signals=[s.value for s in turn.length_signals],
+            incomplete_reason=turn.incomplete_reason,
+            output_tokens=turn.usage.output_tokens,
+            input_tokens=turn.usage.input_tokens,
+            max_output_tokens=cap,
+            latency_s=turn.latency_s,
+            repairs=[c.repair for c in calls if c.repair],
+            num_tool_calls=len(calls),
+            malformed_calls=sum(1 for c in calls if c.status is ArgStatus.MALFORMED),
+            discarded=False,
+            unparsed_tool_call=turn.unparsed_tool_call
+            or (not calls and turn.raw_finish_reason in _FAILED_CALL_REASONS),
+        )
+        self.turns.append(record)
+        self.output_used += turn.usage.output_tokens
+        message = AssistantMessage(turn.text, calls)
+        if turn.text or calls:
+            # An empty turn (a cap spent on thinking, or on nothing) stays in the record but is
+            # never replayed: chat would send `content: null`, Anthropic an empty text block,
+            # Gemini an empty part, all rejected by strict backends.
+            self.history.append(message)
+        self.records.append(self.redactor.message_record(message, index))
+        self.open_calls = calls
+        self.open_index = index
+        self.results = {}
+        for call in calls:
+            original = self.duplicates.get(call.id)
+            if original is not None:
+                self.answer(call, _duplicate(original), True)
+        return record
+
+    def unique_ids(self, calls: list[ToolCall]) -> list[ToolCall]:
+        """The turn's calls, a repeated id renamed ``{id}_dup{n}`` (see the module docstring)."""
+        self.duplicates = {}
+        if len(calls) < 2 or len({c.id for c in calls}) == len(calls):
+            return calls
+        taken = {c.id for c in calls}
+        seen: set[str] = set()
+        out: list[ToolCall] = []
+        for call in calls:
+            if call.id in seen:
+                n = 1
+                while f"{call.id}_dup{n}" in taken:
+                    n += 1
+                renamed = f"{call.id}_dup{n}"
+                taken.add(renamed)
+                self.duplicates[renamed] = call.id
+                call = dataclasses.replace(call, id=renamed)
+            seen.add(call.id)
+            out.append(call)
+        return out
+
+    def answer(self, call: ToolCall, content: str, is_error: bool) -> None:
+        if call.id not in self.results:
+            self.results[call.id] = ToolResultMessage(call.id, call.name, content, is_error)
+
+    def settle(self, fallback: str) -> None:
+        """Close the open turn: every call gets its result (or `fallback`), in call order."""
+        results = self.results
+        for call in self.open_calls:
+            result = results.get(call.id)
+            if result is None:
+                result = ToolResultMessage(call.id, call.name, fallback, True)
+            if result.is_error:
+                self.tool_errors += 1
+            self.history.append(result)
+            self.records.append(self.redactor.message_record(result, self.open_index))
+        self.open_calls = []
+        self.results = {}
+
+    def notice(self, text: str) -> None:
+        message = UserMessage(text)
+        self.history.append(message)
+        self.records.append(self.redactor.message_record(message, self.open_index))
+
+    async def dispatch(self, calls: list[ToolCall], tools: dict[str, Tool]) -> None:
+        """Steps 3 (continuing), 4 and 5 of the check order for one turn's calls."""
+        runnable: list[ToolCall] = []
+        held_by: str | None = None
+        for call in calls:
+            tool_ = tools.get(call.name)
+            if call.id in self.duplicates:  # already answered; a gate that does not go through holds
+                if tool_ is not None and tool_.gate:
+                    held_by = held_by or call.name
+            elif call.status is ArgStatus.MALFORMED or call.arguments is None:
+                self.answer(call, _malformed(call), True)
+                if tool_ is not None and tool_.gate:
+                    held_by = held_by or call.name
+            elif tool_ is None:
+                self.answer(call, f"error: there is no tool named {call.name[:64]!r}; nothing was run", True)
+            else:
+                runnable.append(call)
+        gates = [c for c in runnable if tools[c.name].gate]
+        for call in gates:
+            if held_by is None and await self.execute(call, tools[call.name]):
+                held_by = call.name
+        for call in runnable:
+            if call.id in self.results:
+                continue
+            if held_by is not None:
+                self.answer(call, _held(held_by), True)
+            else:
+                await self.execute(call, tools[call.name])
+
+    async def execute(self, call: ToolCall, tool_: Tool) -> bool:
+        """Run one call; True when its result is an error."""
+        assert call.arguments is not None
+        outcome = await run_tool(tool_, call.arguments, self.settings.tool_timeout_s)
+        if outcome.ran:
+            self.executed.append(
+                ExecutedToolCall(
+                    turn_index=self.open_index,
+                    call_id=call.id,
+                    name=call.name,
+                    arguments_json=self.redactor.arguments_json(call.arguments),
+                    is_error=outcome.is_error,
+                )
+            )
+        self.answer(call, outcome.content, outcome.is_error)
+        return outcome.is_error
+
+
+async def _drive(
+    spec: EpisodeSpec, provider: Provider, tools: Sequence[Tool], run: _Episode, params: SamplingParams
+) -> StopReason:
+    """Turns until a stop reason; the numbered steps are those of the module docstring."""
+    settings = run.settings
+    stop_on = settings.stop_on
+    max_faults = settings.max_consecutive_faults
+    budget = settings.episode_output_budget
+    specs = tool_specs(tools)
+    by_name = {t.name: t for t in tools}
+    cut_streak = bad_streak = 0
+    for _ in range(settings.max_steps):
+        cap = spec.budget
+        if budget is not None:  # 0
+            remaining = budget - run.output_used
+            if remaining <= 0:
+                return StopReason.LENGTH
+            cap = min(cap, remaining)
+        request = TurnRequest(spec.model, run.history, specs, cap, params)
+        try:  # 1
+            turn = await provider.complete(request)
+        except ProviderError as exc:
+            raise _Failure(EpisodeError(type(exc).__name__, str(exc))) from exc
+        # Broad on purpose: an adapter bug must cost one episode, not a worker's whole batch.
+        except Exception as exc:
+            raise _Failure(EpisodeError(type(exc).__name__, "unexpected exception in the provider")) from exc
+        record = run.add_turn(turn, cap)
+        calls = run.open_calls  # the turn's calls, repeated ids renamed
+
+        if turn.is_length:  # 2
+            cut_streak += 1
+            bad_streak = 0
+            record.discarded = True
+            ending = StopReason.LENGTH in stop_on or cut_streak >= max_faults
+            run.settle(CUT if ending else CUT_RETRY)
+            if ending:
+                return StopReason.LENGTH
+            if not calls:
+                run.notice(CUT_TEXT_NOTICE)
+            continue
+        cut_streak = 0
+
+        if record.malformed_calls or (record.unparsed_tool_call and not calls):  # 3
+            bad_streak += 1
+            if StopReason.MALFORMED_TOOL_CALL in stop_on or bad_streak >= max_faults:
+                record.discarded = True
+                for call in calls:
+                    bad = call.status is ArgStatus.MALFORMED
+                    run.answer(call, MALFORMED_END if bad else SIBLING_END, True)
+                run.settle(SIBLING_END)
+                return StopReason.MALFORMED_TOOL_CALL
+            if not calls:
+                run.notice(UNPARSED_NOTICE)
+                continue
+        else:
+            bad_streak = 0
+
+        if not calls:  # 6
+            run.final_text = turn.text
+            return StopReason.DONE
+        await run.dispatch(calls, by_name)  # 3 (continuing), 4, 5
+        run.settle(TIMED_OUT)
+    return StopReason.MAX_STEPS
+
+
+def _reward(reason: StopReason, world: EpisodeWorld, run: _Episode) -> tuple[float, float | None]:
+    """(reward, graded_reward) under the policy of the module docstring."""
+    policy = run.settings.reward
+    if reason is StopReason.DONE or (reason is StopReason.MAX_STEPS and policy.grade_max_steps):
+        graded = _grade(world, run.final_text if reason is StopReason.DONE else None, run.redactor)
+        return graded, graded
+    if reason in (StopReason.LENGTH, StopReason.MALFORMED_TOOL_CALL):
+        clamp = policy.policy == "grade_then_clamp"
+        if clamp or policy.grade_cut_episodes:
+            graded = _grade(world, None, run.redactor)
+            return (min(graded, 0.0) if clamp else 0.0), (graded if policy.grade_cut_episodes else None)
+    return 0.0, None
+
+
+def _grade(world: EpisodeWorld, final_text: str | None, redactor: Redactor) -> float:
+    try:
+        value = float(world.grade(final_text))
+    # Broad on purpose: a grader crash is the environment's failure, an `error` episode.
+    except Exception as exc:
+        raise _env_failure("grade", exc, redactor) from exc
+    if not math.isfinite(value):
+        message = "grade: the grader returned a non-finite value"
+        raise _Failure(EpisodeError(EnvironmentFailure.__name__, message))
+    return value
+
+
+async def run_episode(
+    spec: EpisodeSpec, provider: Provider, env: Environment, settings: LoopConfig
+) -> Episode:
+    """Run one episode to its end and return its record. See the module docstring."""
+    started = time.perf_counter()
+    redactor = _redactor(settings.redaction)
+    run = _Episode(spec.task, settings, redactor)
+    params = spec.sampling
+    if params.seed is None:
+        params = dataclasses.replace(params, seed=spec.seed)
+    error: EpisodeError | None = None
+    reward, graded = 0.0, None
+    try:
+        try:
+            world = env.start(spec.task)
+            tools = list(world.tools)
+        # Broad on purpose: the environment crashed setting up, an `error` episode.
+        except Exception as exc:
+            raise _env_failure("start", exc, redactor) from exc
+        deadline = asyncio.timeout(settings.episode_timeout_s)
+        try:
+            async with deadline:
+                reason = await _drive(spec, provider, tools, run, params)
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            run.settle(TIMED_OUT)
+            reason = StopReason.TIMEOUT
+        reward, graded = _reward(reason, world, run)
+    except _Failure as failure:
+        reason, error, reward, graded = StopReason.ERROR, failure.error, 0.0, None
+    return Episode(
+        episode_id=spec.episode_id,
+        run_id=spec.run_id,
+        model=spec.model,
+        provider=spec.provider_kind,
+        budget=spec.budget,
+        env=spec.env_name or env.name,
+        task_id=spec.task.id,
+        sample=spec.sample,
+        seed=spec.seed,
+        stop_reason=reason,
+        trainable=reason not in _NOT_TRAINABLE,
+        reward=reward,
+        graded_reward=graded,
+        duration_s=time.perf_counter() - started,
+        turns=run.turns,
+        messages=run.records,
+        executed_tool_calls=run.executed,
+        tool_errors=run.tool_errors,
+        error=error,
+    )

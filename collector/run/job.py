@@ -1,0 +1,570 @@
+"""The collection job: the driver, and the Ray actor around `EpisodeWorker`.
+
+This is the only module that imports `ray`. The episode loop stays plain asyncio; Ray only
+carries batches of small `WorkItem`s out and lists of `Episode`s back (one actor call per
+batch, never per model call: runtime-notes measured 2-2.5 ms of CPU per Ray call).
+
+The driver, in order:
+1. plans the run (`collector.run.plan`): every work item with its deterministic episode id;
+2. opens the run directory (`collector.data.store.RunStore`), which refuses a directory written
+   by another config, and subtracts the ids already committed (resume). A run with nothing
+   left to do ends here, without starting Ray;
+3. starts the simulator if the provider is "sim", connects to Ray (embedded local cluster
+   unless an address is given), checks that the cluster has CPUs for `workers x
+   cpus_per_worker` (Ray would otherwise wait forever to place an actor), creates the
+   worker actors and waits, at most `ray.start_timeout_s`, until each is ready: keys
+   present, base URL reachable, environment built. A problem there is one line, before any
+   episode runs;
+4. keeps every ready worker busy: each has a few batches outstanding, refilled as batches
+   return. A worker still starting (a replacement) gets no batch until it is ready;
+5. buffers returned episodes per (model, budget) cell, the store's partition, and commits
+   a cell (`RunStore.commit`) once it holds `rows_per_shard` episodes, so shards are full;
+   every `output.commit_interval_s` and at the end (also on Ctrl-C) it commits everything
+   buffered;
+6. when an actor dies (a `RayError` that is not an exception raised by our code), puts that
+   actor's outstanding items back at the front of the queue and replaces the actor; a
+   replacement that cannot be placed within `ray.start_timeout_s` stops the run.
+
+Exactly once. Only the driver writes, and a commit is atomic (the store's manifest). A
+driver killed at any moment loses only uncommitted episodes, which the rerun's set
+difference runs again; an episode a dead worker was running is re-dispatched; an id that
+reaches the driver twice is dropped before commit, and the store drops any id it already
+holds. Nodes need not share a disk: episodes travel back to the driver by Ray.
+
+A `QuotaExhausted` episode is never committed (the run did not fail the episode, the
+account did): the driver stops handing out work, commits what finished and raises, so a
+rerun after the quota resets picks up exactly the missing episodes. A `RequestRejected`
+with HTTP 401, 403 or 404 is treated the same way: a refused key or an unknown model name
+fails every episode alike, so recording them as `error` rows would fill the run with rows
+a rerun (after fixing the config) never retries. Other 4xx stay per-episode errors.
+
+Address resolution: `--address`, else `ray.address` in the config, else `RAY_ADDRESS`,
+else an embedded local cluster. If Ray is already initialised in this process (a test
+session, a notebook) that connection is used and left open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import os
+import re
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ray
+import ray.exceptions
+
+from collector.config import RunConfig, check_run_config, resolved_config, with_absolute_paths
+from collector.data.record import Episode
+from collector.data.shards import read_shard
+from collector.data.store import RunStore
+from collector.errors import CollectorError, ConfigError, QuotaExhausted, RequestRejected
+from collector.run.plan import Plan, WorkItem, plan_work
+from collector.run.progress import Progress
+from collector.run.simlaunch import provider_urls
+from collector.run.worker import EpisodeWorker, WorkerSetup, probe, read_api_key
+from collector.stop import StopReason
+
+#: How long the driver blocks in `ray.wait` before refreshing the progress line.
+WAIT_S = 0.25
+#: Replacement actors allowed per configured worker before the run gives up.
+RESTARTS_PER_WORKER = 3
+#: The embedded cluster's object store: episodes are small, and the machine is shared.
+OBJECT_STORE_BYTES = 256 * 1024 * 1024
+#: Rejections that fail every episode alike (key, permission, model name): fatal for the run.
+FATAL_REJECTIONS = frozenset({401, 403, 404})
+#: `str(ProviderError)` ends with the status; `EpisodeError` keeps only type and message.
+_STATUS_SUFFIX = re.compile(r"\(HTTP (\d{3})\)$")
+
+
+@dataclass(slots=True)
+class JobResult:
+    run_dir: Path
+    run_id: str
+    planned: int
+    """Episodes the config describes."""
+    already: int
+    """Episodes committed before this run started (resume)."""
+    committed: int = 0
+    """Episodes this run committed."""
+    duplicates_dropped: int = 0
+    counts: Counter[str] = field(default_factory=Counter)
+    """Committed episodes of this run per stop reason."""
+    worker_restarts: int = 0
+    redispatched: int = 0
+    """Work items run again because the worker holding them died."""
+    elapsed_s: float = 0.0
+    warnings: list[str] = field(default_factory=list)
+    retried_errors: int = 0
+    """`error` episodes of earlier runs forgotten to be run again (`retry_errors`)."""
+
+    def summary(self) -> str:
+        parts = [f"{self.run_dir}: {self.already + self.committed}/{self.planned} episodes committed"]
+        if self.already:
+            parts.append(f"{self.already} from earlier runs")
+        if self.retried_errors:
+            parts.append(f"{self.retried_errors} earlier error episodes run again")
+        parts.append(f"{self.committed} new in {self.elapsed_s:.1f}s")
+        if self.worker_restarts:
+            parts.append(f"{self.worker_restarts} worker(s) replaced, {self.redispatched} episodes re-run")
+        if self.duplicates_dropped:
+            parts.append(f"{self.duplicates_dropped} duplicates dropped")
+        return "; ".join(parts)
+
+
+@dataclass(slots=True)
+class Snapshot:
+    """What an `on_commit` callback sees after each commit (tests use it to inject faults)."""
+
+    committed: int
+    counts: Counter[str]
+    busy_actors: list[Any]
+    """Handles of actors with batches outstanding, busiest first."""
+
+
+def resolve_address(cli_address: str | None, cfg: RunConfig) -> str | None:
+    """`--address`, else config, else RAY_ADDRESS; None means an embedded local cluster."""
+    for candidate in (cli_address, cfg.ray.address, os.environ.get("RAY_ADDRESS")):
+        if candidate:
+            return candidate
+    return None
+
+
+@contextlib.contextmanager
+def ray_session(address: str | None, workers: int) -> Iterator[None]:
+    """Connect to Ray for the run; shut down only what this call started."""
+    if ray.is_initialized():
+        yield
+        return
+    try:
+        if address is None:
+            ray.init(
+                address="local",  # a bare ray.init() silently joins any running cluster
+                num_cpus=max(workers, os.cpu_count() or 1),
+                include_dashboard=False,
+                object_store_memory=OBJECT_STORE_BYTES,
+                logging_level=logging.WARNING,  # Ray's start-up chatter would bury the progress line
+            )
+        else:
+            ray.init(address=address, logging_level=logging.WARNING)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        # Ray's own messages are long and multi-line; the first line says what went wrong.
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"ray.address: cannot connect to {address or 'a local cluster'}: {first}") from None
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+class _WorkerActor:
+    """The Ray shell of an `EpisodeWorker`: async methods, so one actor runs many episodes."""
+
+    def __init__(self, setup: WorkerSetup) -> None:
+        self._worker = EpisodeWorker(setup)
+
+    async def ready(self) -> str:
+        return await self._worker.ready()
+
+    async def run_batch(self, items: list[WorkItem]) -> list[Episode]:
+        return await self._worker.run_batch(items)
+
+    async def close(self) -> None:
+        await self._worker.close()
+
+
+#: The actor class as Ray sees it (untyped: Ray's decorator defeats static typing).
+_RemoteWorker: Any = ray.remote(_WorkerActor)
+
+
+def check_cluster_fits(cfg: RunConfig) -> None:
+    """Raise a one-line ConfigError unless the cluster's CPUs can hold every worker actor.
+
+    Ray queues an actor it cannot place and waits for room forever; this turns the common
+    case (too many CPUs asked per worker) into an error before any actor is created. The
+    largest node must also hold one worker: CPUs are not pooled across nodes.
+    """
+    per_worker = cfg.ray.cpus_per_worker
+    if per_worker <= 0:
+        return
+    need = cfg.ray.workers * per_worker
+    have = float(ray.cluster_resources().get("CPU", 0.0))  # type: ignore[no-untyped-call]
+    biggest = max(
+        (float(n.get("Resources", {}).get("CPU", 0.0)) for n in ray.nodes() if n.get("Alive")),  # type: ignore[no-untyped-call]
+        default=0.0,
+    )
+    if need > have + 1e-9 or per_worker > biggest + 1e-9:
+        raise ConfigError(
+            f"ray.workers x ray.cpus_per_worker = {cfg.ray.workers} x {per_worker:g} = {need:g} CPUs, "
+            f"but the cluster has {have:g} CPUs (largest node {biggest:g}); lower ray.cpus_per_worker "
+            "or ray.workers"
+        )
+
+
+def fatal_rejection(episode: Episode, cfg: RunConfig) -> CollectorError | None:
+    """The run-stopping error an episode's `RequestRejected` 401/403/404 stands for, else None.
+
+    The message names the cause and the config field to fix, never the key: for 401/403 it
+    names the variable the key came from, for 404 the model name.
+    """
+    error = episode.error
+    if error is None or error.type != RequestRejected.__name__:
+        return None
+    match = _STATUS_SUFFIX.search(error.message)
+    status = int(match.group(1)) if match else None
+    if status not in FATAL_REJECTIONS:
+        return None
+    providers = cfg.sweep.providers or [cfg.provider]
+    provider = next((p for p in providers if p.name == episode.provider), providers[0])
+    where = f"provider {provider.name}"
+    if status == 404:
+        message = (
+            f"{where} does not know model {episode.model!r} (HTTP 404); check sweep.models "
+            "(finished episodes are committed; rerun after fixing it)"
+        )
+    else:
+        env = provider.api_key_env
+        key = f"the key in ${env}" if env else "the request (no key configured)"
+        message = (
+            f"{where}: {key} was refused (HTTP {status}); check provider.api_key_env and the key's "
+            "permissions (finished episodes are committed; rerun after fixing it)"
+        )
+    return RequestRejected(message, None)
+
+
+def _worker_failure(exc: ray.exceptions.RayTaskError, what: str) -> CollectorError:
+    """The error to raise when our own code raised inside the actor (a bug or a config
+    problem, not a death): a CollectorError as it was raised, anything else as one line."""
+    cause = getattr(exc, "cause", None)
+    cause = cause if isinstance(cause, BaseException) else exc
+    if isinstance(cause, CollectorError):
+        return cause
+    return CollectorError(f"{what}: {type(cause).__name__}: {cause}")
+
+
+class _Slot:
+    """One worker position: its current actor (replaced when it dies) and outstanding calls."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.actor: Any = None
+        self.generation = 0
+        self.outstanding = 0
+        self.starting: Any = None
+        """The pending `ready()` call of an actor not yet ready; no batches until it returns."""
+        self.started_at = 0.0
+
+
+class _Driver:
+    def __init__(
+        self,
+        cfg: RunConfig,
+        plan: Plan,
+        result: JobResult,
+        progress: Progress | None,
+        on_commit: Callable[[Snapshot], None] | None,
+    ) -> None:
+        self.cfg = cfg
+        self.plan = plan
+        self.result = result
+        self.progress = progress
+        self.on_commit = on_commit
+        self.store: Any = None
+        self.queue: deque[WorkItem] = deque()
+        self.inflight: dict[Any, tuple[_Slot, int, list[WorkItem]]] = {}
+        self.slots: list[_Slot] = []
+        self.buffer: dict[tuple[str, int], list[Episode]] = {}
+        """Finished episodes not yet committed, per (model, budget): the store's partition."""
+        self.seen: set[str] = set()
+        self.last_commit = time.monotonic()
+        self.stop_reason: CollectorError | None = None
+        self.setup: WorkerSetup | None = None
+
+    # --- actors -------------------------------------------------------------------------
+
+    def _spawn(self, slot: _Slot) -> None:
+        assert self.setup is not None
+        slot.generation += 1
+        name = f"w{slot.index}.{slot.generation}"
+        setup = WorkerSetup(self.setup.cfg, self.setup.run_id, self.setup.base_urls, name)
+        # SPREAD: on a cluster, one worker per node before doubling up (scaling is per node).
+        slot.actor = _RemoteWorker.options(
+            num_cpus=self.cfg.ray.cpus_per_worker, scheduling_strategy="SPREAD"
+        ).remote(setup)
+        slot.outstanding = 0
+        slot.starting = slot.actor.ready.remote()
+        slot.started_at = time.monotonic()
+
+    def _replace(self, slot: _Slot, generation: int) -> None:
+        if slot.generation != generation:
+            return  # another failed call of the same dead actor already replaced it
+        limit = RESTARTS_PER_WORKER * len(self.slots)
+        if self.result.worker_restarts >= limit:
+            raise CollectorError(f"workers died {self.result.worker_restarts} times; giving up (Ray logs)")
+        self.result.worker_restarts += 1
+        with contextlib.suppress(Exception):  # the actor may already be gone: nothing to kill
+            ray.kill(slot.actor, no_restart=True)
+        self._spawn(slot)
+
+    def start_workers(self, setup: WorkerSetup) -> None:
+        self.setup = setup
+        check_cluster_fits(self.cfg)
+        self.slots = [_Slot(i) for i in range(self.cfg.ray.workers)]
+        for slot in self.slots:
+            self._spawn(slot)
+        timeout = self.cfg.ray.start_timeout_s
+        try:
+            ray.get([slot.starting for slot in self.slots], timeout=timeout)
+        except ray.exceptions.GetTimeoutError:
+            raise CollectorError(self._not_placed("not ready", timeout)) from None
+        except ray.exceptions.RayTaskError as exc:
+            raise _worker_failure(exc, "a worker failed to start") from None
+        except ray.exceptions.RayError as exc:
+            # The actor could not be placed or died while starting (resources, a lost node).
+            raise CollectorError(f"a worker could not start: {type(exc).__name__}") from None
+        for slot in self.slots:
+            slot.starting = None
+
+    def _not_placed(self, what: str, timeout: float) -> str:
+        cpus = self.cfg.ray.cpus_per_worker
+        return (
+            f"a worker was {what} after ray.start_timeout_s = {timeout:g}s (no node with "
+            f"{cpus:g} free CPUs, or a slow start); committed episodes are safe, run again to resume"
+        )
+
+    def started(self, ref: Any) -> None:
+        """A replacement's `ready()` returned: hand it batches, or stop on a start failure."""
+        slot = next((s for s in self.slots if s.starting == ref), None)
+        if slot is None:
+            return  # the ready() of an actor already replaced (it died meanwhile)
+        generation = slot.generation
+        slot.starting = None
+        try:
+            ray.get(ref)
+        except ray.exceptions.RayTaskError as exc:
+            raise _worker_failure(exc, "a worker failed to start") from None
+        except ray.exceptions.RayError:
+            self._replace(slot, generation)  # died while starting: counts as another death
+
+    def check_starting(self) -> None:
+        """Stop the run if a replacement actor has waited longer than `ray.start_timeout_s`."""
+        timeout = self.cfg.ray.start_timeout_s
+        now = time.monotonic()
+        for slot in self.slots:
+            if slot.starting is not None and now - slot.started_at > timeout:
+                raise CollectorError(self._not_placed("replaced but could not be placed or started", timeout))
+
+    def stop_workers(self) -> None:
+        for slot in self.slots:
+            if slot.starting is None:  # an actor never placed would only make close() wait
+                with contextlib.suppress(Exception):  # best effort: the run's result is already safe
+                    ray.get(slot.actor.close.remote(), timeout=5)
+            with contextlib.suppress(Exception):
+                ray.kill(slot.actor, no_restart=True)
+
+    # --- dispatch -----------------------------------------------------------------------
+
+    def _batch_size(self) -> int:
+        # Small runs are spread over every worker rather than packed into one batch.
+        spread = math.ceil(len(self.plan.items) / (2 * len(self.slots)))
+        return max(1, min(self.cfg.ray.batch_size, spread))
+
+    def _per_worker(self, batch: int) -> int:
+        # Enough outstanding batches that the worker's slots never wait on the driver.
+        return max(2, math.ceil(self.cfg.ray.episodes_in_flight / batch) + 1)
+
+    def fill(self) -> None:
+        if self.stop_reason is not None:
+            return
+        batch = self._batch_size()
+        per_worker = self._per_worker(batch)
+        for slot in self.slots:
+            while slot.starting is None and self.queue and slot.outstanding < per_worker:
+                items = [self.queue.popleft() for _ in range(min(batch, len(self.queue)))]
+                ref = slot.actor.run_batch.remote(items)
+                self.inflight[ref] = (slot, slot.generation, items)
+                slot.outstanding += 1
+
+    def collect(self, ref: Any) -> None:
+        slot, generation, items = self.inflight.pop(ref)
+        if slot.generation == generation:
+            slot.outstanding -= 1
+        try:
+            episodes: list[Episode] = ray.get(ref)
+        except ray.exceptions.RayTaskError as exc:
+            # Our own code raised inside the worker: a bug or a config problem, not a death.
+            raise _worker_failure(exc, "a worker failed") from None
+        except ray.exceptions.RayError:
+            # The actor (or its node) died: run its items again on a fresh actor.
+            self.result.redispatched += len(items)
+            self.queue.extendleft(reversed(items))
+            self._replace(slot, generation)
+            return
+        for episode in episodes:
+            if episode.episode_id in self.seen:
+                self.result.duplicates_dropped += 1
+                continue
+            if episode.error is not None and episode.error.type == QuotaExhausted.__name__:
+                if self.stop_reason is None:
+                    self.stop_reason = QuotaExhausted(
+                        f"provider quota exhausted ({episode.error.message}); finished episodes are "
+                        "committed, run again when the quota resets to resume"
+                    )
+                continue
+            fatal = fatal_rejection(episode, self.cfg)
+            if fatal is not None:
+                # Not committed: the episode says nothing about the model; the rerun runs it.
+                if self.stop_reason is None:
+                    self.stop_reason = fatal
+                continue
+            self.seen.add(episode.episode_id)
+            self.buffer.setdefault((episode.model, episode.budget), []).append(episode)
+
+    def commit(self, force: bool = False) -> None:
+        """Commit full cells (whole shards only); everything on the interval or when forced."""
+        rows = self.cfg.output.rows_per_shard
+        everything = force or time.monotonic() - self.last_commit >= self.cfg.output.commit_interval_s
+        batch: list[Episode] = []
+        for cell, episodes in list(self.buffer.items()):
+            take = len(episodes) if everything else len(episodes) - len(episodes) % rows
+            if take:
+                batch.extend(episodes[:take])
+                if take == len(episodes):
+                    del self.buffer[cell]
+                else:
+                    self.buffer[cell] = episodes[take:]
+        if everything:
+            # The interval restarts even when nothing was due, so a quiet period does not
+            # make the next trickle of episodes a commit of its own.
+            self.last_commit = time.monotonic()
+        if not batch:
+            return
+        written = self.store.commit(batch)
+        self.result.committed += written
+        self.result.duplicates_dropped += len(batch) - written
+        self.result.counts.update(str(e.stop_reason) for e in batch)
+        if self.on_commit is not None:
+            busy = sorted((s for s in self.slots if s.outstanding), key=lambda s: -s.outstanding)
+            self.on_commit(
+                Snapshot(self.result.committed, Counter(self.result.counts), [s.actor for s in busy])
+            )
+
+    def show(self, force: bool = False) -> None:
+        if self.progress is None:
+            return
+        notes = []
+        if self.result.retried_errors:
+            notes.append(f"{self.result.retried_errors} earlier errors re-run")
+        if self.result.worker_restarts:
+            notes.append(f"{self.result.worker_restarts} worker(s) replaced")
+        note = ", ".join(notes)
+        self.progress.update(self.result.committed, self.result.counts, note, force=force)
+
+    def loop(self) -> None:
+        while self.inflight or (self.queue and self.stop_reason is None):
+            self.fill()
+            starting = [s.starting for s in self.slots if s.starting is not None]
+            waiting = list(self.inflight) + starting
+            if not waiting:  # cannot happen with a ready slot and a non-empty queue; be safe
+                time.sleep(WAIT_S)
+                continue
+            ready, _ = ray.wait(waiting, num_returns=len(waiting), timeout=WAIT_S, fetch_local=True)
+            for ref in ready:
+                if ref in self.inflight:
+                    self.collect(ref)
+                else:
+                    self.started(ref)
+            self.check_starting()
+            self.commit()
+            self.show()
+
+
+def committed_error_ids(store: RunStore) -> set[str]:
+    """Ids of the committed episodes whose stop_reason is `error` (reads two columns only)."""
+    found: set[str] = set()
+    for entry in store.shards:
+        table = read_shard(store.root / entry["path"], ["episode_id", "stop_reason"])
+        ids = table.column("episode_id").to_pylist()
+        reasons = table.column("stop_reason").to_pylist()
+        found.update(i for i, r in zip(ids, reasons, strict=True) if r == StopReason.ERROR.value)
+    return found
+
+
+def run_job(
+    cfg: RunConfig,
+    *,
+    address: str | None = None,
+    show_progress: bool = True,
+    on_commit: Callable[[Snapshot], None] | None = None,
+    retry_errors: bool = False,
+) -> JobResult:
+    """Run (or resume) the sweep `cfg` describes; return what was committed.
+
+    With `retry_errors`, the planned episodes committed as `error` by earlier runs (a
+    provider that failed after its retries) are first forgotten by the store, so this run
+    collects them again; `JobResult.retried_errors` says how many.
+
+    Raises `ConfigError` / `OutputError` (one line) for bad input, before any episode runs
+    where it can be detected: keys, reachability, a foreign run directory.
+    """
+    started = time.monotonic()
+    check_run_config(cfg)
+    plan = plan_work(cfg)
+    address = resolve_address(address, cfg)
+    if address is None:
+        # Local workers share this machine and inherit this environment: check keys and
+        # reachability before starting Ray (5-10 s), not after. Workers check again anyway.
+        for provider in plan.providers:
+            read_api_key(provider, "in this shell")
+        for url in {p.base_url for p in plan.providers if p.kind != "sim" and p.base_url}:
+            asyncio.run(probe(url))
+    with RunStore.open(
+        cfg.output.path, plan.fingerprint, resolved_config(cfg), cfg.output.format, cfg.output.rows_per_shard
+    ) as store:
+        retried = 0
+        if retry_errors:
+            planned_ids = {item.episode_id for item in plan.items}
+            # Only ids of this plan: an error in a cell the sweep no longer selects would
+            # be deleted and never collected again.
+            retried = store.forget(committed_error_ids(store) & planned_ids)
+        committed = store.committed_ids()
+        todo = [item for item in plan.items if item.episode_id not in committed]
+        result = JobResult(
+            Path(cfg.output.path),
+            plan.run_id,
+            len(plan.items),
+            len(plan.items) - len(todo),
+            warnings=list(store.warnings),
+            retried_errors=retried,
+        )
+        if not todo:
+            result.elapsed_s = time.monotonic() - started
+            return result
+        driver = _Driver(cfg, plan, result, None, on_commit)
+        driver.store = store
+        driver.queue.extend(todo)
+        with provider_urls(plan.providers, cfg.seed) as urls, ray_session(address, cfg.ray.workers):
+            try:
+                driver.start_workers(WorkerSetup(with_absolute_paths(cfg), plan.run_id, urls))
+                # The clock starts once workers are ready: the rate shown is collection speed.
+                if show_progress:
+                    driver.progress = Progress(result.planned, already=result.already)
+                driver.show(force=True)
+                driver.loop()
+            finally:
+                # Whatever ends the run (done, Ctrl-C, an error), finished episodes are kept.
+                driver.commit(force=True)
+                if driver.progress is not None:
+                    driver.progress.close(result.committed, result.counts)
+                driver.stop_workers()
+        result.elapsed_s = time.monotonic() - started
+        if driver.stop_reason is not None:
+            raise driver.stop_reason
+        return result

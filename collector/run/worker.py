@@ -1,0 +1,255 @@
+"""The episode worker: runs many episodes at once with plain asyncio. No Ray in here.
+
+`collector.run.job` wraps `EpisodeWorker` in a Ray async actor; tests drive it directly in an
+event loop. Everything heavy is built inside the worker process on first use (the
+environment, the HTTP clients, the provider adapters), never pickled across Ray.
+
+Concurrency. The worker holds `episodes_in_flight` slots. Every episode takes a slot for
+its whole life and gives it back when it ends, so the number in flight stays constant as
+long as work is queued: the driver keeps more than one batch outstanding per worker, and
+episodes of the next batch take slots as soon as episodes of the previous one free them
+(no waves; runtime-notes: waves reached 0.68 of the bound, refilled slots 0.96).
+
+HTTP client. By default one `httpx.AsyncClient` over
+`collector.providers.transport.StreamTransport` serves every slot (`provider.http_client =
+"httpx"` selects httpx's own transport, for proxies, split over small clients: see
+`http_clients`). httpx's default transport (httpcore) degrades under hundreds of
+concurrent requests (runtime-notes: its pool does work proportional to connections x queued
+requests) and costs 1.4-1.8 ms of client CPU per turn even split into many small clients;
+StreamTransport opens a connection whenever none is idle, does O(1) pool work per request,
+and costs about 0.4 ms per turn (bench/overhead.py, BENCHMARKS.md). The slots bound the
+connections: at most `episodes_in_flight` per worker.
+
+Secrets. The API key is read here, from the variable the config names, in the worker's
+own environment: it never crosses Ray and never enters a log, an episode or an error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import httpx
+
+from collector.config import ProviderConfig, RunConfig
+from collector.data.record import Episode
+from collector.envs.base import Environment, Task
+from collector.errors import ConfigError
+from collector.providers.base import Endpoint, Provider, RetryPolicy
+from collector.providers.transport import fast_client
+from collector.run.plan import WorkItem, load_env, select_tasks
+from collector.turn import SamplingParams
+
+#: How long the start-up reachability probe waits for a TCP connection.
+PROBE_TIMEOUT_S = 5.0
+
+
+@dataclass(slots=True, frozen=True)
+class WorkerSetup:
+    """What a worker needs, picklable: the config and the resolved base URL per provider."""
+
+    cfg: RunConfig
+    run_id: str
+    base_urls: tuple[str, ...]
+    """Per entry of `Plan.providers`; for the simulator, the loopback URL of this run's server."""
+    name: str = "worker"
+
+
+def endpoint_for(provider: ProviderConfig, base_url: str, api_key: str | None) -> Endpoint:
+    retry = provider.retry
+    return Endpoint(
+        base_url=base_url,
+        api_key=api_key,
+        streaming=provider.streaming,
+        request_timeout_s=provider.request_timeout_s,
+        retry=RetryPolicy(
+            max_retries=retry.max_retries,
+            initial_backoff_s=retry.initial_backoff_s,
+            max_backoff_s=retry.max_backoff_s,
+            max_retry_after_s=retry.max_retry_after_s,
+        ),
+        cap_field=provider.cap_field,
+    )
+
+
+def read_api_key(provider: ProviderConfig, where: str) -> str | None:
+    """The key from the variable named in config; a missing variable is a one-line ConfigError."""
+    if provider.api_key_env is None:
+        return None
+    value = os.environ.get(provider.api_key_env)
+    if not value:
+        raise ConfigError(
+            f"provider.api_key_env: environment variable {provider.api_key_env} is not set ({where})"
+        )
+    return value
+
+
+def safe_url(url: str) -> str:
+    """The URL without user info, for messages (a `user:pass@` must never be printed)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{host}{port}{parts.path}"
+
+
+async def probe(url: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+    """Raise a one-line ConfigError unless a TCP connection to the URL's host and port opens.
+
+    Cheap on purpose (no request, no key spent): it catches the common mistakes (wrong
+    host, wrong port, server not started) before any episode runs, instead of a sweep of
+    error episodes. What a reachable server then says is the episodes' business.
+    """
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"provider.base_url: not an http(s) URL: {safe_url(url)}")
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(parts.hostname, port), timeout_s)
+    except (OSError, TimeoutError) as exc:
+        reason = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or type(exc).__name__)
+        if isinstance(exc, socket.gaierror):
+            reason = "unknown host"
+        raise ConfigError(f"provider.base_url: {safe_url(url)} is unreachable ({reason})") from None
+    writer.close()
+    await writer.wait_closed()
+
+
+class EpisodeWorker:
+    """Runs batches of work items; many episodes concurrently, each in its own slot."""
+
+    def __init__(self, setup: WorkerSetup) -> None:
+        self.setup = setup
+        self.cfg = setup.cfg
+        self.in_flight = self.cfg.ray.episodes_in_flight
+        self._init_lock: asyncio.Lock | None = None
+        self._ready = False
+        self._env: Environment | None = None
+        self._tasks: dict[str, Task] = {}
+        self._clients: list[httpx.AsyncClient] = []
+        self._providers: dict[tuple[int, int], Provider] = {}
+        self._endpoints: list[Endpoint] = []
+        self._slots: asyncio.Queue[int] | None = None
+        self.episodes_run = 0
+
+    async def ready(self) -> str:
+        """Build everything and check keys and reachability; return the worker's name."""
+        if self._init_lock is None:
+            self._init_lock = asyncio.Lock()
+        async with self._init_lock:
+            if not self._ready:
+                await self._build()
+                self._ready = True
+        return self.setup.name
+
+    async def _build(self) -> None:
+        cfg = self.cfg
+        where = f"on worker {self.setup.name}, host {socket.gethostname()}"
+        providers = list(cfg.sweep.providers) if cfg.sweep.providers else [cfg.provider]
+        self._endpoints = [
+            endpoint_for(p, url, read_api_key(p, where))
+            for p, url in zip(providers, self.setup.base_urls, strict=True)
+        ]
+        for url in sorted(set(self.setup.base_urls)):
+            await probe(url)
+        self._env = load_env(cfg)
+        self._tasks = {t.id: t for t in select_tasks(cfg, self._env)}
+        self._clients = http_clients(providers, self.in_flight)
+        self._slots = asyncio.Queue()
+        for slot in range(self.in_flight):
+            self._slots.put_nowait(slot)
+
+    def _provider(self, index: int, client_index: int) -> Provider:
+        key = (index, client_index)
+        provider = self._providers.get(key)
+        if provider is None:
+            from collector.providers import build_provider
+
+            kind = (self.cfg.sweep.providers or [self.cfg.provider])[index].wire
+            provider = build_provider(kind, self._endpoints[index], self._clients[client_index])
+            self._providers[key] = provider
+        return provider
+
+    async def run_batch(self, items: Sequence[WorkItem]) -> list[Episode]:
+        """Run every item (concurrently, within the worker's slots) and return the episodes."""
+        await self.ready()
+        return list(await asyncio.gather(*(self._run_one(item) for item in items)))
+
+    async def _run_one(self, item: WorkItem) -> Episode:
+        from collector.episode.loop import EpisodeSpec, run_episode
+
+        assert self._slots is not None
+        assert self._env is not None
+        cfg = self.cfg
+        providers = cfg.sweep.providers or [cfg.provider]
+        sampling = sampling_params(cfg)
+        if providers[item.provider_index].kind == "sim":
+            # The simulator's reply is a pure function of the request body, and Anthropic and
+            # Responses bodies carry no seed: the sample's seed travels in a header it reads.
+            sampling = dataclasses.replace(sampling, extra_headers={"x-sim-seed": str(item.seed)})
+        spec = EpisodeSpec(
+            run_id=self.setup.run_id,
+            model=item.model,
+            provider_kind=providers[item.provider_index].name,
+            budget=item.budget,
+            task=self._tasks[item.task_id],
+            sample=item.sample,
+            seed=item.seed,
+            episode_id=item.episode_id,
+            sampling=sampling,
+            env_name=cfg.env.name,
+        )
+        slot = await self._slots.get()
+        try:
+            provider = self._provider(item.provider_index, slot % len(self._clients))
+            episode = await run_episode(spec, provider, self._env, cfg.loop)
+        finally:
+            self._slots.put_nowait(slot)
+        episode.worker = self.setup.name
+        self.episodes_run += 1
+        return episode
+
+    async def close(self) -> None:
+        """Close the HTTP clients (the actor is about to go away)."""
+        clients, self._clients = self._clients, []
+        await asyncio.gather(*(c.aclose() for c in clients), return_exceptions=True)
+
+
+#: With `http_client = "httpx"`: episodes per httpx client (and its connection limit).
+#: runtime-notes: one shared httpcore pool collapses under hundreds of concurrent requests;
+#: many small ones do not.
+HTTPX_SLOTS_PER_CLIENT = 16
+
+
+def http_clients(providers: Sequence[ProviderConfig], in_flight: int) -> list[httpx.AsyncClient]:
+    """The worker's HTTP clients; a slot uses client `slot % len(clients)`.
+
+    By default one client over `StreamTransport` serves every slot (see the module
+    docstring): the slots bound its connections. When any provider asks for httpx's own
+    transport (a proxy is needed), the slots are split over small httpx clients instead,
+    each honouring the proxy environment variables.
+    """
+    if all(p.http_client == "fast" for p in providers):
+        return [fast_client()]
+    count = max(1, -(-in_flight // HTTPX_SLOTS_PER_CLIENT))
+    size = HTTPX_SLOTS_PER_CLIENT
+    limits = httpx.Limits(max_connections=size, max_keepalive_connections=size)
+    return [httpx.AsyncClient(limits=limits, timeout=None, trust_env=True) for _ in range(count)]
+
+
+def sampling_params(cfg: RunConfig) -> SamplingParams:
+    """The request parameters; `seed` stays unset so the loop sends each episode's own seed."""
+    s = cfg.sampling
+    return SamplingParams(
+        temperature=s.temperature,
+        top_p=s.top_p,
+        stop=list(s.stop) if s.stop is not None else None,
+        tool_choice=s.tool_choice,
+        logprobs=s.logprobs,
+        top_logprobs=s.top_logprobs,
+        extra_body=dict(s.extra_body),
+    )

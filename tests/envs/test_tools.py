@@ -1,0 +1,142 @@
+"""Tools: schemas from typed callables, strict validation before running, failures as results."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from collector.envs.base import Tool
+from collector.envs.tools import check_schema, run_tool, tool, tool_specs
+
+
+def refund(order_id: str, amount: float, note: str = "") -> str:
+    """Refund an order.
+
+    Longer text that is not part of the description.
+    """
+    return f"{order_id}:{amount}:{note}"
+
+
+class EmailArgs(BaseModel):
+    to: str
+    subject: str = Field(max_length=20)
+    priority: Literal["low", "high"] = "low"
+
+
+def send(args: EmailArgs) -> dict[str, str]:
+    """Send an email."""
+    return {"to": args.to, "priority": args.priority}
+
+
+def test_schema_from_typed_callable() -> None:
+    """Parameters become properties, defaults make them optional, titles are dropped."""
+    t = tool(refund)
+    assert t.name == "refund"
+    assert t.description == "Refund an order."
+    assert t.parameters["required"] == ["order_id", "amount"]
+    assert t.parameters["properties"]["amount"] == {"type": "number"}
+    assert t.parameters["additionalProperties"] is False
+    assert "title" not in t.parameters
+    spec = tool_specs([t])[0]
+    assert (spec.name, spec.parameters) == ("refund", t.parameters)
+
+
+def test_schema_from_pydantic_model() -> None:
+    """A callable taking one pydantic model exposes the model's fields as its arguments."""
+    t = tool(send, gate=True)
+    assert set(t.parameters["properties"]) == {"to", "subject", "priority"}
+    assert t.parameters["properties"]["priority"]["enum"] == ["low", "high"]
+    assert t.gate
+
+
+async def test_valid_call_runs_with_defaults_filled() -> None:
+    """A valid call runs; omitted optional arguments take their defaults; non-str results are JSON."""
+    out = await run_tool(tool(refund), {"order_id": "A", "amount": 1000}, 1.0)
+    assert (out.content, out.is_error, out.ran) == ("A:1000.0:", False, True)
+    out = await run_tool(tool(send), {"to": "x@y", "subject": "hi"}, 1.0)
+    assert out.content == '{"to": "x@y", "priority": "low"}'
+
+
+async def test_validation_is_strict_and_does_not_echo_values() -> None:
+    """Strings for numbers, unknown keys and missing keys are refused before running, values unechoed."""
+    t = tool(refund)
+    out = await run_tool(t, {"order_id": "A", "amount": "SECRET-1000"}, 1.0)
+    assert out.is_error
+    assert not out.ran
+    assert "amount" in out.content
+    assert "SECRET" not in out.content
+    out = await run_tool(t, {"order_id": "A", "amount": 1, "amuont": 2}, 1.0)
+    assert out.is_error
+    assert "amuont" in out.content
+    out = await run_tool(t, {"amount": 1}, 1.0)
+    assert out.is_error
+    assert "order_id" in out.content
+    out = await run_tool(tool(send), {"to": "x", "subject": "s", "priority": "urgent"}, 1.0)
+    assert out.is_error
+    assert "priority" in out.content
+
+
+async def test_raw_schema_tools_are_checked_against_the_schema() -> None:
+    """A Tool built by hand from a JSON Schema is validated against that schema subset."""
+    schema = {
+        "type": "object",
+        "properties": {"n": {"type": "integer"}, "tags": {"type": "array", "items": {"type": "string"}}},
+        "required": ["n"],
+        "additionalProperties": False,
+    }
+    t = Tool("count", "count", schema, lambda n, tags=(): n + len(tags), inline=True)
+    assert (await run_tool(t, {"n": 2, "tags": ["a"]}, 1.0)).content == "3"
+    for bad in ({"n": True}, {"n": 1.5}, {}, {"n": 1, "x": 0}, {"n": 1, "tags": [1]}):
+        out = await run_tool(t, bad, 1.0)
+        assert out.is_error, bad
+        assert not out.ran, bad
+    check_schema({"enum": [1, 2]}, 2)
+
+
+async def test_exceptions_and_hangs_become_error_results() -> None:
+    """A raising tool, a hung coroutine and a hung thread each give an error result, not a crash."""
+
+    def boom() -> str:
+        """Boom."""
+        raise ValueError("bad thing")
+
+    async def hang() -> str:
+        """Hang."""
+        await asyncio.sleep(3600)
+        return ""
+
+    def block() -> str:
+        """Block a thread."""
+        time.sleep(0.2)
+        return "late"
+
+    def own_timeout() -> str:
+        """Raise a TimeoutError of its own."""
+        raise TimeoutError("upstream")
+
+    assert (await run_tool(tool(boom), {}, 1.0)).content == "error: boom failed: ValueError: bad thing"
+    assert (await run_tool(tool(hang), {}, 0.01)).content == "error: hang timed out after 0.01 s"
+    assert (await run_tool(tool(block), {}, 0.01)).content == "error: block timed out after 0.01 s"
+    out = await run_tool(tool(own_timeout, inline=True), {}, 5.0)
+    assert out.content == "error: own_timeout failed: TimeoutError: upstream"
+
+
+async def test_async_tools_and_per_tool_timeout() -> None:
+    """Coroutine tools are awaited; a tool's own timeout overrides the loop default."""
+
+    async def quick(x: int) -> int:
+        """Quick."""
+        await asyncio.sleep(0)
+        return x * 2
+
+    async def slowish() -> str:
+        """Slow."""
+        await asyncio.sleep(3600)
+        return ""
+
+    assert (await run_tool(tool(quick), {"x": 4}, 1.0)).content == "8"
+    out = await run_tool(tool(slowish, timeout_s=0.01), {}, 3600)
+    assert out.content == "error: slowish timed out after 0.01 s"

@@ -1,0 +1,38 @@
+"""Helpers for the job tests: small configs and an independent read of what a run committed."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from collector.config import RunConfig
+from collector.data.manifest import committed_shard_paths
+from collector.data.shards import read_shard
+
+
+def small_config(run_dir: Path, **overrides: Any) -> RunConfig:
+    """A few dozen simulated arithmetic episodes, two workers, small batches and shards."""
+    data: dict[str, Any] = {
+        "name": "jobtest",
+        "sweep": {"models": ["sim-terse"], "budgets": [32, 128]},
+        "env": {"name": "arithmetic", "tasks": 6},
+        "samples_per_task": 2,
+        "ray": {"workers": 2, "episodes_in_flight": 4, "batch_size": 4, "cpus_per_worker": 0.5},
+        "output": {"path": str(run_dir), "rows_per_shard": 4},
+    }
+    for key, value in overrides.items():
+        node = data
+        *parents, leaf = key.split("__")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return RunConfig.model_validate(data)
+
+
+def committed_id_counts(run_dir: Path) -> Counter[str]:
+    """How many times each episode id appears across the committed shards (read from the files)."""
+    counts: Counter[str] = Counter()
+    for path in committed_shard_paths(run_dir):
+        counts.update(read_shard(path, columns=["episode_id"]).column("episode_id").to_pylist())
+    return counts

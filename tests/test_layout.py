@@ -1,0 +1,103 @@
+"""The package's shape: the public names users import, and imports that only run down the layers."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import collector
+
+PACKAGE = Path(collector.__file__).parent
+
+#: Which parts of the package each part may import. The vocabulary (config, turn, stop,
+#: errors) is at the bottom; providers, envs and data know only the vocabulary; one episode
+#: uses all three; the driver side (run) uses everything below it and starts the simulator.
+VOCABULARY = {"config", "turn", "stop", "errors"}
+ALLOWED = {
+    "errors": set(),
+    "stop": set(),
+    "turn": set(),
+    # check_run_config looks up simulator preset names, inside the function, so that a config
+    # that names no simulator never imports it.
+    "config": {"errors", "stop", "sim"},
+    "providers": VOCABULARY,
+    "envs": VOCABULARY,
+    "data": VOCABULARY,
+    "episode": VOCABULARY | {"providers", "envs", "data"},
+    "run": VOCABULARY | {"providers", "envs", "data", "episode", "sim"},
+    # `python -m collector.sim` is the CLI's `sim` command; the app itself imports no layer.
+    "sim": {"cli"},
+    "tools": {"envs"},
+    "analysis": {"data"},
+}
+
+
+def _part(module: str) -> str:
+    """The top-level part of the package a dotted module name belongs to."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _imports() -> dict[str, set[str]]:
+    """Every `collector.*` import in the package, as part -> parts it imports."""
+    edges: dict[str, set[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        source = _part(module.removesuffix(".__init__"))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            for name in names:
+                if name.startswith("collector.") and _part(name) != source:
+                    edges.setdefault(source, set()).add(_part(name))
+    return edges
+
+
+def test_imports_only_run_down_the_layers() -> None:
+    """No module imports a part of the package above its own (the README's data flow holds)."""
+    edges = _imports()
+    wrong = {part: sorted(targets - ALLOWED[part]) for part, targets in edges.items()
+             if part in ALLOWED and targets - ALLOWED[part]}
+    assert wrong == {}
+    assert set(edges) - set(ALLOWED) <= {"cli", "__init__", "__main__"}
+
+
+def test_package_root_reexports_the_public_names() -> None:
+    """`from collector import tool, load_run, Environment, ...` works for every name in __all__."""
+    assert set(collector.__all__) == {
+        "Environment", "EpisodeWorld", "Task", "Tool", "tool", "StopReason", "RunConfig", "load_config",
+        "load_run", "truncation_table", "PARTITIONING", "__version__",
+    }
+    for name in collector.__all__:
+        assert getattr(collector, name) is not None
+    from collector.data.analysis import load_run
+    from collector.envs.tools import tool
+
+    assert collector.load_run is load_run
+    assert collector.tool is tool
+
+
+def test_importing_the_package_root_is_cheap() -> None:
+    """`import collector` loads neither pyarrow nor ray: the re-exports are imported on first use."""
+    code = ("import sys, collector; "
+            "print(sorted(m for m in ('pyarrow', 'ray', 'pydantic') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_moved_modules_keep_their_public_import_paths() -> None:
+    """`collector.tools.tool`, `collector.envs.base` and `collector.analysis` still import."""
+    tools = importlib.import_module("collector.tools")
+    analysis = importlib.import_module("collector.analysis")
+    data_analysis = importlib.import_module("collector.data.analysis")
+    assert tools.tool is importlib.import_module("collector.envs.tools").tool
+    assert set(analysis.__all__) == set(data_analysis.__all__)
+    for name in analysis.__all__:
+        assert getattr(analysis, name) is getattr(data_analysis, name)
+    assert importlib.import_module("collector.envs.base").Environment is collector.Environment
