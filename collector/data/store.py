@@ -4,7 +4,8 @@ Layout (``RUN_DIR``)::
 
     manifest.json             the list of committed shards: the only source of truth
     config.resolved.json      the resolved config the run was started with, and its fingerprint
-    .lock                     held (flock) while a RunStore is open: one writer per run dir
+    .lock                     held (flock) while a RunStore is open: one writer per run dir;
+                              checked by inode before each commit and after its manifest swap
     model=<m>/budget=<b>/part-000042-1a2b3c4d.arrow   shards (Hive partitions; Parquet optional)
     _quarantine/              shards found corrupt on open, moved aside (never deleted)
 
@@ -13,6 +14,10 @@ Exactly once. An episode is *committed* when a shard holding it is named in the 
 place, fsyncs the directory, and only then replaces the manifest (write temp, fsync, rename).
 A crash at any point leaves either the old manifest (the new shards are orphans: not
 committed, deleted on the next open, their episodes run again) or the new one (committed).
+Once the new manifest is renamed into place the commit is done: a failure after that (the
+directory's fsync) is a warning, never a removal of files the manifest names. Each (model,
+budget) cell is written on its own: one that fails is left out of the swap and named in a
+`CommitIncomplete`, the others are committed.
 Episode ids are deterministic (`collector.data.record.episode_id`), so resume is a set
 difference: the driver runs every id not in `committed_ids()`; an id that is already
 committed, or repeated inside one commit (a late duplicate from a worker presumed dead), is
