@@ -117,14 +117,15 @@ _VERIFY_THREADS = 4
 
 
 class CommitIncomplete(OutputError):
-    """A commit that could not write some (model, budget) cells: every other cell of it is
-    committed. `committed` counts the new episodes that were; `failed` maps each failed cell
-    to why (one line). The failed cells' episodes are not committed (a rerun runs them)."""
+    """A commit that left some episodes out (one whose row does not fit the schema, or every
+    episode of a cell that could not be written): all the others are committed. `committed`
+    counts the new episodes that were, `uncommitted` holds the ids left out (a rerun runs
+    them), the message says why in one line."""
 
-    def __init__(self, message: str, committed: int, failed: dict[tuple[str, int], str]) -> None:
+    def __init__(self, message: str, committed: int, uncommitted: set[str]) -> None:
         super().__init__(message)
         self.committed = committed
-        self.failed = failed
+        self.uncommitted = uncommitted
 
 
 class LockLost(OutputError):
@@ -360,9 +361,10 @@ class RunStore:
         commit is done, whatever fails after it (a failed fsync is a warning, never a
         removal of files the manifest names).
 
-        One cell never blocks the others: a cell whose shards cannot be built or written
-        (a value that does not fit the schema, a directory the filesystem refuses) is left
-        out, the other cells are committed, and `CommitIncomplete` names what failed.
+        One poisoned value never blocks the others: an episode whose row cannot be built
+        (a value that does not fit the schema) is left out, and so is every episode of a
+        cell whose shards cannot be written (a directory the filesystem refuses); the rest
+        is committed, and `CommitIncomplete` names what was left out.
         """
         self._check_writable()
         fresh: dict[tuple[str, int], list[Episode]] = {}
@@ -377,21 +379,24 @@ class RunStore:
         written: list[Path] = []
         entries: list[dict[str, Any]] = []
         shard_ids: list[list[str]] = []
-        failed: dict[tuple[str, int], str] = {}
+        left_out: set[str] = set()
+        causes: list[str] = []  # one per cell that lost episodes, for the message
         before = len(self._manifest["shards"])
         try:
             for (model, budget), group in fresh.items():
+                rejected: dict[str, str] = {}
                 try:
-                    placed = self._place_cell(model, budget, group, written)
+                    placed = self._place_cell(model, budget, group, written, rejected)
                 except Exception as e:  # noqa: BLE001 - any failure of one cell is that cell's
-                    failed[(model, budget)] = f"{type(e).__name__}: {e}".replace("\n", " ")
-                    continue
+                    placed, rejected = [], {ep.episode_id: _one_line(e) for ep in group}
+                if rejected:
+                    left_out.update(rejected)
+                    causes.append(f"model {model!r}, budget {budget}: {next(iter(rejected.values()))}")
                 for entry, chunk_ids in placed:
                     entries.append(entry)
                     shard_ids.append(chunk_ids)
             if not entries:
-                (model, budget), cause = next(iter(failed.items()))
-                raise OutputError(f"commit to {self.root} failed (model {model!r}, budget {budget}): {cause}")
+                raise OutputError(f"commit to {self.root} failed ({causes[0]})")
             self._check_writable()  # the lock again, just before the swap (the shards took time)
             self._manifest["shards"].extend(entries)
             self._write_manifest("commit")
@@ -409,33 +414,34 @@ class RunStore:
             self._ids.update(chunk_ids)
             committed += len(chunk_ids)
         self._check_lock_after_swap(committed)
-        if failed:
-            lost = sum(len(fresh[cell]) for cell in failed)
-            (model, budget), cause = next(iter(failed.items()))
-            more = f" (and {len(failed) - 1} more cell(s))" if len(failed) > 1 else ""
+        if left_out:
+            more = f"; and {len(causes) - 1} more cell(s)" if len(causes) > 1 else ""
             raise CommitIncomplete(
-                f"{lost} episode(s) of model {model!r}, budget {budget}{more} could not be committed "
-                f"to {self.root}: {cause}; the other cells are committed",
-                committed, failed,
+                f"{len(left_out)} episode(s) could not be committed to {self.root} ({causes[0]}{more}); "
+                f"the {committed} others are committed",
+                committed, left_out,
             )
         return committed
 
     def _place_cell(
-        self, model: str, budget: int, group: list[Episode], written: list[Path]
+        self, model: str, budget: int, group: list[Episode], written: list[Path], rejected: dict[str, str]
     ) -> list[tuple[dict[str, Any], list[str]]]:
         """Write one cell's shards (each entry with its ids); on failure remove what this cell
-        wrote and raise, leaving the other cells' files in `written` alone."""
+        wrote and raise, leaving the other cells' files in `written` alone. Episodes whose row
+        cannot be built are left out into `rejected` (id -> why)."""
         mine: list[Path] = []
         placed = []
         try:
             part_dir = self.root / partition_dir(model, budget)
             part_dir.mkdir(parents=True, exist_ok=True)
             for start in range(0, len(group), self.rows_per_shard):
-                chunk = group[start:start + self.rows_per_shard]
-                table = episodes_to_table(chunk)
+                table, chunk = _table_without_poison(group[start:start + self.rows_per_shard], rejected)
+                if table is None:
+                    continue
                 placed.append((self._place_shard(part_dir, table, model, budget, mine),
                                [ep.episode_id for ep in chunk]))
-            fsync_dir(part_dir)
+            if placed:
+                fsync_dir(part_dir)
         except Exception:
             _remove(mine)
             raise
@@ -569,6 +575,32 @@ class RunStore:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(f"{type(e).__name__}: {e}".split())
+
+
+def _table_without_poison(
+    chunk: list[Episode], rejected: dict[str, str]
+) -> tuple[pa.Table | None, list[Episode]]:
+    """The shard table of `chunk`, leaving out (into `rejected`) each episode whose own row
+    cannot be built: one value that does not fit the schema (an int beyond int64 from an
+    environment's grader, say) costs its episode, not its whole shard. Only on failure is
+    the chunk built row by row to find them."""
+    try:
+        return episodes_to_table(chunk), chunk
+    except (pa.ArrowException, OverflowError, ValueError, TypeError):
+        pass
+    good = []
+    for ep in chunk:
+        try:
+            episodes_to_table([ep])
+        except (pa.ArrowException, OverflowError, ValueError, TypeError) as e:
+            rejected[ep.episode_id] = _one_line(e)
+            continue
+        good.append(ep)
+    return (episodes_to_table(good), good) if good else (None, [])
 
 
 def _verify_shard(path: Path, entry: dict[str, Any]) -> tuple[list[str], str | None]:

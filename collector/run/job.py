@@ -452,12 +452,12 @@ class _Driver:
         try:
             written = self.store.commit(batch)
         except CommitIncomplete as e:
-            # One cell could not be written: the others are committed and the run goes on;
-            # the failed cell's episodes are not committed (a rerun runs them) and the run
-            # ends with one line saying so.
+            # Some episodes (a poisoned row, a cell that could not be written) were left out:
+            # the others are committed and the run goes on; the ones left out are not
+            # committed (a rerun runs them) and the run ends with one line saying so.
             written, self.uncommitted = e.committed, e
-            self.uncommitted_count += sum(1 for ep in batch if (ep.model, ep.budget) in e.failed)
-            batch = [ep for ep in batch if (ep.model, ep.budget) not in e.failed]
+            self.uncommitted_count += len(e.uncommitted)
+            batch = [ep for ep in batch if ep.episode_id not in e.uncommitted]
         self.result.committed += written
         self.result.duplicates_dropped += len(batch) - written
         self.result.counts.update(str(e.stop_reason) for e in batch)
@@ -578,8 +578,8 @@ def run_job(
         result.elapsed_s = time.monotonic() - started
         if driver.uncommitted is not None:
             raise OutputError(
-                f"{driver.uncommitted_count} episode(s) were not committed, the last failure: "
-                f"{driver.uncommitted}; run again to collect them ({result.committed} others committed)"
+                f"{driver.uncommitted_count} episode(s) were not committed (last: {driver.uncommitted}); "
+                f"{result.committed} were; run again to collect the rest"
             )
         if driver.stop_reason is not None:
             raise driver.stop_reason

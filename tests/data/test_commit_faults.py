@@ -153,7 +153,8 @@ def test_a_cell_that_cannot_be_written_leaves_the_other_cells_committed(
         with pytest.raises(CommitIncomplete) as info:
             st.commit(good + bad)
         assert info.value.committed == 5
-        assert list(info.value.failed) == [("sim-perfect", 64)]
+        assert info.value.uncommitted == {e.episode_id for e in bad}
+        assert "3 episode(s) could not be committed" in str(info.value)
         assert "budget 64" in str(info.value)
         assert "\n" not in str(info.value)
         assert st.committed_ids() == {e.episode_id for e in good}
@@ -162,6 +163,22 @@ def test_a_cell_that_cannot_be_written_leaves_the_other_cells_committed(
     monkeypatch.undo()
     with open_store(run) as st:  # the failed cell is not committed: a rerun writes it
         assert st.commit(good + bad) == 3
+
+
+def test_one_poisoned_episode_costs_only_itself(tmp_path: Path) -> None:
+    """An episode whose row cannot be stored (a grader's reward of 10**30 as an int) is left out
+    of its shard; the healthy episodes of the same cell and commit are committed."""
+    run = tmp_path / "run"
+    work = make_batch(6)
+    poisoned = dataclasses.replace(work[2], graded_reward=10**30)
+    with open_store(run) as st:
+        with pytest.raises(CommitIncomplete) as info:
+            st.commit([*work[:2], poisoned, *work[3:]])
+        assert info.value.uncommitted == {poisoned.episode_id}
+        assert info.value.committed == 5
+        assert "1 episode(s) could not be committed" in str(info.value)
+    assert sorted(stored_ids(run)) == sorted(e.episode_id for e in work if e is not work[2])
+    assert check_run(run).ok
 
 
 def test_a_commit_where_every_cell_fails_commits_nothing(
