@@ -88,6 +88,34 @@ def test_fsync_failure_after_the_manifest_rename_keeps_the_commit(
         assert not again.warnings
 
 
+def test_fsync_failure_after_the_swap_of_a_forget_keeps_the_new_state(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`forget` (run --retry-errors) hit by EIO right after its manifest rename keeps the
+    replacement shards the new manifest names: the forgotten ids are gone, the rest stays."""
+    run = tmp_path / "run"
+    work = make_batch(4)
+    st = open_store(run)
+    st.commit(work)
+    old_paths = {e["path"] for e in st.shards}
+    real_fsync_dir = manifest_mod.fsync_dir
+    landed: list[bool] = []
+
+    def eio_after_rename(path: Path) -> None:
+        if path == run and {e["path"] for e in read_manifest(run)["shards"]} != old_paths:
+            landed.append(True)  # the swapped manifest (the replacement shard) is in place
+            raise OSError(errno.EIO, "Input/output error")
+        real_fsync_dir(path)
+
+    monkeypatch.setattr(manifest_mod, "fsync_dir", eio_after_rename)
+    assert st.forget({work[0].episode_id}) == 1
+    monkeypatch.undo()
+    assert landed
+    st.close()
+    assert sorted(stored_ids(run)) == sorted(e.episode_id for e in work[1:])
+    assert check_run(run).ok
+
+
 # --- 2. one poisoned value or cell never blocks the others ---------------------------------
 
 
