@@ -28,6 +28,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import re
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -41,7 +42,27 @@ from collector.stop import STOP_ON_CHOICES, StopReason
 
 ProviderKind = Literal["chat", "responses", "anthropic", "gemini"]
 PositiveInt = Annotated[int, Field(gt=0)]
-PositiveFloat = Annotated[float, Field(gt=0)]
+# Finite: `inf` would mean "wait forever" for a timeout and a run that never ends.
+PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+
+# Upper bounds (README, Reliability: "Limits"). A count that passes validation must neither
+# exhaust the machine nor keep `collector validate` from answering at once.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+MAX_WORKERS = 1024
+"""`ray.workers`: actors (one CPU-bound event loop each) a run starts."""
+MAX_EPISODES_IN_FLIGHT = 4096
+"""`ray.episodes_in_flight`: concurrent episodes on one worker's event loop."""
+MAX_SAMPLES_PER_TASK = 100_000
+MAX_TASKS = 1_000_000
+"""Tasks a run reads from its environment (`env.tasks`, and what the environment yields)."""
+MAX_EPISODES = 1_000_000
+"""Episodes one run plans (samples x tasks x providers x models x budgets): the driver holds
+each id in memory. Collect more as several runs (several names)."""
+MAX_MODEL_NAME = 512
+"""Characters of a model name (a long one gets a hashed partition directory name)."""
+# Strict: "64" is not a budget (a quoted number in TOML is a typo worth naming).
+Budget = Annotated[int, Field(gt=0, le=INT64_MAX, strict=True)]
+_RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 
 class _Model(BaseModel):
@@ -125,10 +146,19 @@ class SweepConfig(_Model):
     models: Annotated[list[str], Field(min_length=1)]
     """Model names. For the simulator these are preset names: the keys of `PRESETS` in
     collector/sim/presets.py (any other name is refused by `collector validate` and `run`)."""
-    budgets: Annotated[list[PositiveInt], Field(min_length=1)]
-    """Per-turn output-token caps to sweep."""
-    providers: list[ProviderConfig] | None = None
+    budgets: Annotated[list[Budget], Field(min_length=1)]
+    """Per-turn output-token caps to sweep (integers, 1 to 2**63-1)."""
+    providers: Annotated[list[ProviderConfig], Field(min_length=1)] | None = None
     """Optional extra sweep axis; when unset, the run's single `provider` is used."""
+
+    @field_validator("models")
+    @classmethod
+    def _model_names(cls, models: list[str]) -> list[str]:
+        for model in models:
+            if not model or len(model) > MAX_MODEL_NAME or not model.isprintable():
+                raise ValueError(f"a model name must be 1 to {MAX_MODEL_NAME} printable characters, not "
+                                 f"{_describe(model)}")
+        return models
 
     @model_validator(mode="after")
     def _distinct(self) -> SweepConfig:
@@ -145,8 +175,8 @@ class SweepConfig(_Model):
 class EnvConfig(_Model):
     name: str = "arithmetic"
     """A built-in environment (`arithmetic`, `support_desk`) or `package.module:attr`."""
-    tasks: PositiveInt | None = None
-    """Use the first N tasks; all when unset."""
+    tasks: Annotated[int, Field(gt=0, le=MAX_TASKS)] | None = None
+    """Use the first N tasks; all when unset (at most 1,000,000)."""
     task_file: str | None = None
     """Optional JSONL or Parquet file of tasks (columns: id, prompt, metadata)."""
     options: dict[str, object] = {}
@@ -206,10 +236,10 @@ class LoopConfig(_Model):
 class RayConfig(_Model):
     address: str | None = None
     """Empty: an embedded local cluster. Else a cluster address (or set RAY_ADDRESS)."""
-    workers: PositiveInt = 2
-    """Worker actors (one event loop each; on a cluster, spread one per node first)."""
-    episodes_in_flight: PositiveInt = 64
-    """Concurrent episodes per worker."""
+    workers: Annotated[int, Field(gt=0, le=MAX_WORKERS)] = 2
+    """Worker actors (one event loop each; on a cluster, spread one per node first); at most 1024."""
+    episodes_in_flight: Annotated[int, Field(gt=0, le=MAX_EPISODES_IN_FLIGHT)] = 64
+    """Concurrent episodes per worker (at most 4096)."""
     batch_size: PositiveInt = 32
     """Episodes handed to a worker per call (one Ray call per batch, never per model call)."""
     cpus_per_worker: Annotated[float, Field(ge=0)] = 1.0
@@ -238,11 +268,13 @@ class OutputConfig(_Model):
 class RunConfig(_Model):
     name: str = "run"
     """The run's name: the start of the run id (and of every episode id) and the default
-    output directory `runs/<name>`."""
-    seed: int = 0
-    """Run seed: per-episode seeds derive from it, and the simulator is seeded with it."""
-    samples_per_task: PositiveInt = 1
-    """Episodes per task in each sweep cell."""
+    output directory `runs/<name>`. Letters, digits, `.`, `_` and `-`, starting with a
+    letter or digit, at most 100 characters: it names a directory."""
+    seed: Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX, strict=True)] = 0
+    """Run seed (a 64-bit signed integer): per-episode seeds derive from it, and the
+    simulator is seeded with it."""
+    samples_per_task: Annotated[int, Field(gt=0, le=MAX_SAMPLES_PER_TASK)] = 1
+    """Episodes per task in each sweep cell (at most 100,000)."""
     provider: ProviderConfig = ProviderConfig()
     """The model provider (the simulator by default); see `sweep.providers` for several."""
     sampling: SamplingConfig = SamplingConfig()
@@ -257,6 +289,31 @@ class RunConfig(_Model):
     """Where and how wide the run executes."""
     output: OutputConfig = OutputConfig()
     """Where and how episodes are stored."""
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, name: str) -> str:
+        # The name becomes a path (`runs/{name}`): "../x" would write outside runs/, and a
+        # newline or an empty name is no directory name at all.
+        if not _RUN_NAME.fullmatch(name):
+            raise ValueError(
+                "name must be 1 to 100 letters, digits, '.', '_' or '-', starting with a letter or "
+                "digit (it names the run directory)"
+            )
+        return name
+
+    @model_validator(mode="after")
+    def _sweep_size(self) -> RunConfig:
+        # What the sweep alone multiplies to, before any task is read; `plan_work` checks again
+        # with the real task count.
+        providers = len(self.sweep.providers or [self.provider])
+        cells = self.samples_per_task * providers * len(self.sweep.models) * len(self.sweep.budgets)
+        if cells * (self.env.tasks or 1) > MAX_EPISODES:
+            raise ValueError(
+                f"the sweep plans more than {MAX_EPISODES:,} episodes (samples_per_task x providers x "
+                f"models x budgets x tasks); split it into several runs"
+            )
+        return self
 
     @model_validator(mode="before")
     @classmethod

@@ -231,3 +231,66 @@ def test_every_config_field_has_a_docstring() -> None:
     missing = [f"{m.__name__}.{name}" for m in models for name, info in m.model_fields.items()
                if not info.description]
     assert not missing, missing
+
+
+@pytest.mark.parametrize(
+    ("override", "fragments"),
+    [
+        ('name="../../escaped"', ["name:", "'../../escaped'", "names the run directory"]),
+        ('name=""', ["name:", "(got '')"]),
+        ('name="two\\nlines"', ["name:", "(got 'two\\nlines')"]),
+        ('sweep.budgets=["64"]', ["sweep.budgets.0", "valid integer", "'64'"]),
+        ("sweep.budgets=[9223372036854775808]", ["sweep.budgets.0", "9223372036854775807"]),
+        ("provider.request_timeout_s=inf", ["provider.request_timeout_s", "finite", "inf"]),
+        ("sweep.providers=[]", ["sweep.providers", "at least 1"]),
+        ("seed=18446744073709551616", ["seed:", "9223372036854775807"]),
+        ("seed=true", ["seed:", "valid integer"]),
+        ('sweep.models=[""]', ["sweep.models", "1 to 512 printable"]),
+        (f'sweep.models=["{"m" * 513}"]', ["sweep.models", "1 to 512 printable"]),
+    ],
+    ids=["escaping-name", "empty-name", "newline-name", "string-budget", "int64-budget", "inf-timeout",
+         "no-providers", "seed-2**64", "bool-seed", "empty-model", "long-model"],
+)
+def test_values_that_would_break_a_run_are_refused_in_one_line(
+    tmp_path: Path, override: str, fragments: list[str]
+) -> None:
+    """Names that are no directory name, non-integer or out-of-int64 budgets and seeds, an infinite
+    timeout, an empty provider list and unusable model names are one-line config errors."""
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, MINIMAL), [override])
+    message = str(info.value)
+    assert "\n" not in message
+    for fragment in fragments:
+        assert fragment in message, (fragment, message)
+
+
+@pytest.mark.parametrize(
+    ("override", "fragments"),
+    [
+        ("ray.workers=100000", ["ray.workers", "1024"]),
+        ("ray.episodes_in_flight=1000000000", ["ray.episodes_in_flight", "4096"]),
+        ("samples_per_task=1000000000", ["samples_per_task", "100000"]),
+        ("env.tasks=1000000000", ["env.tasks", "1000000"]),
+        ("samples_per_task=100000", ["more than 1,000,000 episodes", "several runs"]),
+    ],
+    ids=["workers", "in-flight", "samples", "tasks", "episodes"],
+)
+def test_counts_that_would_exhaust_the_machine_are_refused(
+    tmp_path: Path, override: str, fragments: list[str]
+) -> None:
+    """Worker, concurrency, sample, task and total episode counts have upper bounds (README, Limits)."""
+    text = MINIMAL + "\n[env]\ntasks = 20\n"
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, text), [override])
+    for fragment in fragments:
+        assert fragment in str(info.value), (fragment, str(info.value))
+
+
+def test_the_bounds_themselves_are_accepted(tmp_path: Path) -> None:
+    """A config at every upper bound (and a budget and seed at the int64 edge) is valid."""
+    cfg = load_config(write(tmp_path, MINIMAL), [
+        "ray.workers=1024", "ray.episodes_in_flight=4096", "samples_per_task=100000",
+        "sweep.budgets=[9223372036854775807]", "seed=-9223372036854775808", 'name="a.b_c-9"',
+    ])
+    assert cfg.sweep.budgets == [2**63 - 1]
+    assert cfg.output.path == "runs/a.b_c-9"

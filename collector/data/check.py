@@ -40,7 +40,14 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collector.data.manifest import QUARANTINE, RESOLVED_CONFIG, TMP_SUFFIX, file_digest, read_manifest
+from collector.data.manifest import (
+    QUARANTINE,
+    RESOLVED_CONFIG,
+    TMP_SUFFIX,
+    NotARunDirectory,
+    file_digest,
+    read_manifest,
+)
 from collector.data.record import SCHEMA_VERSION, episode_id
 from collector.data.shards import SCHEMA, ShardError, describe_exception, read_shard, schema_version_of
 from collector.errors import OutputError
@@ -153,11 +160,17 @@ def _policy(root: Path, report: CheckReport) -> _Policy:
 
 
 def check_run(run_dir: str | Path) -> CheckReport:
-    """Verify every committed shard of `run_dir`; never raises for damaged data."""
+    """Verify every committed shard of `run_dir`; never raises for damaged data.
+
+    A path that is not a run directory at all (no manifest) is bad input, not a problem
+    found: `NotARunDirectory` is raised (the command line's exit code 2).
+    """
     root = Path(run_dir)
     report = CheckReport(run_dir=str(run_dir))
     try:
         manifest = read_manifest(root)
+    except NotARunDirectory:
+        raise
     except OutputError as e:
         report.add(str(e))
         return report
@@ -168,6 +181,9 @@ def check_run(run_dir: str | Path) -> CheckReport:
     listed = set()
     for entry in manifest["shards"]:
         rel = str(entry.get("path"))
+        if rel in listed:  # its rows are committed once: read it once (the next run repairs it)
+            report.add(f"{rel}: named twice in the manifest")
+            continue
         listed.add(rel)
         report.shards += 1
         table = _read_checked(root, rel, entry, report)

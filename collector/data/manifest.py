@@ -24,9 +24,12 @@ __all__ = [
     "LOCK",
     "MANIFEST",
     "MANIFEST_VERSION",
+    "MAX_PARTITION_SEGMENT",
     "QUARANTINE",
     "RESOLVED_CONFIG",
     "TMP_SUFFIX",
+    "NotARunDirectory",
+    "ReplacedNotDurable",
     "committed_shard_paths",
     "decode_partition_value",
     "file_digest",
@@ -34,6 +37,7 @@ __all__ = [
     "now_iso",
     "partition_dir",
     "read_manifest",
+    "unique_entries",
     "write_json_atomic",
 ]
 
@@ -47,13 +51,29 @@ MANIFEST_VERSION = 1
 CHECKSUM_ALGORITHM = "sha256"
 
 
+#: The longest `model=...` directory name written, in bytes. 255 is the usual NAME_MAX, but
+#: eCryptfs and some network filesystems allow about 143: 120 fits every one we know of.
+MAX_PARTITION_SEGMENT = 120
+_HASH_CHARS = 16
+
+
 def partition_dir(model: str, budget: int) -> str:
     """The Hive partition of a model and budget, relative to the run dir.
 
     Model names are URI-escaped (``meta-llama/Llama-3`` -> ``meta-llama%2FLlama-3``), which
-    is how pyarrow's Hive partitioning decodes segments by default.
+    is how pyarrow's Hive partitioning decodes segments by default. An escaped name that
+    would make the directory name longer than `MAX_PARTITION_SEGMENT` bytes is cut and
+    suffixed with ``~`` and a hash of the full name, so that any model name gives a
+    directory every filesystem accepts and two long names never share one; the shard's
+    `model` column always holds the full name.
     """
-    return f"model={quote(model, safe='')}/budget={int(budget)}"
+    segment = f"model={quote(model, safe='')}"
+    if len(segment) > MAX_PARTITION_SEGMENT:
+        digest = hashlib.blake2b(model.encode("utf-8", "surrogatepass"), digest_size=_HASH_CHARS // 2)
+        keep = segment[: MAX_PARTITION_SEGMENT - _HASH_CHARS - 1]
+        keep = keep[: keep.rfind("%")] if "%" in keep[-2:] else keep  # never half an escape
+        segment = f"{keep}~{digest.hexdigest()}"
+    return f"{segment}/budget={int(budget)}"
 
 
 def now_iso() -> str:
@@ -74,8 +94,26 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+class ReplacedNotDurable(OSError):
+    """`write_json_atomic` replaced the file, but the directory's fsync after the rename failed.
+
+    Readers already see the new content: the replacement happened and must not be undone
+    (for the manifest: the commit is done, and its shards must be kept); only its durability
+    across a power loss is in doubt.
+    """
+
+    def __init__(self, path: Path, cause: OSError) -> None:
+        super().__init__(cause.errno, f"{path.name} was replaced, but fsync of {path.parent} failed: "
+                                      f"{cause.strerror or cause}")
+        self.path = path
+
+
 def write_json_atomic(path: Path, payload: Any) -> None:
-    """Replace `path` with `payload` as JSON: temp file, fsync, rename, fsync the directory."""
+    """Replace `path` with `payload` as JSON: temp file, fsync, rename, fsync the directory.
+
+    A failure before the rename leaves the old file (an OSError); a failure of the last
+    fsync, after it, is a `ReplacedNotDurable`.
+    """
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}{TMP_SUFFIX}")
     data = json.dumps(payload, indent=1, default=_json_default).encode()
     with open(tmp, "wb") as f:
@@ -83,16 +121,26 @@ def write_json_atomic(path: Path, payload: Any) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    fsync_dir(path.parent)
+    try:
+        fsync_dir(path.parent)
+    except OSError as e:
+        raise ReplacedNotDurable(path, e) from e
+
+
+class NotARunDirectory(OutputError):
+    """The path has no manifest at all: not a run directory (bad input, not damaged data)."""
 
 
 def read_manifest(run_dir: Path) -> dict[str, Any]:
-    """The manifest of `run_dir` (raises OutputError when missing or unreadable)."""
+    """The manifest of `run_dir` (raises OutputError when missing or unreadable).
+
+    Missing (no such directory, or no manifest in it) is a `NotARunDirectory`.
+    """
     path = run_dir / MANIFEST
     try:
         manifest = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise OutputError(f"{run_dir} is not a run directory (no {MANIFEST})") from None
+    except (FileNotFoundError, NotADirectoryError):
+        raise NotARunDirectory(f"{run_dir} is not a run directory (no {MANIFEST})") from None
     except (OSError, ValueError) as e:
         raise OutputError(f"{path} is unreadable: {e}") from e
     if not isinstance(manifest, dict) or not isinstance(manifest.get("shards"), list):
@@ -147,10 +195,26 @@ def file_digest(path: Path) -> tuple[int, str]:
     return size, f"{CHECKSUM_ALGORITHM}:{digest.hexdigest()}"
 
 
+def unique_entries(entries: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The shard entries with each path kept once (the first entry naming it), and the paths
+    that were repeated. A damaged or hand-merged manifest can name one file twice; its rows
+    are still committed once, so every reader counts them once (the store repairs it)."""
+    seen: set[str] = set()
+    kept, repeated = [], []
+    for entry in entries:
+        if entry["path"] in seen:
+            repeated.append(entry["path"])
+            continue
+        seen.add(entry["path"])
+        kept.append(entry)
+    return kept, repeated
+
+
 def committed_shard_paths(run_dir: str | Path) -> list[Path]:
-    """Absolute paths of the shards the manifest names (committed data only)."""
+    """Absolute paths of the shards the manifest names (committed data only), each once."""
     root = Path(run_dir)
-    return [root / entry["path"] for entry in read_manifest(root)["shards"]]
+    kept, _ = unique_entries(read_manifest(root)["shards"])
+    return [root / entry["path"] for entry in kept]
 
 
 def decode_partition_value(segment: str) -> str:

@@ -32,6 +32,17 @@ def episode_id(run_id: str, task_id: str, sample: int, model: str, budget: int) 
     return hashlib.blake2b(key.encode(), digest_size=12).hexdigest()
 
 
+#: The largest token count a turn's record holds. A provider's usage is taken as sent, but a
+#: reply claiming more than any model can read or write (10**30 output tokens) would overflow
+#: the shard's int64 columns and block every commit: counts are clamped to 0..MAX_TOKEN_COUNT.
+MAX_TOKEN_COUNT = 2**31 - 1
+
+
+def clamp_tokens(value: int) -> int:
+    """A token count as stored: within 0..MAX_TOKEN_COUNT (anything else is not a count)."""
+    return min(max(value, 0), MAX_TOKEN_COUNT)
+
+
 @dataclass(slots=True)
 class TurnRecord:
     """One model call of the episode, as stored in the `turns` list column."""
@@ -54,6 +65,10 @@ class TurnRecord:
     """True when the turn's output was thrown away: it was cut, or it ended the episode as
     malformed, so nothing from it ran. Its output tokens count as wasted."""
     unparsed_tool_call: bool = False
+
+    def __post_init__(self) -> None:
+        self.output_tokens = clamp_tokens(self.output_tokens)
+        self.input_tokens = clamp_tokens(self.input_tokens)
 
 
 @dataclass(slots=True)

@@ -4,7 +4,8 @@ Layout (``RUN_DIR``)::
 
     manifest.json             the list of committed shards: the only source of truth
     config.resolved.json      the resolved config the run was started with, and its fingerprint
-    .lock                     held (flock) while a RunStore is open: one writer per run dir
+    .lock                     held (flock) while a RunStore is open: one writer per run dir;
+                              checked by inode before each commit and after its manifest swap
     model=<m>/budget=<b>/part-000042-1a2b3c4d.arrow   shards (Hive partitions; Parquet optional)
     _quarantine/              shards found corrupt on open, moved aside (never deleted)
 
@@ -13,6 +14,10 @@ Exactly once. An episode is *committed* when a shard holding it is named in the 
 place, fsyncs the directory, and only then replaces the manifest (write temp, fsync, rename).
 A crash at any point leaves either the old manifest (the new shards are orphans: not
 committed, deleted on the next open, their episodes run again) or the new one (committed).
+Once the new manifest is renamed into place the commit is done: a failure after that (the
+directory's fsync) is a warning, never a removal of files the manifest names. Each (model,
+budget) cell is written on its own: one that fails is left out of the swap and named in a
+`CommitIncomplete`, the others are committed.
 Episode ids are deterministic (`collector.data.record.episode_id`), so resume is a set
 difference: the driver runs every id not in `committed_ids()`; an id that is already
 committed, or repeated inside one commit (a late duplicate from a worker presumed dead), is
@@ -75,11 +80,13 @@ from collector.data.manifest import (
     QUARANTINE,
     RESOLVED_CONFIG,
     TMP_SUFFIX,
+    ReplacedNotDurable,
     file_digest,
     fsync_dir,
     now_iso,
     partition_dir,
     read_manifest,
+    unique_entries,
     write_json_atomic,
 )
 from collector.data.record import SCHEMA_VERSION, Episode
@@ -100,13 +107,30 @@ try:  # POSIX advisory locks; elsewhere the single-writer rule is the user's to 
 except ImportError:  # pragma: no cover - not on the platforms we run on
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["RunStore"]
+__all__ = ["CommitIncomplete", "LockLost", "RunStore"]
 
 log = logging.getLogger(__name__)
 
 # sha256 over blake2b: hashlib's sha256 uses the CPU's SHA extensions where present and ran
 # twice as fast as blake2b here (600 vs 310 MB/s on one core); both release the GIL.
 _VERIFY_THREADS = 4
+
+
+class CommitIncomplete(OutputError):
+    """A commit that left some episodes out (one whose row does not fit the schema, or every
+    episode of a cell that could not be written): all the others are committed. `committed`
+    counts the new episodes that were, `uncommitted` holds the ids left out (a rerun runs
+    them), the message says why in one line."""
+
+    def __init__(self, message: str, committed: int, uncommitted: set[str]) -> None:
+        super().__init__(message)
+        self.committed = committed
+        self.uncommitted = uncommitted
+
+
+class LockLost(OutputError):
+    """The run dir's lock file was deleted or replaced while this store held it: another
+    process may be writing, so this store commits nothing more."""
 
 
 def _remove(paths: Sequence[Path]) -> None:
@@ -138,6 +162,10 @@ class RunStore:
         # the shards concerned instead of reading the ids of every shard again.
         self._where: dict[str, str] = {}
         self._lock_fd = lock_fd
+        # The lock file this store holds, by identity: a file at the lock's path with another
+        # inode (deleted and re-created, by a user or a second writer) is not our lock.
+        self._lock_id = _file_id(os.fstat(lock_fd)) if lock_fd is not None else None
+        self._lock_lost: str | None = None
         self._closed = False
         self._finalizer = weakref.finalize(self, _release_lock, lock_fd)
 
@@ -237,7 +265,9 @@ class RunStore:
     def _recover(self) -> None:
         """Read committed ids; quarantine unreadable shards; delete orphans and temp files."""
         kept = []
-        entries = self._manifest["shards"]
+        entries, repeated = unique_entries(self._manifest["shards"])
+        for rel in dict.fromkeys(repeated):
+            self._warn(f"manifest named shard {rel} more than once; keeping one entry (its rows count once)")
         known: set[str] = {entry["path"] for entry in entries}
         # Hashing and decompressing release the GIL: a few threads verify a big run faster.
         with ThreadPoolExecutor(max_workers=_VERIFY_THREADS) as pool:
@@ -253,7 +283,7 @@ class RunStore:
             self._warn(f"corrupt shard {entry['path']}: {problem}; moved to {moved}, its episodes run again")
         if len(kept) != len(self._manifest["shards"]):
             self._manifest["shards"] = kept
-            self._write_manifest()
+            self._write_manifest("repaired manifest")
         for path in self._stray_files():
             rel = path.relative_to(self.root).as_posix()
             if rel in known:
@@ -326,11 +356,17 @@ class RunStore:
         Ids already committed, and repeats inside `episodes`, are dropped. The episodes
         are grouped by (model, budget) partition and split into shards of at most
         `rows_per_shard` rows; the manifest is replaced once, after every shard is in
-        place. On any failure the shards of this call are removed and OutputError raised:
-        nothing of it is committed.
+        place. On a failure before that swap the shards of this call are removed and
+        OutputError raised: nothing of it is committed. Once the swap has happened the
+        commit is done, whatever fails after it (a failed fsync is a warning, never a
+        removal of files the manifest names).
+
+        One poisoned value never blocks the others: an episode whose row cannot be built
+        (a value that does not fit the schema) is left out, and so is every episode of a
+        cell whose shards cannot be written (a directory the filesystem refuses); the rest
+        is committed, and `CommitIncomplete` names what was left out.
         """
-        if self._closed:
-            raise OutputError(f"run store {self.root} is closed")
+        self._check_writable()
         fresh: dict[tuple[str, int], list[Episode]] = {}
         seen: set[str] = set()
         for ep in episodes:
@@ -343,21 +379,27 @@ class RunStore:
         written: list[Path] = []
         entries: list[dict[str, Any]] = []
         shard_ids: list[list[str]] = []
+        left_out: set[str] = set()
+        causes: list[str] = []  # one per cell that lost episodes, for the message
         before = len(self._manifest["shards"])
         try:
             for (model, budget), group in fresh.items():
-                part_dir = self.root / partition_dir(model, budget)
-                part_dir.mkdir(parents=True, exist_ok=True)
-                for start in range(0, len(group), self.rows_per_shard):
-                    chunk = group[start:start + self.rows_per_shard]
-                    shard_ids.append([ep.episode_id for ep in chunk])
-                    table = episodes_to_table(chunk)
-                    entries.append(self._place_shard(part_dir, table, model, budget, written))
-                fsync_dir(part_dir)
+                rejected: dict[str, str] = {}
+                try:
+                    placed = self._place_cell(model, budget, group, written, rejected)
+                except Exception as e:  # noqa: BLE001 - any failure of one cell is that cell's
+                    placed, rejected = [], {ep.episode_id: _one_line(e) for ep in group}
+                if rejected:
+                    left_out.update(rejected)
+                    causes.append(f"model {model!r}, budget {budget}: {next(iter(rejected.values()))}")
+                for entry, chunk_ids in placed:
+                    entries.append(entry)
+                    shard_ids.append(chunk_ids)
+            if not entries:
+                raise OutputError(f"commit to {self.root} failed ({causes[0]})")
+            self._check_writable()  # the lock again, just before the swap (the shards took time)
             self._manifest["shards"].extend(entries)
-            self._write_manifest()
-            for entry, chunk_ids in zip(entries, shard_ids, strict=True):
-                self._where.update(dict.fromkeys(chunk_ids, entry["path"]))
+            self._write_manifest("commit")
         except Exception as e:
             # Abort: whatever this call wrote is not in the manifest; remove it now rather
             # than leaving it for the next open. Broad on purpose: any failure aborts.
@@ -366,8 +408,45 @@ class RunStore:
             if isinstance(e, OutputError):
                 raise
             raise OutputError(f"commit to {self.root} failed: {type(e).__name__}: {e}") from e
-        self._ids.update(seen)
-        return len(seen)
+        committed = 0
+        for entry, chunk_ids in zip(entries, shard_ids, strict=True):
+            self._where.update(dict.fromkeys(chunk_ids, entry["path"]))
+            self._ids.update(chunk_ids)
+            committed += len(chunk_ids)
+        self._check_lock_after_swap(committed)
+        if left_out:
+            more = f"; and {len(causes) - 1} more cell(s)" if len(causes) > 1 else ""
+            raise CommitIncomplete(
+                f"{len(left_out)} episode(s) could not be committed to {self.root} ({causes[0]}{more}); "
+                f"the {committed} others are committed",
+                committed, left_out,
+            )
+        return committed
+
+    def _place_cell(
+        self, model: str, budget: int, group: list[Episode], written: list[Path], rejected: dict[str, str]
+    ) -> list[tuple[dict[str, Any], list[str]]]:
+        """Write one cell's shards (each entry with its ids); on failure remove what this cell
+        wrote and raise, leaving the other cells' files in `written` alone. Episodes whose row
+        cannot be built are left out into `rejected` (id -> why)."""
+        mine: list[Path] = []
+        placed = []
+        try:
+            part_dir = self.root / partition_dir(model, budget)
+            part_dir.mkdir(parents=True, exist_ok=True)
+            for start in range(0, len(group), self.rows_per_shard):
+                table, chunk = _table_without_poison(group[start:start + self.rows_per_shard], rejected)
+                if table is None:
+                    continue
+                placed.append((self._place_shard(part_dir, table, model, budget, mine),
+                               [ep.episode_id for ep in chunk]))
+            if placed:
+                fsync_dir(part_dir)
+        except Exception:
+            _remove(mine)
+            raise
+        written.extend(mine)
+        return placed
 
     def forget(self, ids: Collection[str]) -> int:
         """Remove committed episodes, so that the next resume runs them again; return how many.
@@ -381,8 +460,7 @@ class RunStore:
         (the old files are orphans). Ids that are not committed are ignored. On a failure
         before the swap, what this call wrote is removed and OutputError raised.
         """
-        if self._closed:
-            raise OutputError(f"run store {self.root} is closed")
+        self._check_writable()
         gone = {i for i in ids if i in self._ids}
         if not gone:
             return 0
@@ -409,7 +487,7 @@ class RunStore:
             self._manifest["shards"] = [e for e in previous if e["path"] not in touched]
             self._manifest["shards"].extend(entry for entry, _ in replacements)
             try:
-                self._write_manifest()  # the one atomic switch from the old state to the new
+                self._write_manifest("forget")  # the one atomic switch from the old state to the new
             except BaseException:
                 self._manifest["shards"] = previous
                 raise
@@ -422,6 +500,7 @@ class RunStore:
         self._ids -= gone
         for i in gone:
             del self._where[i]
+        self._check_lock_after_swap(None)
         for entry, kept_ids in replacements:
             self._where.update(dict.fromkeys(kept_ids, entry["path"]))
         # Committed state is already the new one; a file left here is an orphan the next
@@ -434,9 +513,55 @@ class RunStore:
                 fsync_dir(d)
         return len(gone)
 
-    def _write_manifest(self) -> None:
+    def _write_manifest(self, what: str) -> None:
+        """Swap in the in-memory manifest. Raises only when the swap did not happen: a failed
+        fsync after the rename (the new manifest is in place, readers see it) is a warning,
+        so that no caller aborts, and removes the files of, a swap that is done."""
         self._manifest["updated"] = now_iso()
-        write_json_atomic(self.root / MANIFEST, self._manifest)
+        try:
+            write_json_atomic(self.root / MANIFEST, self._manifest)
+        except ReplacedNotDurable as e:
+            self._warn(f"{what} to {self.root} is done, but may not survive a power loss: {e.strerror}; "
+                       "check the disk")
+
+    # --- the one-writer guard ------------------------------------------------------------
+
+    def _check_writable(self) -> None:
+        """Refuse to write when closed, or when the lock at our path is no longer ours.
+
+        Checked before each commit (nothing is written then) and again after its manifest
+        swap: a second writer that takes the lock over reads the manifest only after it
+        holds the lock, so a swap followed by a successful check is in what it read.
+        """
+        if self._closed:
+            raise OutputError(f"run store {self.root} is closed")
+        if self._lock_lost is not None:
+            raise LockLost(self._lock_lost)
+        if self._lock_id is None:
+            return
+        try:
+            held = _file_id(os.stat(self.root / LOCK)) == self._lock_id
+        except OSError:
+            held = False
+        if not held:
+            self._lock_lost = (
+                f"{self.root / LOCK} was deleted or replaced while this run was writing (another "
+                f"process may be writing {self.root}); stopped: uncommitted episodes run again on "
+                "the next run"
+            )
+            raise LockLost(self._lock_lost)
+
+    def _check_lock_after_swap(self, committed: int | None) -> None:
+        try:
+            self._check_writable()
+        except LockLost:
+            what = f"its last commit ({committed} episodes)" if committed is not None else "its last change"
+            self._lock_lost = (
+                f"{self.root / LOCK} was deleted or replaced while this run was writing (another "
+                f"process may be writing {self.root}); stopped: {what} may have been overwritten "
+                "by the other writer; run `collector check`, then the same command again to resume"
+            )
+            raise LockLost(self._lock_lost) from None
 
     def close(self) -> None:
         """Release the run dir's lock. Committed data needs no flush: commits are durable."""
@@ -450,6 +575,32 @@ class RunStore:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(f"{type(e).__name__}: {e}".split())
+
+
+def _table_without_poison(
+    chunk: list[Episode], rejected: dict[str, str]
+) -> tuple[pa.Table | None, list[Episode]]:
+    """The shard table of `chunk`, leaving out (into `rejected`) each episode whose own row
+    cannot be built: one value that does not fit the schema (an int beyond int64 from an
+    environment's grader, say) costs its episode, not its whole shard. Only on failure is
+    the chunk built row by row to find them."""
+    try:
+        return episodes_to_table(chunk), chunk
+    except (pa.ArrowException, OverflowError, ValueError, TypeError):
+        pass
+    good = []
+    for ep in chunk:
+        try:
+            episodes_to_table([ep])
+        except (pa.ArrowException, OverflowError, ValueError, TypeError) as e:
+            rejected[ep.episode_id] = _one_line(e)
+            continue
+        good.append(ep)
+    return (episodes_to_table(good), good) if good else (None, [])
 
 
 def _verify_shard(path: Path, entry: dict[str, Any]) -> tuple[list[str], str | None]:
@@ -490,16 +641,29 @@ def _verify_shard(path: Path, entry: dict[str, Any]) -> tuple[list[str], str | N
     return table.column("episode_id").to_pylist(), None
 
 
+def _file_id(st: os.stat_result) -> tuple[int, int]:
+    return st.st_dev, st.st_ino
+
+
 def _acquire_lock(root: Path) -> int | None:
     if fcntl is None:  # pragma: no cover
         return None
-    fd = os.open(root / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    for _ in range(5):
+        fd = os.open(root / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise OutputError(f"run dir {root} is in use by another collector process") from None
+        # The file may have been deleted (and re-created) between open and flock: a lock on an
+        # unlinked inode guards nothing. Hold it only while the path still names our inode.
+        try:
+            if _file_id(os.stat(root / LOCK)) == _file_id(os.fstat(fd)):
+                return fd
+        except FileNotFoundError:
+            pass
         os.close(fd)
-        raise OutputError(f"run dir {root} is in use by another collector process") from None
-    return fd
+    raise OutputError(f"run dir {root}: its lock file {LOCK} keeps being replaced (deleted by a process?)")
 
 
 def _release_lock(fd: int | None) -> None:

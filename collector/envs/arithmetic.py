@@ -21,7 +21,7 @@ import random
 import re
 from collections.abc import Sequence
 
-from collector.envs.base import Environment, EpisodeWorld, Task, Tool
+from collector.envs.base import Environment, EpisodeWorld, Task, Tool, generated_task_count
 from collector.envs.tools import tool
 from collector.turn import UserMessage
 
@@ -92,7 +92,7 @@ class ArithmeticEnv(Environment):
 
     def __init__(self, num_tasks: int = 100, seed: int = 0) -> None:
         rng = random.Random(f"arithmetic:{seed}")
-        self._tasks = [self._make(rng, i) for i in range(num_tasks)]
+        self._tasks = [self._make(rng, i) for i in range(generated_task_count(num_tasks))]
 
     @staticmethod
     def _make(rng: random.Random, index: int) -> Task:

@@ -21,7 +21,20 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from collector.errors import ConfigError
 from collector.turn import JSONObject, Message
+
+#: The most tasks a built-in environment generates (`env.options.num_tasks`): generating is
+#: eager, so the bound is what keeps `collector validate` answering at once.
+MAX_GENERATED_TASKS = 10_000
+
+
+def generated_task_count(value: object) -> int:
+    """`num_tasks` of a generated environment, checked: an int in 1..MAX_GENERATED_TASKS."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 < value <= MAX_GENERATED_TASKS:
+        raise ConfigError(f"env.options.num_tasks: must be an integer from 1 to {MAX_GENERATED_TASKS:,} "
+                          f"(got {value!r:.40})")
+    return value
 
 
 @dataclass(slots=True, frozen=True)

@@ -40,7 +40,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from collector.envs.base import Environment, EpisodeWorld, Task, Tool
+from collector.envs.base import Environment, EpisodeWorld, Task, Tool, generated_task_count
 from collector.envs.tools import tool
 from collector.turn import UserMessage
 
@@ -219,7 +219,8 @@ class SupportDeskEnv(Environment):
 
     def __init__(self, num_tasks: int = 60, seed: int = 0) -> None:
         rng = random.Random(f"support_desk:{seed}")
-        self._tasks = [self._make(rng, i, KINDS[i % len(KINDS)]) for i in range(num_tasks)]
+        count = generated_task_count(num_tasks)
+        self._tasks = [self._make(rng, i, KINDS[i % len(KINDS)]) for i in range(count)]
 
     @staticmethod
     def _make(rng: random.Random, index: int, kind: str) -> Task:

@@ -64,8 +64,8 @@ import ray.exceptions
 from collector.config import RunConfig, check_run_config, resolved_config, with_absolute_paths
 from collector.data.record import Episode
 from collector.data.shards import read_shard
-from collector.data.store import RunStore
-from collector.errors import CollectorError, ConfigError, QuotaExhausted, RequestRejected
+from collector.data.store import CommitIncomplete, RunStore
+from collector.errors import CollectorError, ConfigError, OutputError, QuotaExhausted, RequestRejected
 from collector.run.plan import Plan, WorkItem, plan_work
 from collector.run.progress import Progress
 from collector.run.simlaunch import provider_urls
@@ -286,6 +286,9 @@ class _Driver:
         self.last_commit = time.monotonic()
         self.stop_reason: CollectorError | None = None
         self.setup: WorkerSetup | None = None
+        self.uncommitted: CommitIncomplete | None = None
+        """The last commit that left cells out; reported when the run ends (the rest goes on)."""
+        self.uncommitted_count = 0
 
     # --- actors -------------------------------------------------------------------------
 
@@ -446,7 +449,15 @@ class _Driver:
             self.last_commit = time.monotonic()
         if not batch:
             return
-        written = self.store.commit(batch)
+        try:
+            written = self.store.commit(batch)
+        except CommitIncomplete as e:
+            # Some episodes (a poisoned row, a cell that could not be written) were left out:
+            # the others are committed and the run goes on; the ones left out are not
+            # committed (a rerun runs them) and the run ends with one line saying so.
+            written, self.uncommitted = e.committed, e
+            self.uncommitted_count += len(e.uncommitted)
+            batch = [ep for ep in batch if ep.episode_id not in e.uncommitted]
         self.result.committed += written
         self.result.duplicates_dropped += len(batch) - written
         self.result.counts.update(str(e.stop_reason) for e in batch)
@@ -565,6 +576,11 @@ def run_job(
                     driver.progress.close(result.committed, result.counts)
                 driver.stop_workers()
         result.elapsed_s = time.monotonic() - started
+        if driver.uncommitted is not None:
+            raise OutputError(
+                f"{driver.uncommitted_count} episode(s) were not committed (last: {driver.uncommitted}); "
+                f"{result.committed} were; run again to collect the rest"
+            )
         if driver.stop_reason is not None:
             raise driver.stop_reason
         return result

@@ -9,17 +9,23 @@ the ids already committed.
 Items are ordered sample-major and cell-minor, so the first finished batches already cover
 every cell of the sweep: a run stopped early still has a little of everything.
 
+Bounded and lazy. At most `MAX_TASKS` tasks are read from the environment and at most
+`MAX_EPISODES` episodes planned (one line otherwise), and the items are enumerated only when
+first asked for: `collector validate` reports the size from the shape alone, at once.
+
 This module imports no Ray: it is cheap, and the worker uses it too.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import sys
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
-from collector.config import ProviderConfig, RunConfig, config_fingerprint, run_id
+from collector.config import MAX_EPISODES, MAX_TASKS, ProviderConfig, RunConfig, config_fingerprint, run_id
 from collector.data.record import episode_id
 from collector.envs.base import Environment, Task
 from collector.errors import ConfigError
@@ -47,7 +53,21 @@ class Plan:
     fingerprint: str
     providers: list[ProviderConfig]
     task_ids: list[str]
-    items: list[WorkItem] = field(default_factory=list)
+    _items: list[WorkItem] | None = None
+
+    @property
+    def size(self) -> int:
+        """How many episodes the plan holds, without enumerating them."""
+        sweep = self.cfg.sweep
+        cells = len(self.providers) * len(sweep.models) * len(sweep.budgets)
+        return self.cfg.samples_per_task * len(self.task_ids) * cells
+
+    @property
+    def items(self) -> list[WorkItem]:
+        """Every episode, in a deterministic order (enumerated on first use)."""
+        if self._items is None:
+            self._items = list(_enumerate(self))
+        return self._items
 
     def describe(self) -> str:
         """A few human lines: the sweep's shape and its identity."""
@@ -62,7 +82,7 @@ class Plan:
         return "\n".join(
             [
                 f"run_id {self.run_id} (fingerprint {self.fingerprint[:16]})",
-                f"{' x '.join(axes)} = {len(self.items)} episodes",
+                f"{' x '.join(axes)} = {self.size} episodes",
                 f"provider: {kinds}; env: {self.cfg.env.name}; output: {self.cfg.output.path}",
             ]
         )
@@ -89,10 +109,21 @@ def load_env(cfg: RunConfig) -> Environment:
 
 
 def select_tasks(cfg: RunConfig, env: Environment) -> list[Task]:
-    """The environment's tasks, cut to `env.tasks` when set; ids must be unique."""
-    tasks = list(env.tasks())
-    if cfg.env.tasks is not None:
-        tasks = tasks[: cfg.env.tasks]
+    """The environment's tasks, cut to `env.tasks` when set; ids must be unique.
+
+    Read lazily up to the limit: an environment that yields more than `MAX_TASKS` tasks
+    without `env.tasks` set is refused in one line instead of being read to its end.
+    """
+    limit = cfg.env.tasks if cfg.env.tasks is not None else MAX_TASKS
+    tasks = list(itertools.islice(env.tasks(), limit + 1))
+    if len(tasks) > limit:
+        if cfg.env.tasks is not None:
+            tasks = tasks[:limit]
+        else:
+            raise ConfigError(
+                f"env.name: environment {cfg.env.name!r} has more than {MAX_TASKS:,} tasks; "
+                "set env.tasks to use the first N"
+            )
     if not tasks:
         raise ConfigError(f"env.name: environment {cfg.env.name!r} has no tasks")
     ids = [t.id for t in tasks]
@@ -102,24 +133,30 @@ def select_tasks(cfg: RunConfig, env: Environment) -> list[Task]:
 
 
 def plan_work(cfg: RunConfig, env: Environment | None = None) -> Plan:
-    """Every episode the config describes, in a deterministic order."""
+    """Every episode the config describes, in a deterministic order (`Plan.items`, lazy)."""
     env = env if env is not None else load_env(cfg)
     tasks = select_tasks(cfg, env)
     providers = list(cfg.sweep.providers) if cfg.sweep.providers else [cfg.provider]
     rid = run_id(cfg)
     plan = Plan(cfg, rid, config_fingerprint(cfg), providers, [t.id for t in tasks])
+    if plan.size > MAX_EPISODES:
+        raise ConfigError(
+            f"the sweep plans {plan.size:,} episodes ({len(tasks):,} tasks), more than {MAX_EPISODES:,}; "
+            "lower samples_per_task or env.tasks, or split it into several runs"
+        )
+    return plan
+
+
+def _enumerate(plan: Plan) -> Iterator[WorkItem]:
+    cfg, rid, providers = plan.cfg, plan.run_id, plan.providers
     for sample in range(cfg.samples_per_task):
-        for task in tasks:
+        for task_id in plan.task_ids:
             for p_index, provider in enumerate(providers):
                 for model in cfg.sweep.models:
                     # With several providers the same model name can appear under each: the
                     # provider's label keeps their episode ids apart.
                     id_model = model if len(providers) == 1 else f"{provider.name}/{model}"
                     for budget in cfg.sweep.budgets:
-                        eid = episode_id(rid, task.id, sample, id_model, budget)
-                        plan.items.append(
-                            WorkItem(
-                                eid, model, budget, p_index, task.id, sample, episode_seed(cfg.seed, eid)
-                            )
-                        )
-    return plan
+                        eid = episode_id(rid, task_id, sample, id_model, budget)
+                        seed = episode_seed(cfg.seed, eid)
+                        yield WorkItem(eid, model, budget, p_index, task_id, sample, seed)

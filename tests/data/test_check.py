@@ -13,7 +13,7 @@ import pytest
 
 from collector.data import shards
 from collector.data.check import MAX_PROBLEMS, check_run
-from collector.data.manifest import MANIFEST
+from collector.data.manifest import MANIFEST, NotARunDirectory
 from collector.data.record import Episode, ExecutedToolCall, MessageRecord
 from collector.data.store import RunStore
 from collector.stop import StopReason
@@ -223,10 +223,9 @@ def test_uncommitted_and_quarantined_files_are_notes(tmp_path: Path) -> None:
 
 
 def test_not_a_run_dir(tmp_path: Path) -> None:
-    """A directory without a manifest is a problem line, not an exception."""
-    report = check_run(tmp_path)
-    assert not report.ok
-    assert "no manifest.json" in report.problems[0]
+    """A directory without a manifest is bad input (NotARunDirectory), not a problem found in a run."""
+    with pytest.raises(NotARunDirectory, match=r"no manifest\.json"):
+        check_run(tmp_path)
 
 
 def test_problem_list_is_capped(tmp_path: Path) -> None:

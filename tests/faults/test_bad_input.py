@@ -15,14 +15,18 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from collector.cli import main
-from collector.config import LoopConfig, RunConfig
+from collector.config import LoopConfig, RunConfig, load_config
+from collector.data import store as store_mod
 from collector.data.manifest import committed_shard_paths
+from collector.data.record import Episode
 from collector.envs.base import Environment, EpisodeWorld, Task, Tool
 from collector.envs.tools import tool
 from collector.episode.loop import EpisodeSpec, run_episode
+from collector.errors import OutputError
 from collector.providers.scripted import ScriptedProvider, call, calls, text
 from collector.run.job import run_job
 from collector.run.plan import plan_work
@@ -118,6 +122,95 @@ def test_environment_module_that_fails_to_import(tmp_path: Path, capsys: pytest.
     extra_env = f'name = "broken_env_mod:Env"\npython_path = ["{tmp_path}"]\n'
     path = write(tmp_path, base=BASE.replace('name = "arithmetic"\n', extra_env))
     one_line_error(capsys, ["run", str(path), "--quiet"], "broken_env_mod")
+
+
+@pytest.mark.parametrize(
+    ("edit", "fragments"),
+    [
+        (("budgets = [256]", 'budgets = ["64"]'), ["sweep.budgets.0", "'64'"]),
+        (("[env]", 'seed = 18446744073709551616\n[env]'), ["seed", "18446744073709551616"]),
+        (("[env]", "[provider]\nrequest_timeout_s = inf\n[env]"), ["provider.request_timeout_s", "finite"]),
+        (("[env]", "providers = []\n[env]"), ["sweep.providers", "at least 1"]),
+        (('name = "badinput"', 'name = ""'), ["name", "names the run directory"]),
+        (('name = "badinput"', 'name = "bad\\ninput"'), ["name", "names the run directory"]),
+        (("[ray]", "samples_per_task = 1000000000\n[ray]"), ["samples_per_task", "100000"]),
+    ],
+    ids=["string-budget", "seed-2**64", "inf-timeout", "no-providers", "empty-name", "newline-name",
+         "samples"],
+)
+def test_values_that_pass_a_type_check_but_break_a_run_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], edit: tuple[str, str], fragments: list[str]
+) -> None:
+    """`collector run` refuses each value that would break or exhaust a run, in one line, exit 2."""
+    path = write(tmp_path, base=BASE.replace(*edit))
+    one_line_error(capsys, ["run", str(path), "--quiet"], str(path), *fragments)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_name_that_climbs_out_of_runs_is_refused_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`name = "../../escaped"` with the default output path (runs/{name}) is refused before any
+    directory is made: nothing appears outside runs/."""
+    cwd = tmp_path / "work" / "here"
+    cwd.mkdir(parents=True)
+    monkeypatch.chdir(cwd)
+    config = cwd / "c.toml"
+    config.write_text('name = "../../escaped"\n[sweep]\nmodels = ["sim-perfect"]\nbudgets = [256]\n')
+    one_line_error(capsys, ["run", str(config), "--quiet"], "name", "../../escaped")
+    one_line_error(capsys, ["validate", str(config)], "name", "../../escaped")
+    assert not (tmp_path / "work" / "escaped").exists()
+    assert not (cwd / "runs").exists()
+
+
+@pytest.mark.parametrize("where", ["empty-dir", "missing", "a-file"])
+def test_check_of_a_path_that_is_not_a_run_is_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str
+) -> None:
+    """`collector check` on a directory without a manifest (or no directory) exits 2 with one line,
+    not 1: nothing was checked, so no problem was found."""
+    target = tmp_path / where
+    if where == "empty-dir":
+        target.mkdir()
+    elif where == "a-file":
+        target.write_text("x")
+    one_line_error(capsys, ["check", str(target)], str(target), "not a run directory")
+
+
+@pytest.mark.ray
+@pytest.mark.usefixtures("ray_cluster")
+def test_a_cell_that_cannot_be_committed_never_blocks_the_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One (model, budget) cell whose shards cannot be written: every other cell is committed
+    in the same run, the run ends with one line naming the uncommitted cell, and a rerun
+    collects exactly that cell."""
+    run_dir = tmp_path / "run"
+    cfg = load_config(write(tmp_path), ["sweep.budgets=[128,256]"])
+    real = store_mod.episodes_to_table
+
+    def poisoned(episodes: list[Episode]) -> pa.Table:
+        if episodes[0].budget == 128:
+            raise OverflowError("Python int too large to convert to C long")
+        return real(episodes)
+
+    monkeypatch.setattr(store_mod, "episodes_to_table", poisoned)
+    with pytest.raises(OutputError) as info:
+        run_job(cfg, show_progress=False)
+    message = str(info.value)
+    assert "\n" not in message
+    assert "3 episode(s) were not committed" in message, message
+    assert "budget 128" in message, message
+    planned = {item.episode_id: item for item in plan_work(cfg).items}
+    committed = committed_ids(run_dir)
+    assert {planned[i].budget for i in committed} == {256}
+    assert len(committed) == 3
+    monkeypatch.undo()
+    again = run_job(cfg, show_progress=False)
+    assert again.committed == 3
+    counts = committed_ids(run_dir)
+    assert set(counts) == set(planned)
+    assert set(counts.values()) == {1}
 
 
 def _rows_by_shard(run_dir: Path) -> dict[str, bytes]:
