@@ -18,13 +18,23 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /app
 
-# Only what the install needs: the package, its metadata, and the shipped configs.
-COPY pyproject.toml README.md ./
+# Dependencies first, in a layer of their own: it is rebuilt only when pyproject.toml
+# changes, so a code change does not reinstall Ray and pyarrow.
+COPY pyproject.toml ./
+RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
+        > /tmp/requirements.txt \
+    && pip install -r /tmp/requirements.txt \
+    && rm /tmp/requirements.txt
+
+# Then the package, its metadata and the shipped configs (.dockerignore keeps .venv, runs/
+# and caches out of the build context).
+COPY README.md ./
 COPY collector ./collector
 COPY configs ./configs
+COPY notebooks ./notebooks
 COPY examples ./examples
 
-RUN pip install . \
+RUN pip install --no-deps . \
     && useradd --create-home --uid 1000 collector \
     && mkdir -p /data \
     && chown collector:collector /data

@@ -5,7 +5,8 @@ never pay for importing Ray. Bad input never shows a traceback: every `Collector
 (and an unreadable path) becomes one line on stderr and exit code 2. Exit code 1 means the
 command ran and found a problem (`check` with violations).
 
-    collector run CONFIG [--set k=v ...] [--address ADDR] [--target X]
+    collector run CONFIG|--demo [--set k=v ...] [--address ADDR] [--target X]
+    collector init DIR
     collector stats RUN_DIR [--by COL,...] [--target X] [--format table|csv|json]
     collector show RUN_DIR EPISODE_ID
     collector validate CONFIG [--set k=v ...]
@@ -44,11 +45,32 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from collector.data.stats import compute_stats, format_stats
     from collector.run.job import run_job
 
-    cfg = load_config(args.config, args.set)
+    cfg = load_config(_run_config_path(args), args.set)
     result = run_job(cfg, address=args.address, show_progress=not args.quiet, retry_errors=args.retry_errors)
     print(result.summary(), file=sys.stderr)
     stats = compute_stats(result.run_dir, by=("model", "budget"), target=args.target)
     print(format_stats(stats, "table"))
+    return EXIT_OK
+
+
+def _run_config_path(args: argparse.Namespace) -> str:
+    """CONFIG, or the packaged demo config for `run --demo` (exactly one of the two)."""
+    if args.demo == (args.config is not None):
+        raise CollectorError("collector run: give a CONFIG file or --demo (not both)")
+    if args.demo:
+        from collector.starter import demo_config
+
+        return str(demo_config())
+    return str(args.config)
+
+
+def _cmd_init(args: argparse.Namespace) -> int:
+    from collector.starter import write_starter
+
+    written = write_starter(args.dir)
+    for path in written:
+        print(f"wrote {path}")
+    print(f"next: cd {args.dir} && collector run config.toml")
     return EXIT_OK
 
 
@@ -145,7 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
         )
 
     p = sub.add_parser("run", help="run (or resume) the sweep a config describes")
-    p.add_argument("config")
+    p.add_argument("config", nargs="?", default=None)
+    p.add_argument("--demo", action="store_true", help="run the packaged demo config (no CONFIG needed)")
     overrides(p)
     p.add_argument(
         "--address",
@@ -183,6 +206,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="verify every shard of a run directory")
     p.add_argument("run_dir")
     p.set_defaults(func=_cmd_check)
+
+    p = sub.add_parser("init", help="write a starter project: config.toml, my_env/, the notebook")
+    p.add_argument("dir", help="directory to create (must not hold those files already)")
+    p.set_defaults(func=_cmd_init)
 
     p = sub.add_parser("sim", help="serve the simulated provider (all four wire formats)")
     p.add_argument("--host", default="127.0.0.1")

@@ -31,6 +31,8 @@ ALLOWED = {
     # `python -m collector.sim` is the CLI's `sim` command; the app itself imports no layer.
     "sim": {"cli"},
     "tools": {"envs"},
+    # The files an installed package ships for a first run (demo config, starter project).
+    "starter": {"errors"},
     "analysis": {"data"},
 }
 
