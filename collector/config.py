@@ -198,8 +198,12 @@ class RewardConfig(_Model):
 
 
 class RedactionConfig(_Model):
-    secret_keys: list[str] = ["token", "password", "secret", "api_key", "authorization", "cookie"]
-    """Argument keys (case-insensitive substrings) whose values are replaced before storage."""
+    secret_keys: list[str] = [
+        "token", "password", "passwd", "pwd", "passphrase", "secret", "api_key", "access_key",
+        "private_key", "authorization", "auth", "credential", "cookie", "session_id", "jwt",
+    ]  # fmt: skip
+    """Names of argument keys whose values are replaced before storage, matched by word parts
+    (`auth` hides `authToken` and `X-Auth-Token`, not `author`; `collector.episode.redact`)."""
     keep_raw_fragments: bool = False
     """Debug only: keep unparseable argument fragments in a separate field. Off by default."""
 

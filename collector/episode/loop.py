@@ -165,6 +165,8 @@ class EpisodeSpec:
     env_name: str = ""
     sampling: SamplingParams = field(default_factory=SamplingParams)
     episode_id: str = ""
+    credentials: tuple[str, ...] = field(default=(), repr=False)
+    """Every credential value the run was given, in every form sent: none reaches the record."""
 
     def __post_init__(self) -> None:
         if not self.episode_id:
@@ -180,14 +182,14 @@ class _Failure(Exception):
         self.error = error
 
 
-_REDACTORS: dict[tuple[tuple[str, ...], bool], Redactor] = {}
+_REDACTORS: dict[tuple[tuple[str, ...], bool, tuple[str, ...]], Redactor] = {}
 
 
-def _redactor(config: RedactionConfig) -> Redactor:
-    key = (tuple(config.secret_keys), config.keep_raw_fragments)
+def _redactor(config: RedactionConfig, credentials: tuple[str, ...] = ()) -> Redactor:
+    key = (tuple(config.secret_keys), config.keep_raw_fragments, credentials)
     found = _REDACTORS.get(key)
     if found is None:
-        found = _REDACTORS[key] = Redactor(config.secret_keys, config.keep_raw_fragments)
+        found = _REDACTORS[key] = Redactor(config.secret_keys, config.keep_raw_fragments, credentials)
     return found
 
 
@@ -459,7 +461,7 @@ async def run_episode(
 ) -> Episode:
     """Run one episode to its end and return its record. See the module docstring."""
     started = time.perf_counter()
-    redactor = _redactor(settings.redaction)
+    redactor = _redactor(settings.redaction, spec.credentials)
     run = _Episode(spec.task, settings, redactor)
     params = spec.sampling
     if params.seed is None:
@@ -485,7 +487,7 @@ async def run_episode(
         reward, graded = _reward(reason, world, run)
     except _Failure as failure:
         reason, error, reward, graded = StopReason.ERROR, failure.error, 0.0, None
-    return Episode(
+    episode = Episode(
         episode_id=spec.episode_id,
         run_id=spec.run_id,
         model=spec.model,
@@ -506,3 +508,4 @@ async def run_episode(
         tool_errors=run.tool_errors,
         error=error,
     )
+    return redactor.finish(episode)  # no credential the run was given, anywhere in the record

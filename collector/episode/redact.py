@@ -4,10 +4,25 @@ The model's history (what the provider sees) is never touched; only the `Episode
 written to shards goes through here. The rules, and why:
 
 - Tool-call arguments are stored as the *parsed* object, with the value of every key that
-  looks secret replaced by ``"[REDACTED]"``. Matching is by key: case-insensitive, with
-  ``-`` and ``_`` ignored, a key is secret when it contains any configured name as a
-  substring (``token`` catches ``access_token`` and ``X-Auth-Token``, and also
-  ``max_tokens``: we err on the side of hiding). Nested objects and lists are walked.
+  looks secret replaced by ``"[REDACTED]"``. Nested objects and lists are walked, and the
+  whole value under a secret key goes (``{"credentials": {...}}`` hides everything inside).
+  Matching is by *word parts* (`key_words`): a key is split at ``_``, ``-``, ``.``, spaces
+  and other punctuation, at camelCase humps (``authToken``, ``APIKey``) and between letters
+  and digits, and lower-cased; a configured name is split the same way. The key is secret
+  when the name's words occur in it as consecutive words, where the name's words may be
+  written together (``api_key`` matches ``apikey`` and ``x-api-key``), the first may have
+  letters glued in front (``token`` matches ``accesstoken``, ``auth`` matches ``oauth``) and
+  the last may take a plural ``s`` (``tokens``, ``credentials``). So ``auth`` hides
+  ``auth``, ``authToken`` and ``X-Auth-Token`` but not ``author``; no name hides
+  ``keyboard``; ``token`` hides ``max_tokens`` too (we err on the side of hiding) but not
+  ``tokenizer``. Word parts replace the substring rule of earlier versions, which hid
+  ``author`` under ``auth`` and could not be widened without hiding ordinary arguments.
+- Credential *values*: every credential the run was given, in every form it is sent (the
+  key from ``api_key_env``, a ``user:pass@`` of the base URL, its ``Basic`` base64 form, a
+  key in the base URL's query; `credential_values`), is replaced by
+  ``"[redacted credential]"`` wherever it appears in the finished record (`Redactor.finish`:
+  every string of the episode, text, arguments, tool names, error messages, turn fields),
+  whatever key, if any, it sits under. A model that echoes its key back cannot store it.
 - An argument fragment that did not parse is never stored: only its length in characters
   (`ToolCallRecord.unparsed_chars`). Key-based redaction cannot see inside a fragment, so a
   fragment such as ``{"token": "abc`` would otherwise leak (Heym PR #911). The opt-in debug
@@ -23,65 +38,95 @@ written to shards goes through here. The rules, and why:
 - Free text (message text, tool results, prompts) goes through `redact_text`: text that is
   a JSON object or array gets the same key-based redaction; other text gets a pattern pass
   that hides the value in ``key=value`` / ``key: value`` / ``"key": "value"`` pairs whose key
-  is secret-like, and ``Bearer ...`` credentials.
+  is secret-like (the same word-part rule), and ``Bearer ...`` and ``Basic <base64>``
+  credentials.
 
-What is *not* redacted: a secret in prose with no key beside it ("my code is hunter2"), a
-secret under an innocent key (``{"note": "sk-..."}``), and tool names. Environments that
-handle real credentials should keep them out of tool results in the first place.
+What is *not* redacted: a secret the run was not given, in prose with no key beside it
+("my code is hunter2") or under an innocent key (``{"note": "sk-..."}``). Environments
+that handle real credentials should keep them out of tool results in the first place.
 """
 
 from __future__ import annotations
 
+import base64
+import dataclasses
 import json
 import re
 from collections.abc import Iterable, Sequence
 from typing import Any
+from urllib.parse import quote
 
-from collector.data.record import MessageRecord, ToolCallRecord
+from collector.data.record import Episode, MessageRecord, ToolCallRecord
 from collector.providers.arguments import has_template_opener
 from collector.turn import ArgStatus, AssistantMessage, Message, ToolCall, ToolResultMessage
 
 REDACTED = "[REDACTED]"
 
+#: What replaces the value of a credential the run was given, wherever it appears.
+REDACTED_CREDENTIAL = "[redacted credential]"
+
 #: What replaces an unparsed tool-call block in stored assistant text.
 UNPARSED_MARKER = "[unparsed tool-call block: {chars} chars]"
 
-DEFAULT_SECRET_KEYS: tuple[str, ...] = ("token", "password", "secret", "api_key", "authorization", "cookie")
+#: Names matched by word parts (see the module docstring and `key_words`). Kept equal to
+#: `collector.config.RedactionConfig.secret_keys` (the config layer cannot import this one).
+DEFAULT_SECRET_KEYS: tuple[str, ...] = (
+    "token", "password", "passwd", "pwd", "passphrase", "secret", "api_key", "access_key",
+    "private_key", "authorization", "auth", "credential", "cookie", "session_id", "jwt",
+)  # fmt: skip
+
+_SEPARATORS = re.compile(r"[\W_]+")
+# camelCase humps (`authToken`, `APIKey` -> API, Key) and letter/digit boundaries (`oauth2`).
+_HUMPS = re.compile(
+    r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])|(?<=[A-Za-z])(?=[0-9])|(?<=[0-9])(?=[A-Za-z])"
+)
 
 
-def _norm(key: str) -> str:
-    return key.lower().replace("-", "").replace("_", "")
+def key_words(key: str) -> list[str]:
+    """The lower-cased word parts of a key: `X-Api-Key` and `xApiKey` -> ["x", "api", "key"]."""
+    return [w.lower() for chunk in _SEPARATORS.split(key) if chunk for w in _HUMPS.split(chunk) if w]
+
+
+def _name_pattern(words: Sequence[str]) -> str:
+    # Over the key's words joined by "_": the name's words, consecutive (or written together),
+    # the first with letters allowed in front, the last with a plural "s" allowed.
+    inner = "_?".join(re.escape(w) for w in words)
+    return r"(?:^|_)[^_]*" + inner + r"s?(?:_|$)"
 
 
 class Redactor:
-    """Key-based redaction with a per-key verdict cache (keys repeat across turns)."""
+    """Key-based redaction with a per-key verdict cache (keys repeat across turns), and the
+    exact-value scrub of the run's credentials (`finish`)."""
 
-    __slots__ = ("_ascii_needles", "_cache", "_needles", "_text_pattern", "keep_raw_fragments")
+    __slots__ = (
+        "_ascii_needles", "_cache", "_credential_pattern", "_key_pattern", "_needles", "keep_raw_fragments",
+    )  # fmt: skip
 
     def __init__(
-        self, secret_keys: Iterable[str] = DEFAULT_SECRET_KEYS, keep_raw_fragments: bool = False
+        self,
+        secret_keys: Iterable[str] = DEFAULT_SECRET_KEYS,
+        keep_raw_fragments: bool = False,
+        credentials: Iterable[str] = (),
     ) -> None:
-        self._needles = tuple(n for n in (_norm(k) for k in secret_keys) if n)
+        names = [words for words in (key_words(k) for k in secret_keys) if words]
+        # Each name written together ("apikey"): a key matching the name contains it once its
+        # separators are dropped, which is what the shortcut in `redact_text` relies on.
+        self._needles = tuple(sorted({"".join(words) for words in names}))
         self._ascii_needles = all(n.isascii() for n in self._needles)
+        # Ignoring case beyond `lower()`: a configured "ſecret" (long s) matches "secret".
+        alternatives = "|".join(_name_pattern(w) for w in names)
+        self._key_pattern = re.compile(alternatives, re.IGNORECASE) if names else None
         self._cache: dict[str, bool] = {}
         self.keep_raw_fragments = keep_raw_fragments
-        # The pattern pass for non-JSON text: a key containing a secret name, a separator,
-        # then a quoted or bare value. The key part allows `-`/`_` anywhere so that
-        # `api-key` and `X_Api_Key` match a configured `api_key`.
-        alternatives = "|".join("[-_]?".join(re.escape(ch) for ch in n) for n in self._needles)
-        if alternatives:
-            self._text_pattern: re.Pattern[str] | None = re.compile(
-                r"(?i)(\"?[\w-]*(?:" + alternatives + r")[\w-]*\"?\s*[:=]\s*)"
-                r"(\"(?:[^\"\\]|\\.)*\"|'[^']*'|(?:(?:bearer|basic)\s+)?[^\s,;&}\]]+)"
-            )
-        else:
-            self._text_pattern = None
+        forms = sorted({f for c in credentials for f in _stored_forms(c)}, key=len, reverse=True)
+        # Longest first, so that `user:pass` goes whole before `pass` alone would match in it.
+        self._credential_pattern = re.compile("|".join(map(re.escape, forms))) if forms else None
 
     def is_secret_key(self, key: str) -> bool:
         verdict = self._cache.get(key)
         if verdict is None:
-            norm = _norm(key)
-            verdict = any(n in norm for n in self._needles)
+            pattern = self._key_pattern
+            verdict = pattern is not None and pattern.search("_".join(key_words(key))) is not None
             if len(self._cache) < 4096:  # bounded: keys come from model output
                 self._cache[key] = verdict
         return verdict
@@ -120,16 +165,68 @@ class Redactor:
                     return json.dumps(redacted, ensure_ascii=False)
         if self._ascii_needles and text.isascii():
             # An exact shortcut (the patterns are ASCII, so for ASCII text lowering is what
-            # `(?i)` does): both patterns need a secret name, with `-`/`_` allowed inside it,
-            # or "bearer" in the text. Most text has neither, and the key pattern is the
-            # costliest step of recording a turn (bench/overhead.py profile).
+            # `(?i)` does): a secret key in the text, its separators dropped, contains a
+            # needle; the credential patterns need "bearer" or "basic". Most text has none,
+            # and the key pass is the costliest step of recording a turn (bench/overhead.py).
             folded = text.lower()
-            squeezed = folded.replace("-", "").replace("_", "")
-            if "bearer" not in folded and not any(n in squeezed for n in self._needles):
+            squeezed = folded.replace("-", "").replace("_", "").replace(".", "")
+            if (
+                "bearer" not in folded
+                and "basic" not in folded
+                and not any(n in squeezed for n in self._needles)
+            ):
                 return text
-        if self._text_pattern is not None:
-            text = self._text_pattern.sub(_keep_key, text)
-        return _BEARER.sub(r"\1" + REDACTED, text)
+        if self._key_pattern is not None:
+            text = self._redact_pairs(text)
+        return _BASIC.sub(r"\1" + REDACTED, _BEARER.sub(r"\1" + REDACTED, text))
+
+    def _redact_pairs(self, text: str) -> str:
+        """Hide the value of every `key=value` / `key: value` / `"key": "value"` whose key is secret.
+
+        A head (`key:`) whose key is not secret consumes only itself, so a secret pair inside
+        an innocent pair's value (`note: password=x`) is still found.
+        """
+        out: list[str] = []
+        done = search_from = 0
+        while (head := _PAIR_HEAD.search(text, search_from)) is not None:
+            search_from = head.end()
+            if self.is_secret_key(head.group(1)):
+                value = _PAIR_VALUE.match(text, head.end())
+                if value is not None:
+                    out += (text[done : head.end()], REDACTED)
+                    done = search_from = value.end()
+        if not out:
+            return text
+        out.append(text[done:])
+        return "".join(out)
+
+    def finish(self, episode: Episode) -> Episode:
+        """The episode with every form of every credential the run was given replaced, in place.
+
+        Walks every string of the record (message text, arguments, tool names and ids, turn
+        fields, the error message), so no path from the provider or an environment to the
+        record can carry a credential's exact value, whatever key it is under.
+        """
+        if self._credential_pattern is not None:
+            self._scrub_fields(episode)
+        return episode
+
+    def _scrub_fields(self, record: Any) -> None:
+        for f in dataclasses.fields(record):
+            value = getattr(record, f.name)
+            scrubbed = self._scrub(value)
+            if scrubbed is not value:
+                setattr(record, f.name, scrubbed)
+
+    def _scrub(self, value: Any) -> Any:
+        if type(value) is str:  # exactly str: an enum value (StopReason) is left as it is
+            assert self._credential_pattern is not None
+            return self._credential_pattern.sub(REDACTED_CREDENTIAL, value)
+        if isinstance(value, list):
+            return [self._scrub(v) for v in value]
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            self._scrub_fields(value)
+        return value
 
     def call_record(self, call: ToolCall) -> ToolCallRecord:
         """How one tool call is stored: parsed and redacted, or only the fragment's length."""
@@ -177,10 +274,52 @@ class Redactor:
 
 
 _BEARER = re.compile(r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/=-]{8,}")
+# `Basic <base64>`: the run must hold a digit, `+`, `/` or `=`, so that prose ("basic
+# arithmetic") is left alone.
+_BASIC = re.compile(r"(?i)(\bbasic\s+)(?=[A-Za-z]*[0-9+/=])[A-Za-z0-9+/]{8,}={0,2}")
+# A key and its separator (the value is matched after it): a quoted or bare key of word
+# characters, dots and dashes, then `:` or `=`.
+_PAIR_HEAD = re.compile(r"(?<![\w.-])\"?([\w.-]+)\"?\s*[:=]\s*")
+_PAIR_VALUE = re.compile(r"\"(?:[^\"\\]|\\.)*\"|'[^']*'|(?i:(?:bearer|basic)\s+)?[^\s,;&}\]]+")
 
 
-def _keep_key(match: re.Match[str]) -> str:
-    return match.group(1) + REDACTED
+def credential_values(
+    api_key: str | None,
+    basic_auth: tuple[str, str] | None = None,
+    query: Sequence[tuple[str, str]] = (),
+) -> tuple[str, ...]:
+    """Every value an endpoint sends that is a credential, in every form it is sent.
+
+    The key itself (in an `Authorization: Bearer`, `x-api-key` or `x-goog-api-key` header);
+    for credentials written in the base URL, the password (or the user, when there is no
+    password: a token in the user part), `user:pass`, its base64 (the `Basic` header) and
+    the URL-encoded forms as written; for a query parameter named `key` or with a secret-like
+    name (`token`, `api_key`, ...), its value. A user name beside a password is not treated
+    as a credential (it would hide every "admin" in the transcripts).
+    """
+    found: list[str] = []
+    if api_key:
+        found.append(api_key)
+    if basic_auth is not None:
+        user, password = basic_auth
+        pair = f"{user}:{password}"
+        found += [password or user, pair, base64.b64encode(pair.encode()).decode()]
+        found += [quote(password or user, safe=""), f"{quote(user, safe='')}:{quote(password, safe='')}"]
+    keys = Redactor()
+    for name, value in query:
+        if value and (name.lower() == "key" or keys.is_secret_key(name)):
+            found += [value, quote(value, safe="")]
+    return tuple(dict.fromkeys(v for v in found if v))
+
+
+def _stored_forms(credential: str) -> set[str]:
+    """The credential as it may appear in a stored string: raw, escaped inside JSON text, and
+    as Python's repr writes it (tool errors quote an unknown tool name with `!r`)."""
+    if not credential:
+        return set()
+    escaped = json.dumps(credential, ensure_ascii=False)[1:-1]
+    ascii_escaped = json.dumps(credential)[1:-1]
+    return {credential, escaped, ascii_escaped, repr(credential)[1:-1]}
 
 
 def _fragment(call: ToolCall) -> str:

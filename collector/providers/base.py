@@ -22,8 +22,10 @@ the checks run, is `collector.providers.common.finish_turn` (listed in `collecto
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass, field
 from typing import Protocol
+from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 from collector.turn import Turn, TurnRequest
 
@@ -49,6 +51,34 @@ class Endpoint:
     cap_field: str | None = None
     """Chat Completions only: which request field carries the output cap
     (`max_completion_tokens` by default; many OpenAI-compatible servers want `max_tokens`)."""
+    basic_auth: tuple[str, str] | None = field(default=None, repr=False)
+    """(user, password) written in the configured base URL (`https://user:pass@host/v1`),
+    sent as `Authorization: Basic`; `base_url` itself then holds no user info
+    (`split_url_credentials`)."""
+    query: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    """The configured base URL's query parameters (a `?key=...` among them), sent with every
+    request; `base_url` itself then holds no query, so paths are appended to it intact."""
+    credentials: tuple[str, ...] = field(default=(), repr=False)
+    """Every credential value this endpoint sends, in every form it is sent (the key, a URL
+    password, its `Basic` base64 form, a query key): scrubbed from every message built from
+    a reply (`collector.episode.redact.credential_values` computes it)."""
+
+
+def split_url_credentials(url: str) -> tuple[str, tuple[str, str] | None, tuple[tuple[str, str], ...]]:
+    """(the URL without user info, query or fragment; (user, password) decoded or None; the
+    query's (name, value) pairs, decoded). What `Endpoint` sends is built from these."""
+    parts = urlsplit(url)
+    basic = None
+    if parts.username is not None or parts.password is not None:
+        basic = (unquote(parts.username or ""), unquote(parts.password or ""))
+    netloc = parts.netloc.rpartition("@")[2]
+    query = tuple(parse_qsl(parts.query, keep_blank_values=True))
+    return urlunsplit((parts.scheme, netloc, parts.path, "", "")), basic, query
+
+
+def basic_authorization(user: str, password: str) -> str:
+    """The `Authorization` header value for HTTP Basic credentials."""
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
 
 
 class Provider(Protocol):

@@ -25,9 +25,11 @@ Back-off is capped exponential with jitter; a server's own wait (`retry-after-ms
 body) replaces it, and a wait longer than `RetryPolicy.max_retry_after_s` fails at once.
 The sleep function is injectable so tests never wait.
 
-Secrets: the API key goes into exactly one header and no message built here ever includes a
-header, the URL's query or the key; provider messages are truncated and scrubbed of the key
-and of key-shaped tokens (OpenAI echoes a masked key in its 401 message).
+Secrets: the API key goes into exactly one header, credentials from the base URL into
+`Authorization: Basic` (or the query they were written in), and no message built here ever
+includes a header, the URL's query or the key; provider messages are truncated and scrubbed
+of every credential the endpoint sends, in every form (`Endpoint.credentials`), and of
+key-shaped tokens (OpenAI echoes a masked key in its 401 message).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ import json
 import random
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -52,7 +54,7 @@ from collector.errors import (
     QuotaExhausted,
     RequestRejected,
 )
-from collector.providers.base import Endpoint
+from collector.providers.base import Endpoint, basic_authorization
 from collector.providers.sse import SSEDecoder, SSEEvent
 
 __all__ = ["Http", "Sleep", "classify_error_body", "classify_http_error", "parse_retry_after"]
@@ -96,9 +98,11 @@ _KEYLIKE = re.compile(r"\b(?:sk|pk|rk|key|api|AIza)[-_A-Za-z0-9*.]{6,}", re.IGNO
 _MAX_MESSAGE = 240
 
 
-def _scrub(text: str, secret: str | None) -> str:
-    if secret:
-        text = text.replace(secret, "[redacted]")
+def _scrub(text: str, secret: str | Sequence[str] | None) -> str:
+    secrets = (secret,) if isinstance(secret, str) else (secret or ())
+    for value in sorted(secrets, key=len, reverse=True):  # `user:pass` before `pass`
+        if value:
+            text = text.replace(value, "[redacted]")
     text = _KEYLIKE.sub("[redacted]", text)
     text = " ".join(text.split())
     return text if len(text) <= _MAX_MESSAGE else text[:_MAX_MESSAGE] + "..."
@@ -177,7 +181,11 @@ def _labels(err: Mapping[str, Any]) -> list[str]:
 
 
 def classify_error_body(
-    body: Any, status: int | None, secret: str | None, dialect: str, retry_after: float | None = None
+    body: Any,
+    status: int | None,
+    secret: str | Sequence[str] | None,
+    dialect: str,
+    retry_after: float | None = None,
 ) -> ProviderError:
     """Type an error from its decoded body (HTTP error or mid-stream error event)."""
     err = _error_object(body)
@@ -208,7 +216,7 @@ def classify_error_body(
 
 
 def classify_http_error(
-    response: httpx.Response, content: bytes, secret: str | None, dialect: str
+    response: httpx.Response, content: bytes, secret: str | Sequence[str] | None, dialect: str
 ) -> ProviderError:
     """Type a non-2xx response."""
     try:
@@ -236,7 +244,9 @@ def classify_http_error(
 class Http:
     """One dialect's view of the handed-in client: URL-independent headers, retries, sleep."""
 
-    __slots__ = ("_client", "_dialect", "_headers", "_policy", "_rng", "_secret", "_sleep", "_timeout")
+    __slots__ = (
+        "_client", "_dialect", "_headers", "_params", "_policy", "_rng", "_secret", "_sleep", "_timeout",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -250,7 +260,11 @@ class Http:
         self._client = client
         self._dialect = dialect
         self._headers = {"content-type": "application/json", **headers}
-        self._secret = endpoint.api_key
+        if endpoint.basic_auth is not None and "authorization" not in self._headers:
+            self._headers["authorization"] = basic_authorization(*endpoint.basic_auth)
+        self._params = endpoint.query or None
+        # Every credential sent, in every form (the Basic base64 among them), for `_scrub`.
+        self._secret = (*endpoint.credentials, *((endpoint.api_key,) if endpoint.api_key else ()))
         self._policy = endpoint.retry
         self._timeout = endpoint.request_timeout_s
         self._sleep: Sleep = sleep or asyncio.sleep
@@ -275,7 +289,9 @@ class Http:
         headers = {**self._headers, **extra_headers} if extra_headers else self._headers
         started = time.perf_counter()
         try:
-            response = await self._client.post(url, content=body, headers=headers, timeout=self._timeout)
+            response = await self._client.post(
+                url, content=body, headers=headers, params=self._params, timeout=self._timeout
+            )
         except httpx.HTTPError as exc:
             raise self._transport_error(exc) from None
         elapsed = time.perf_counter() - started
@@ -298,7 +314,7 @@ class Http:
         headers = {**self._headers, **(extra_headers or {}), "accept": "text/event-stream"}
         try:
             async with self._client.stream(
-                "POST", url, content=body, headers=headers, timeout=self._timeout
+                "POST", url, content=body, headers=headers, params=self._params, timeout=self._timeout
             ) as response:
                 if response.status_code >= 300:
                     content = await response.aread()

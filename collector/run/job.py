@@ -69,7 +69,7 @@ from collector.errors import CollectorError, ConfigError, OutputError, QuotaExha
 from collector.run.plan import Plan, WorkItem, plan_work
 from collector.run.progress import Progress
 from collector.run.simlaunch import provider_urls
-from collector.run.worker import EpisodeWorker, WorkerSetup, probe, read_api_key
+from collector.run.worker import EpisodeWorker, WorkerSetup, probe, read_api_key, url_credentials
 from collector.stop import StopReason
 
 #: How long the driver blocks in `ray.wait` before refreshing the progress line.
@@ -230,11 +230,17 @@ def fatal_rejection(episode: Episode, cfg: RunConfig) -> CollectorError | None:
             "(finished episodes are committed; rerun after fixing it)"
         )
     else:
+        # Name what was sent (one source per provider: `read_api_key`), never its value.
         env = provider.api_key_env
-        key = f"the key in ${env}" if env else "the request (no key configured)"
+        if env:
+            sent, field = f"the key in ${env} was", "provider.api_key_env and the key's permissions"
+        elif url_credentials(provider.base_url):
+            sent, field = "the credentials from base_url were", "the credentials in provider.base_url"
+        else:
+            sent, field = "the request (no key configured) was", "provider.api_key_env"
         message = (
-            f"{where}: {key} was refused (HTTP {status}); check provider.api_key_env and the key's "
-            "permissions (finished episodes are committed; rerun after fixing it)"
+            f"{where}: {sent} refused (HTTP {status}); check {field} "
+            "(finished episodes are committed; rerun after fixing it)"
         )
     return RequestRejected(message, None)
 

@@ -39,8 +39,9 @@ import httpx
 from collector.config import ProviderConfig, RunConfig
 from collector.data.record import Episode
 from collector.envs.base import Environment, Task
+from collector.episode.redact import credential_values
 from collector.errors import ConfigError
-from collector.providers.base import Endpoint, Provider, RetryPolicy
+from collector.providers.base import Endpoint, Provider, RetryPolicy, split_url_credentials
 from collector.providers.transport import fast_client
 from collector.run.plan import WorkItem, load_env, select_tasks
 from collector.turn import SamplingParams
@@ -61,10 +62,16 @@ class WorkerSetup:
 
 
 def endpoint_for(provider: ProviderConfig, base_url: str, api_key: str | None) -> Endpoint:
+    """What and how to call: credentials in `base_url` move out of the URL into the Basic
+    header and the query they are sent in, and every credential sent is listed for scrubbing."""
     retry = provider.retry
+    url, basic_auth, query = split_url_credentials(base_url)
     return Endpoint(
-        base_url=base_url,
+        base_url=url,
         api_key=api_key,
+        basic_auth=basic_auth,
+        query=query,
+        credentials=credential_values(api_key, basic_auth, query),
         streaming=provider.streaming,
         request_timeout_s=provider.request_timeout_s,
         retry=RetryPolicy(
@@ -77,10 +84,28 @@ def endpoint_for(provider: ProviderConfig, base_url: str, api_key: str | None) -
     )
 
 
+def url_credentials(base_url: str | None) -> bool:
+    """Whether a base URL carries credentials: user info, or a query key (`?key=`, `?token=`)."""
+    if not base_url:
+        return False
+    _, basic_auth, query = split_url_credentials(base_url)
+    return basic_auth is not None or bool(credential_values(None, None, query))
+
+
 def read_api_key(provider: ProviderConfig, where: str) -> str | None:
-    """The key from the variable named in config; a missing variable is a one-line ConfigError."""
+    """The key from the variable named in config; a missing variable is a one-line ConfigError.
+
+    A provider takes its credentials from one place: `api_key_env` or the base URL. Both
+    would put two credentials on one request (for the OpenAI wires, two `Authorization`
+    headers of which one silently wins), so both is refused.
+    """
     if provider.api_key_env is None:
         return None
+    if provider.kind != "sim" and url_credentials(provider.base_url):
+        raise ConfigError(
+            f"provider {provider.name}: provider.base_url holds credentials and provider.api_key_env "
+            f"({provider.api_key_env}) is set too; give the credentials in one of them"
+        )
     value = os.environ.get(provider.api_key_env)
     if not value:
         raise ConfigError(
@@ -133,6 +158,7 @@ class EpisodeWorker:
         self._clients: list[httpx.AsyncClient] = []
         self._providers: dict[tuple[int, int], Provider] = {}
         self._endpoints: list[Endpoint] = []
+        self._credentials: tuple[str, ...] = ()
         self._slots: asyncio.Queue[int] | None = None
         self.episodes_run = 0
 
@@ -154,6 +180,9 @@ class EpisodeWorker:
             endpoint_for(p, url, read_api_key(p, where))
             for p, url in zip(providers, self.setup.base_urls, strict=True)
         ]
+        # Any credential of the run, not only the episode's own provider's, is kept out of
+        # every record.
+        self._credentials = tuple(dict.fromkeys(c for e in self._endpoints for c in e.credentials))
         for url in sorted(set(self.setup.base_urls)):
             await probe(url)
         self._env = load_env(cfg)
@@ -202,6 +231,7 @@ class EpisodeWorker:
             episode_id=item.episode_id,
             sampling=sampling,
             env_name=cfg.env.name,
+            credentials=self._credentials,
         )
         slot = await self._slots.get()
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -170,3 +171,89 @@ def test_stored_text_is_the_prefix_and_the_block_length(prefix: str, opener: str
     r = Redactor()
     stored = r.message_record(AssistantMessage(prefix + opener + tail, []), 0).text
     assert stored == r.redact_text(prefix) + f"[unparsed tool-call block: {len(opener) + len(tail)} chars]"
+
+
+def test_default_names_match_by_word_parts_not_substrings() -> None:
+    """The defaults hide passwd, pwd, private_key, auth, session_id, credentials.*; not author, keyboard."""
+    r = Redactor()
+    hidden = [
+        "passwd", "pwd", "db_password", "passphrase", "private_key", "access_key", "AWS_ACCESS_KEY",
+        "auth", "authToken", "X-Auth-Token", "oauth", "x-api-key", "x-goog-api-key", "apiKey",
+        "session_id", "sessionId", "credentials", "credentials.user", "client_secret", "jwt",
+        "Authorization", "cookie", "accesstoken", "refresh_token",
+    ]  # fmt: skip
+    kept = ["author", "keyboard", "tokenizer", "monkey", "secretary", "session", "order_id", "authority"]
+    assert [k for k in hidden if not r.is_secret_key(k)] == []
+    assert [k for k in kept if r.is_secret_key(k)] == []
+    nested = {"credentials": {"user": "bob", "pin": "1234"}, "author": "Ann", "keyboard": "qwerty"}
+    assert r.redact_value(nested) == {"credentials": REDACTED, "author": "Ann", "keyboard": "qwerty"}
+
+
+def test_default_list_is_the_configs_default() -> None:
+    """`loop.redaction.secret_keys` defaults to the list this module documents (one list, two layers)."""
+    from collector.config import RedactionConfig
+    from collector.episode.redact import DEFAULT_SECRET_KEYS
+
+    assert tuple(RedactionConfig().secret_keys) == DEFAULT_SECRET_KEYS
+
+
+def test_prose_pairs_use_the_same_word_rule() -> None:
+    """In free text, `pwd=...`, `session_id: ...` and `authToken=...` are hidden; `author: ...` is not."""
+    r = Redactor()
+    text = "pwd=hunter2 session_id: abc123 authToken=t0k author: Ann note: passwd=x9"
+    assert r.redact_text(text) == (
+        f"pwd={REDACTED} session_id: {REDACTED} authToken={REDACTED} author: Ann note: passwd={REDACTED}"
+    )
+    assert r.redact_text("Authorization: Basic Ym9iOmh1bnRlcjI=") == f"Authorization: {REDACTED}"
+    assert r.redact_text("sent basic Ym9iOmh1bnRlcjI= along") == f"sent basic {REDACTED} along"
+    assert r.redact_text("basic arithmetic first") == "basic arithmetic first"
+
+
+CREDENTIAL = 'sk-PLANTED"run\\key-0123'  # a quote and a backslash: escaped inside JSON text
+
+
+async def test_no_credential_of_the_run_reaches_the_record() -> None:
+    """A run credential in text, plain-keyed arguments, a fragment, a tool name or an error is replaced."""
+    from collector.config import LoopConfig
+    from collector.episode.loop import EpisodeSpec, run_episode
+    from collector.episode.redact import REDACTED_CREDENTIAL
+    from collector.errors import RequestRejected
+    from collector.providers.scripted import ScriptedProvider
+    from collector.turn import TurnRequest
+    from tests.episode.helpers import ToyEnv
+
+    def rejected(request: TurnRequest) -> Any:
+        raise RequestRejected(f"the server says: key {CREDENTIAL} is wrong", 400)
+
+    script: list[Any] = [
+        calls(
+            call("refund", {"order_id": "A-1", "amount": 5, "note": f"my key is {CREDENTIAL}"}),
+            call(f"tool_{CREDENTIAL}", {"x": 1}),
+            text=f"Using {CREDENTIAL} now",
+        ),
+        cut(call("refund", '{"order_id": "A-1", "memo": "' + json.dumps(CREDENTIAL)[1:-1])),
+        rejected,
+    ]
+    env = ToyEnv()
+    spec = EpisodeSpec("run", "model", "scripted", 64, env.tasks()[0], credentials=(CREDENTIAL,))
+    debug = LoopConfig.model_validate({"stop_on": [], "redaction": {"keep_raw_fragments": True}})
+    episode = await run_episode(spec, ScriptedProvider(script), env, debug)
+    assert "PLANTED" not in repr(episode)  # raw, JSON-escaped, or quoted in a tool error
+    assert episode.messages[1].text == f"Using {REDACTED_CREDENTIAL} now"
+    stored = episode.messages[1].tool_calls[0].arguments_json
+    assert stored is not None
+    assert json.loads(stored)["note"] == f"my key is {REDACTED_CREDENTIAL}"
+    assert episode.error is not None
+    assert REDACTED_CREDENTIAL in episode.error.message
+    assert CREDENTIAL not in repr(spec)  # not in the spec's repr either
+
+
+def test_credential_values_cover_every_form_an_endpoint_sends() -> None:
+    """The key, a URL password, user:pass, its Basic base64 and a query key are credentials; others not."""
+    from collector.episode.redact import credential_values
+
+    values = credential_values("sk-k", ("bob", "p@ss"), [("key", "AIzaQ"), ("api-version", "2024-06-01")])
+    assert set(values) >= {"sk-k", "p@ss", "p%40ss", "bob:p@ss", "Ym9iOnBAc3M=", "AIzaQ"}
+    assert "bob" not in values
+    assert "2024-06-01" not in values
+    assert credential_values(None, ("tok-in-user", ""), [])[0] == "tok-in-user"

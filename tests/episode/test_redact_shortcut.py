@@ -5,19 +5,19 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collector.episode.redact import _BEARER, REDACTED, Redactor, _keep_key
+from collector.episode.redact import _BASIC, _BEARER, REDACTED, Redactor
 
 _PIECES = st.sampled_from([
     "api_key", "API-KEY", "Api_Key", "token", "x-auth-token", "pass_word", "password", "Secret",
     "bearer ", "Bearer abcdefgh12345678", "authorization", "cookie", "refund", "order", "amount",
+    "basic ", "Basic Ym9iOmh1bnRlcjI=", "authToken", "oauth", "author", "pwd", "session.id", "keyboard",
     ": ", "=", " ", "\"", "'", ",", "1000", "sk-abc123456789", "{", "}", "\n", "-", "_",
 ])
 
 
 def _pattern_only(redactor: Redactor, text: str) -> str:
-    pattern = redactor._text_pattern
-    assert pattern is not None
-    return _BEARER.sub(r"\1" + REDACTED, pattern.sub(_keep_key, text))
+    paired = redactor._redact_pairs(text)
+    return _BASIC.sub(r"\1" + REDACTED, _BEARER.sub(r"\1" + REDACTED, paired))
 
 
 @settings(max_examples=400, deadline=None)

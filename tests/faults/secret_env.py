@@ -1,22 +1,38 @@
-"""A small environment whose one tool takes credentials, for the secrets test.
+"""A small environment whose tools take credentials, for the secrets test.
 
 Loaded by Ray workers as `tests.faults.secret_env:SecretEnv` (the repository root on
-`env.python_path`). Task `login-0` is the one the fake provider answers with a 401 that
-echoes the API key; the others get a `login` call carrying a password and a token.
+`env.python_path`). Task `login-0` is the one the fake provider answers with a 400 that
+echoes the credentials it received; the others get a `login` call carrying a password and a
+token, and a `configure` call whose settings hold a value under each widened secret-key name
+(`WIDENED`). The grade is 1.0 only when both tools received every real value: redaction is
+for the record, never for the tool.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from collector.envs.base import Environment, EpisodeWorld, Task, Tool
 from collector.envs.tools import tool
+
+#: A planted value under each name the default secret-key list gained (and its word-part
+#: variants); `author` and `keyboard` are the innocent names the rule must leave alone.
+WIDENED: dict[str, Any] = {
+    "passwd": "PLANTED-w-passwd", "pwd": "PLANTED-w-pwd", "private_key": "PLANTED-w-private-key",
+    "access_key": "PLANTED-w-access-key", "credentials": {"user": "bob", "pin": "PLANTED-w-cred-pin"},
+    "auth": "PLANTED-w-auth", "session_id": "PLANTED-w-session", "authToken": "PLANTED-w-auth-token",
+    "x-api-key": "PLANTED-w-x-api-key", "db_password": "PLANTED-w-db-password",
+    "passphrase": "PLANTED-w-passphrase", "jwt": "PLANTED-w-jwt",
+    "author": "Ann Author", "keyboard": "qwerty",
+}  # fmt: skip
 
 
 class _World(EpisodeWorld):
     def __init__(self) -> None:
         self.logged_in = False
-        self._tools = (tool(self.login, inline=True),)
+        self.configured = False
+        self._tools = (tool(self.login, inline=True), tool(self.configure, inline=True))
 
     @property
     def tools(self) -> Sequence[Tool]:
@@ -27,8 +43,13 @@ class _World(EpisodeWorld):
         self.logged_in = bool(username and password and api_token)
         return "logged in" if self.logged_in else "denied"
 
+    def configure(self, settings: dict[str, Any]) -> str:
+        """Store connection settings."""
+        self.configured = all(settings.get(k) == v for k, v in WIDENED.items())
+        return "configured" if self.configured else "incomplete"
+
     def grade(self, final_text: str | None) -> float:
-        return 1.0 if self.logged_in else 0.0
+        return 1.0 if self.logged_in and self.configured else 0.0
 
 
 class SecretEnv(Environment):

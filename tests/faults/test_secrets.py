@@ -1,24 +1,37 @@
 """Secrets planted in a run appear in no shard, no log line and no error message.
 
-A fake Chat Completions server (loopback) demands the planted API key, answers one task
-with a 401 whose message echoes the key (as OpenAI does, masked or not), and answers the
-others with a `login` call whose arguments carry a password and an API token. The run goes
-through `collector run` in a subprocess with its own embedded Ray cluster (so the workers
-inherit the key variable, as on a real node) whose temp dir is the test's: afterwards every
-byte of the run directory, of Ray's log files and of the driver's output is searched.
+A fake Chat Completions server (loopback) is swept as three providers, each holding its
+credential in another form: a key from `api_key_env` (sent as `Authorization: Bearer`),
+`user:pass@` in the base URL (sent as `Authorization: Basic <base64>`) and `?key=` in the
+base URL's query. It refuses a request without the credential its provider holds; it
+answers task 0 with a 400 whose message echoes every credential it received, and the other
+tasks with a reply echoing them in the text, under an innocent argument key and in the final
+answer, plus a `login` call (a password and an API token) and a `configure` call with a value
+under each widened secret-key name (`secret_env.WIDENED`). The run goes through `collector
+run` in a subprocess with its own embedded Ray cluster (so the workers inherit the key
+variable, as on a real node) whose temp dir is the test's. Afterwards every file of the run
+directory and of Ray's temp dir is searched *decoded* (`secret_scan`: every column of every
+shard, nested values included; every JSON string), and so is the command's output.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+from urllib.parse import quote
 
+import pyarrow as pa
+import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -26,15 +39,25 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from tests.checking import assert_run_checked, committed_rows
+from tests.faults.secret_env import WIDENED
+from tests.faults.secret_scan import leaks_in, strings_in
 from tests.loopback import serving
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
-
 REPO = Path(__file__).resolve().parents[2]
+KEY_VARIABLE = "COLLECTOR_FAULTS_SECRET_KEY"
 API_KEY = "sk-proj-PLANTEDkey0123456789abcdefXYZ"
+URL_USER = "svc-user"
+URL_PASSWORD = "PLANTED-url/pass@word!"  # needs percent-encoding in a URL
+BASIC = base64.b64encode(f"{URL_USER}:{URL_PASSWORD}".encode()).decode()
+QUERY_KEY = "AIzaPLANTEDqueryKey0123456789"
 PASSWORD = "hunter2-PLANTED-password-77"
 TOKEN = "tok-PLANTED-bearer-5c1e9a"
-SECRETS = (API_KEY, PASSWORD, TOKEN, "PLANTEDkey", "PLANTED-password", "PLANTED-bearer")
+#: Every secret contains "PLANTED" except the base64 form, so a partial echo (OpenAI masks
+#: keys as `sk-proj-PLANT****XYZ`) of any of them is caught too.
+SECRETS = (
+    API_KEY, URL_PASSWORD, BASIC, QUERY_KEY, PASSWORD, TOKEN, quote(URL_PASSWORD, safe=""),
+    *(v for v in strings_in(WIDENED) if "PLANTED" in v), "PLANTED",
+)  # fmt: skip
 
 
 def _reply(message: dict[str, object], finish: str) -> dict[str, object]:
@@ -45,42 +68,65 @@ def _reply(message: dict[str, object], finish: str) -> dict[str, object]:
     }
 
 
+def _call(call_id: str, name: str, args: dict[str, Any]) -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+
+
 async def completions(request: Request) -> JSONResponse:
     body = await request.json()
-    if request.headers.get("authorization") != f"Bearer {API_KEY}":
-        return JSONResponse({"error": {"message": "no key", "type": "invalid_request_error"}}, 401)
+    authorization = request.headers.get("authorization", "")
+    query_key = request.query_params.get("key", "")
+    if authorization not in (f"Bearer {API_KEY}", f"Basic {BASIC}") and query_key != QUERY_KEY:
+        return JSONResponse({"error": {"message": "no credentials", "type": "invalid_request_error"}}, 401)
+    basic = authorization.startswith("Basic ")
+    decoded = base64.b64decode(authorization.removeprefix("Basic ")).decode() if basic else ""
+    received = f"[{authorization}] [{decoded}] [key={query_key}]"
     prompt = json.dumps(body["messages"])
     if "task 0" in prompt:
-        # A per-request rejection (400) that echoes the key: an `error` row, its message
+        # A per-request rejection (400) that echoes what was sent: an `error` row, its message
         # scrubbed. (A 401 would stop the whole run: tests/faults/test_run_stoppers.py.)
-        message = f"Request rejected for API key {API_KEY}: unsupported parameter."
+        message = f"Request rejected for credentials {received}: unsupported parameter."
         return JSONResponse({"error": {"message": message, "type": "invalid_request_error",
                                        "code": "invalid_request_error"}}, 400)
     if any(m.get("role") == "tool" for m in body["messages"]):
-        return JSONResponse(_reply({"role": "assistant", "content": "done"}, "stop"))
-    args = {"username": "bob", "password": PASSWORD, "api_token": TOKEN}
-    call = {"id": "call_1", "type": "function", "function": {"name": "login", "arguments": json.dumps(args)}}
-    return JSONResponse(_reply({"role": "assistant", "content": None, "tool_calls": [call]}, "tool_calls"))
+        return JSONResponse(_reply({"role": "assistant", "content": f"done (I was sent {received})"}, "stop"))
+    calls = [
+        _call("call_1", "login", {"username": "bob", "password": PASSWORD, "api_token": TOKEN}),
+        _call("call_2", "configure", {"settings": {**WIDENED, "note": received}}),
+    ]
+    text = f"Logging in with what you sent me: {received}"
+    return JSONResponse(_reply({"role": "assistant", "content": text, "tool_calls": calls}, "tool_calls"))
 
 
 @pytest.fixture
 def fake_provider() -> Iterator[str]:
-    """The fake server on a free loopback port; yields its /v1 base URL."""
+    """The fake server on a free loopback port; yields its root URL."""
     app = Starlette(routes=[Route("/v1/chat/completions", completions, methods=["POST"])])
     with serving(app) as root:
-        yield root + "/v1"
+        yield root
 
 
 CONFIG = """
 name = "secrets"
-[provider]
-kind = "chat"
-base_url = "{base_url}"
-api_key_env = "COLLECTOR_FAULTS_PLANTED_KEY"
-retry = {{ max_retries = 1, initial_backoff_s = 0.01, max_backoff_s = 0.02 }}
 [sweep]
 models = ["fake"]
 budgets = [128]
+[[sweep.providers]]
+kind = "chat"
+label = "env-key"
+base_url = "{root}/v1"
+api_key_env = "{key_variable}"
+retry = {{ max_retries = 1, initial_backoff_s = 0.01, max_backoff_s = 0.02 }}
+[[sweep.providers]]
+kind = "chat"
+label = "url-user-pass"
+base_url = "http://{user}:{password}@{host}/v1"
+retry = {{ max_retries = 1, initial_backoff_s = 0.01, max_backoff_s = 0.02 }}
+[[sweep.providers]]
+kind = "chat"
+label = "query-key"
+base_url = "{root}/v1?key={query_key}"
+retry = {{ max_retries = 1, initial_backoff_s = 0.01, max_backoff_s = 0.02 }}
 [env]
 name = "tests.faults.secret_env:SecretEnv"
 python_path = ["{repo}"]
@@ -93,22 +139,22 @@ path = "{run_dir}"
 """
 
 
-def leaks_in(root: Path) -> list[str]:
-    found = []
-    for path in root.rglob("*"):
-        if path.is_file() and not path.is_symlink():
-            data = path.read_bytes()
-            found += [f"{path}: {s}" for s in SECRETS if s.encode() in data]
-    return found
+def write_config(path: Path, root: str, run_dir: Path) -> Path:
+    path.write_text(CONFIG.format(
+        root=root, host=root.removeprefix("http://"), key_variable=KEY_VARIABLE, user=URL_USER,
+        password=quote(URL_PASSWORD, safe=""), query_key=QUERY_KEY, repo=REPO, run_dir=run_dir,
+    ))
+    return path
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(240)
 def test_planted_secrets_reach_no_shard_log_or_message(tmp_path: Path, fake_provider: str) -> None:
-    """The API key and credential arguments are absent from shards, manifest, Ray logs and CLI output."""
+    """No credential in any form sent, echoed or given to a tool is in a decoded shard, Ray log or output."""
     run_dir = tmp_path / "run"
-    config = tmp_path / "secrets.toml"
-    config.write_text(CONFIG.format(base_url=fake_provider, repo=REPO, run_dir=run_dir))
+    config = write_config(tmp_path / "secrets.toml", fake_provider, run_dir)
     ray_tmp = tempfile.mkdtemp(prefix="rays", dir="/tmp")  # Ray's socket paths must stay short
-    env = {**os.environ, "COLLECTOR_FAULTS_PLANTED_KEY": API_KEY, "RAY_TMPDIR": ray_tmp,
+    env = {**os.environ, KEY_VARIABLE: API_KEY, "RAY_TMPDIR": ray_tmp,
            "RAY_AUTH_MODE": "disabled", "RAY_ADDRESS": ""}
     try:
         proc = subprocess.run(
@@ -118,23 +164,65 @@ def test_planted_secrets_reach_no_shard_log_or_message(tmp_path: Path, fake_prov
         output = proc.stdout.decode() + proc.stderr.decode()
         assert proc.returncode == 0, output[-3000:]
         rows = committed_rows(run_dir)
-        assert len(rows) == 4
-        reasons = sorted(str(r["stop_reason"]) for r in rows)
-        assert reasons == ["done", "done", "done", "error"], reasons
-        # The credentials did reach the tool (the login succeeded) but not the record.
+        assert len(rows) == 12
+        for label in ("env-key", "url-user-pass", "query-key"):
+            mine = [r for r in rows if r["provider"] == label]
+            reasons = sorted(str(r["stop_reason"]) for r in mine)
+            assert reasons == ["done", "done", "done", "error"], (label, [r["error"] for r in mine])
+        # The credentials did reach the tools (both got every real value) but not the record.
         assert all(r["reward"] == 1.0 for r in rows if r["stop_reason"] == "done")
-        error = next(r["error"] for r in rows if r["stop_reason"] == "error")
-        assert error["type"] == "RequestRejected"
-        assert "[redacted]" in error["message"]
+        for row in rows:
+            if row["stop_reason"] == "error":
+                assert row["error"]["type"] == "RequestRejected"  # type: ignore[index]
+                assert "[redacted]" in row["error"]["message"]  # type: ignore[index]
+        # The echoes were stored, as markers; the innocent names next to the widened ones were kept.
+        stored = list(strings_in(rows))
+        assert any("[redacted credential]" in s for s in stored)
+        assert "Ann Author" in json.dumps(stored)
+        assert "qwerty" in json.dumps(stored)
         assert_run_checked(run_dir, allow_notes=False)
 
         assert not [s for s in SECRETS if s in output], output[-3000:]
-        assert not leaks_in(run_dir)
+        assert not leaks_in(run_dir, SECRETS)
         logs = list(Path(ray_tmp).rglob("*.out")) + list(Path(ray_tmp).rglob("*.err"))
         assert logs, "no Ray log files were found to search"
-        assert not leaks_in(Path(ray_tmp))
+        assert not leaks_in(Path(ray_tmp), SECRETS)
     finally:
         shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def test_the_scan_finds_a_secret_inside_compressed_shards_and_json(tmp_path: Path) -> None:
+    """A secret nested in a zstd Arrow or Parquet shard, or JSON-escaped, evades a byte grep, not the scan."""
+    secret = "PLANTED-nested-Ø-secret"
+    rng = random.Random(0)
+    words = "the model called a tool to refund the order and then replied with the number".split()  # noqa: SIM905
+
+    def prose() -> str:
+        return " ".join(rng.choice(words) for _ in range(200))
+
+    # Shard-like rows: transcripts of prose (zstd then Huffman-codes the literals, so no
+    # string survives as bytes), the secret inside one nested tool-call argument.
+    rows = [
+        {"messages": [{"role": "assistant", "text": prose(),
+                       "tool_calls": [{"arguments_json": prose() + (secret if i == 3 else "") + prose()}]}]}
+        for i in range(30)
+    ]
+    table = pa.Table.from_pylist(rows)
+    arrow = tmp_path / "model=m" / "part-0.arrow"
+    arrow.parent.mkdir()
+    options = ipc.IpcWriteOptions(compression="zstd")
+    with pa.OSFile(str(arrow), "wb") as sink, ipc.new_file(sink, table.schema, options=options) as writer:
+        writer.write_table(table)
+    parquet = tmp_path / "part-1.parquet.tmp"  # recognised by its magic bytes, not its name
+    pq.write_table(table, str(parquet), compression="zstd")
+    notes = tmp_path / "notes.json"
+    notes.write_text(json.dumps({"note": secret}))  # "Ø" is written as \u00d8
+    for path in (arrow, parquet, notes):
+        assert secret.encode() not in path.read_bytes(), path  # what the old byte grep searched
+    found = leaks_in(tmp_path, [secret])
+    assert sorted(found) == sorted([
+        f"{arrow} (arrow): {secret}", f"{notes} (json): {secret}", f"{parquet} (parquet): {secret}",
+    ])
 
 
 def test_credentials_in_base_url_are_not_saved(tmp_path: Path) -> None:
@@ -157,7 +245,7 @@ def test_credentials_in_base_url_are_not_saved(tmp_path: Path) -> None:
     })
     with RunStore.open(tmp_path / "run", config_fingerprint(cfg), resolved_config(cfg)):
         pass
-    assert not leaks_in(tmp_path / "run")
+    assert not leaks_in(tmp_path / "run", SECRETS)
     saved = json.loads((tmp_path / "run" / "config.resolved.json").read_text())["config"]
     assert saved["provider"]["base_url"] == "https://gw.example:8443/v1"
     urls = [p["base_url"] for p in saved["sweep"]["providers"]]
