@@ -275,9 +275,12 @@ def _closed_pipe() -> int:
     stdout is pointed at /dev/null first, so the interpreter's final flush of what is still
     buffered cannot fail again with an "Exception ignored" message.
     """
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # a stdout without a file descriptor (embedded, captured)
+        pass
     return EXIT_CLOSED_PIPE
 
 
