@@ -51,6 +51,13 @@ def _fraction(text: str) -> float:
     return value
 
 
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return value
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from collector.config import load_config
     from collector.data.stats import compute_stats, format_stats
@@ -233,7 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--model", default=None, metavar="M", help="only this model (same as --where model=M)")
     p.add_argument("--budget", type=int, default=None, metavar="N", help="only this per-turn budget")
-    p.add_argument("--limit", type=int, default=None, metavar="N", help="at most N episodes (default: all)")
+    p.add_argument("--limit", type=_count, default=None, metavar="N", help="at most N episodes")
     p.add_argument("--format", choices=("table", "json"), default="table", help="json: one object a line")
     p.set_defaults(func=_cmd_episodes)
 

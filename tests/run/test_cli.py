@@ -291,6 +291,10 @@ def test_episodes_lists_ids_filtered_by_column_model_and_budget(
     args = ["episodes", str(listed_run), "--where", "trainable=true", "--limit", "3", "--format", "json"]
     assert main(args) == 0
     assert len(capsys.readouterr().out.splitlines()) == 3
+    with pytest.raises(SystemExit) as refused:
+        main(["episodes", str(listed_run), "--limit", "-1"])
+    assert refused.value.code == 2
+    assert "must be 0 or more" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
