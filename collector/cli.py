@@ -8,21 +8,33 @@ command ran and found a problem (`check` with violations).
     collector run CONFIG|--demo [--set k=v ...] [--address ADDR] [--target X]
     collector init DIR
     collector stats RUN_DIR [--by COL,...] [--target X] [--format table|csv|json]
-    collector show RUN_DIR EPISODE_ID
+    collector episodes RUN_DIR [--where COL=VALUE ...] [--model M] [--budget N] [--limit N]
+                       [--format table|json]
+    collector show RUN_DIR EPISODE_ID [--format text|json]
     collector validate CONFIG [--set k=v ...]
     collector check RUN_DIR
+    collector schema
     collector sim [--host H] [--port N] [--seed S]
+
+A closed stdout (`collector stats RUN | head`) ends the command quietly with exit code 141,
+as a command killed by SIGPIPE would. An interrupted run (Ctrl-C or SIGTERM) commits what
+it holds and exits 128 + the signal number: 130 for SIGINT, 143 for SIGTERM.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 from collections.abc import Sequence
 
+from collector import __version__
 from collector.errors import CollectorError
 
 EXIT_OK, EXIT_PROBLEM, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+#: What a shell reports for a command killed by SIGPIPE (128 + 13), as `yes | head` does.
+EXIT_CLOSED_PIPE = 128 + signal.SIGPIPE
 
 
 def _by(values: list[str] | None) -> tuple[str, ...]:
@@ -37,6 +49,13 @@ def _fraction(text: str) -> float:
     value = float(text.rstrip("%")) / (100 if text.endswith("%") else 1)
     if not 0.0 <= value <= 1.0:
         raise argparse.ArgumentTypeError(f"target must be in [0, 1] or a percentage, got {text}")
+    return value
+
+
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
     return value
 
 
@@ -85,7 +104,40 @@ def _cmd_stats(args: argparse.Namespace) -> int:
 def _cmd_show(args: argparse.Namespace) -> int:
     from collector.data.analysis import render_episode
 
-    print(render_episode(args.run_dir, args.episode_id))
+    print(render_episode(args.run_dir, args.episode_id, args.format))
+    return EXIT_OK
+
+
+def _where(args: argparse.Namespace) -> dict[str, str]:
+    where: dict[str, str] = {}
+    for term in args.where:
+        column, sep, value = term.partition("=")
+        if not sep or not column.strip():
+            raise CollectorError(f"--where: expected COLUMN=VALUE, got {term!r}")
+        where[column.strip()] = value
+    if args.model is not None:
+        where["model"] = args.model
+    if args.budget is not None:
+        where["budget"] = str(args.budget)
+    return where
+
+
+def _cmd_episodes(args: argparse.Namespace) -> int:
+    from collector.data.analysis import format_listing, list_episodes
+
+    table = list_episodes(args.run_dir, _where(args), args.limit)
+    text = format_listing(table, args.format)
+    if text:
+        print(text)
+    return EXIT_OK
+
+
+def _cmd_schema(args: argparse.Namespace) -> int:
+    import json
+
+    from collector.config import RunConfig
+
+    print(json.dumps(RunConfig.model_json_schema(), indent=2))
     return EXIT_OK
 
 
@@ -146,6 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="collector",
         description="Run LLM-agent episodes over a model x output-token-budget sweep into Arrow shards.",
     )
+    parser.add_argument("--version", action="version", version=f"collector {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def overrides(p: argparse.ArgumentParser) -> None:
@@ -166,8 +219,15 @@ def build_parser() -> argparse.ArgumentParser:
             help="per model, report the smallest budget with truncation rate <= X (0.05 or 5%%)",
         )
 
+    def config(p: argparse.ArgumentParser) -> None:
+        p.add_argument("config", metavar="CONFIG", help="the run's TOML config file")
+
+    def run_dir(p: argparse.ArgumentParser) -> None:
+        p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (output.path of a run)")
+
     p = sub.add_parser("run", help="run (or resume) the sweep a config describes")
-    p.add_argument("config", nargs="?", default=None)
+    p.add_argument("config", metavar="CONFIG", nargs="?", default=None,
+                   help="the run's TOML config file (or --demo)")
     p.add_argument("--demo", action="store_true", help="run the packaged demo config (no CONFIG needed)")
     overrides(p)
     p.add_argument(
@@ -185,7 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("stats", help="truncation table of a run directory")
-    p.add_argument("run_dir")
+    run_dir(p)
     p.add_argument(
         "--by", action="append", metavar="COL[,COL...]", help="group by these columns (default model,budget)"
     )
@@ -193,47 +253,103 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("table", "csv", "json"), default="table")
     p.set_defaults(func=_cmd_stats)
 
+    p = sub.add_parser("episodes", help="list the committed episodes of a run directory (ids first)")
+    run_dir(p)
+    p.add_argument(
+        "--where",
+        action="append",
+        default=[],
+        metavar="COL=VALUE",
+        help="keep episodes whose column has this value (stop_reason=length, trainable=false); repeatable",
+    )
+    p.add_argument("--model", default=None, metavar="M", help="only this model (same as --where model=M)")
+    p.add_argument("--budget", type=int, default=None, metavar="N", help="only this per-turn budget")
+    p.add_argument("--limit", type=_count, default=None, metavar="N", help="at most N episodes")
+    p.add_argument("--format", choices=("table", "json"), default="table", help="json: one object a line")
+    p.set_defaults(func=_cmd_episodes)
+
     p = sub.add_parser("show", help="print one episode's transcript")
-    p.add_argument("run_dir")
-    p.add_argument("episode_id")
+    run_dir(p)
+    p.add_argument(
+        "episode_id", metavar="EPISODE_ID", help="an episode id, or a unique prefix of one (see `episodes`)"
+    )
+    p.add_argument(
+        "--format", choices=("text", "json"), default="text", help="json: the stored row, every column"
+    )
     p.set_defaults(func=_cmd_show)
 
     p = sub.add_parser("validate", help="check a config and show what it would run")
-    p.add_argument("config")
+    config(p)
     overrides(p)
     p.set_defaults(func=_cmd_validate)
 
     p = sub.add_parser("check", help="verify every shard of a run directory")
-    p.add_argument("run_dir")
+    run_dir(p)
     p.set_defaults(func=_cmd_check)
 
+    p = sub.add_parser("schema", help="print the config's JSON Schema (for editors; see the README)")
+    p.set_defaults(func=_cmd_schema)
+
     p = sub.add_parser("init", help="write a starter project: config.toml, my_env/, the notebook")
-    p.add_argument("dir", help="directory to create (must not hold those files already)")
+    p.add_argument("dir", metavar="DIR", help="directory to create (must not hold those files already)")
     p.set_defaults(func=_cmd_init)
 
     p = sub.add_parser("sim", help="serve the simulated provider (all four wire formats)")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8787, help="0 lets the OS pick a free port")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
+    p.add_argument(
+        "--port", type=int, default=8787, help="port to listen on; 0: any free one (default: %(default)s)"
+    )
+    p.add_argument("--seed", type=int, default=0, help="the simulator's base seed (default: %(default)s)")
     p.set_defaults(func=_cmd_sim)
     return parser
 
 
+def _closed_pipe() -> int:
+    """The reader of stdout went away (`| head`): end quietly, as other CLIs do.
+
+    stdout is pointed at /dev/null first, so the interpreter's final flush of what is still
+    buffered cannot fail again with an "Exception ignored" message.
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # a stdout without a file descriptor (embedded, captured)
+        pass
+    return EXIT_CLOSED_PIPE
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+        return _dispatch(args)
+    except BrokenPipeError:
+        return _closed_pipe()
+
+
+def _dispatch(args: argparse.Namespace) -> int:
     try:
         code: int = args.func(args)
+        sys.stdout.flush()  # inside the handlers: a closed pipe shows up here, not at exit
     except CollectorError as exc:
         print(f"collector: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except BrokenPipeError:
+        return _closed_pipe()
     except OSError as exc:
         # A path the user gave that cannot be read: their input, not our bug.
         where = f"{exc.filename}: " if exc.filename else ""
         print(f"collector: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
-        print("collector: interrupted; run the same command again to resume", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as exc:
+        # Ctrl-C, or SIGTERM turned into the same by the run (`collector.run.job`): what
+        # was finished is committed by now; one more signal must not change the outcome.
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_IGN)
+        number = getattr(exc, "signum", signal.SIGINT)
+        name = signal.Signals(number).name
+        print(f"collector: interrupted ({name}); run the same command again to resume", file=sys.stderr)
+        return 128 + int(number)
     return code
 
 

@@ -436,6 +436,9 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> RunConfig:
         raise ConfigError(f"{source}: cannot read: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{source}: not valid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        # TOML is UTF-8 by definition (tomllib decodes before parsing).
+        raise ConfigError(f"{source}: not valid TOML: not UTF-8 text (byte {exc.start})") from None
     return check_run_config(config_from_dict(apply_overrides(data, overrides), source), source)
 
 

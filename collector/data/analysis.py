@@ -26,9 +26,10 @@ run` removes them; `load_run` and `committed_shard_paths` read the manifest and 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -36,18 +37,21 @@ import pyarrow.dataset as ds
 
 from collector.data.manifest import committed_shard_paths
 from collector.data.record import Episode, MessageRecord, ToolCallRecord
-from collector.data.shards import ShardError, describe_exception, episodes_from_table, read_shard
+from collector.data.shards import SCHEMA, ShardError, describe_exception, episodes_from_table, read_shard
 from collector.data.stats import aggregate, read_committed, run_dataset
 from collector.errors import OutputError
 
 __all__ = [
     "PARTITIONING",
     "committed_shard_paths",
+    "episode_row",
     "get_episode",
+    "list_episodes",
     "load_episodes",
     "load_run",
     "render_episode",
     "render_transcript",
+    "resolve_episode_id",
     "run_dataset",
     "stop_reason_mix",
     "truncation_table",
@@ -108,8 +112,30 @@ def load_episodes(run_dir: str | Path, ids: Sequence[str] | None = None) -> list
     return episodes_from_table(load_run(run_dir, filter=filt))
 
 
-def get_episode(run_dir: str | Path, episode_id: str) -> Episode:
-    """One committed episode by id; OutputError (one line) when the run has no such episode.
+def resolve_episode_id(run_dir: str | Path, id_or_prefix: str) -> str:
+    """The committed episode id that is `id_or_prefix` or the only one starting with it.
+
+    OutputError (one line) when no committed id starts with it, or more than one does (the
+    message names a few of them). Reads only the `episode_id` column.
+    """
+    ids = read_committed(run_dir, ["episode_id"]).column("episode_id")
+    if pc.any(pc.equal(ids, id_or_prefix)).as_py():
+        return id_or_prefix
+    matches = ids.filter(pc.starts_with(ids, id_or_prefix)).to_pylist() if id_or_prefix else []
+    if not matches:
+        raise OutputError(f"{run_dir}: no committed episode {id_or_prefix!r}")
+    unique = sorted(set(matches))
+    if len(unique) > 1:
+        shown = ", ".join(unique[:3]) + (", ..." if len(unique) > 3 else "")
+        raise OutputError(
+            f"{run_dir}: episode id prefix {id_or_prefix!r} matches {len(unique)} episodes ({shown}); "
+            "give more of the id"
+        )
+    return str(unique[0])
+
+
+def _locate(run_dir: str | Path, episode_id: str) -> tuple[Path, pa.Table]:
+    """The committed shard holding `episode_id` and that episode's row of it.
 
     Only the `episode_id` column of each shard is read until the shard holding it is found.
     """
@@ -117,20 +143,96 @@ def get_episode(run_dir: str | Path, episode_id: str) -> Episode:
         ids = read_shard(path, ["episode_id"]).column("episode_id")
         hit = pc.index(ids, episode_id).as_py()
         if hit >= 0:
-            row = read_shard(path).slice(hit, 1)
-            try:
-                return episodes_from_table(row)[0]
-            except (ValueError, TypeError, KeyError) as e:
-                # Decoded but not an episode (an unknown stop reason, a field of the wrong
-                # type): the file's fault, named in one line like any unreadable shard.
-                raise ShardError(str(path), f"row of {episode_id!r} is not an episode "
-                                            f"({describe_exception(e)})") from e
+            return path, read_shard(path).slice(hit, 1)
     raise OutputError(f"{run_dir}: no committed episode {episode_id!r}")
 
 
-def render_episode(run_dir: str | Path, episode_id: str) -> str:
-    """The readable transcript `collector show` prints."""
-    return render_transcript(get_episode(run_dir, episode_id))
+def get_episode(run_dir: str | Path, episode_id: str) -> Episode:
+    """One committed episode by id; OutputError (one line) when the run has no such episode."""
+    path, row = _locate(run_dir, episode_id)
+    try:
+        return episodes_from_table(row)[0]
+    except (ValueError, TypeError, KeyError) as e:
+        # Decoded but not an episode (an unknown stop reason, a field of the wrong
+        # type): the file's fault, named in one line like any unreadable shard.
+        raise ShardError(str(path), f"row of {episode_id!r} is not an episode "
+                                    f"({describe_exception(e)})") from e
+
+
+def episode_row(run_dir: str | Path, episode_id: str) -> dict[str, Any]:
+    """One committed episode as its stored row (every column, as plain JSON-ready values)."""
+    row: dict[str, Any] = _locate(run_dir, episode_id)[1].to_pylist()[0]
+    return row
+
+
+#: The columns `collector episodes` lists, in order.
+LISTING_COLUMNS = ("episode_id", "model", "budget", "task_id", "sample", "stop_reason", "num_turns", "reward")
+
+
+def _where_value(column: str, text: str) -> Any:
+    """`text` as a value of `column`'s type; OutputError naming the column when it is not one."""
+    try:
+        field = SCHEMA.field(column)
+    except KeyError:
+        raise OutputError(f"--where: unknown column {column!r}") from None
+    kind = field.type.value_type if pa.types.is_dictionary(field.type) else field.type
+    try:
+        if pa.types.is_integer(kind):
+            return int(text)
+        if pa.types.is_floating(kind):
+            return float(text)
+        if pa.types.is_boolean(kind):
+            lowered = text.lower()
+            if lowered not in ("true", "false"):
+                raise ValueError(text)
+            return lowered == "true"
+    except ValueError:
+        raise OutputError(f"--where: {column}={text!r} is not a {kind} value") from None
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return text
+    raise OutputError(f"--where: column {column!r} ({field.type}) cannot be filtered on")
+
+
+def list_episodes(run_dir: str | Path, where: Mapping[str, str] | None = None, limit: int | None = None
+                  ) -> pa.Table:
+    """Committed episodes matching every `column=value` of `where` (`LISTING_COLUMNS`), by id.
+
+    Values are read as the column's type (`budget=64`, `trainable=false`); an unknown
+    column or a value of the wrong type is a one-line OutputError.
+    """
+    filt: ds.Expression | None = None
+    for column, text in (where or {}).items():
+        term = ds.field(column) == _where_value(column, text)
+        filt = term if filt is None else filt & term
+    table = read_committed(run_dir, list(LISTING_COLUMNS), filt)
+    table = table.sort_by([("model", "ascending"), ("budget", "ascending"), ("task_id", "ascending"),
+                           ("sample", "ascending"), ("episode_id", "ascending")])
+    return table if limit is None else table.slice(0, limit)
+
+
+def format_listing(table: pa.Table, fmt: str) -> str:
+    """`collector episodes` output: an aligned table (header, one row per episode) or JSON lines."""
+    rows = table.to_pylist()
+    if fmt == "json":
+        return "\n".join(json.dumps(row) for row in rows)
+    header = list(table.column_names)
+    cells = [[("-" if row[c] is None else f"{row[c]:g}" if isinstance(row[c], float) else str(row[c]))
+              for c in header] for row in rows]
+    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(header)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip()]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+    return "\n".join(lines)
+
+
+def render_episode(run_dir: str | Path, episode_id: str, fmt: str = "text") -> str:
+    """What `collector show` prints: the readable transcript, or (`fmt="json"`) the stored row.
+
+    `episode_id` may be a unique prefix of a committed id (`resolve_episode_id`).
+    """
+    full_id = resolve_episode_id(run_dir, episode_id)
+    if fmt == "json":
+        return json.dumps(episode_row(run_dir, full_id), indent=2)
+    return render_transcript(get_episode(run_dir, full_id))
 
 
 # --- transcript rendering -------------------------------------------------------------------
@@ -152,15 +254,18 @@ def _call_text(call: ToolCallRecord, executed: set[tuple[int | None, str]], turn
         args = call.arguments_json
         if call.status != "ok":
             args += f"  ({call.status})"
-    ran = "executed" if (turn, call.id) in executed else "not executed"
+    # No turn: a few-shot call of the task's prompt, written by the task's author, never run.
+    ran = "in the prompt" if turn is None else "executed" if (turn, call.id) in executed else "not executed"
     return f"  -> {call.name} [{call.id}] {args}  <{ran}>"
 
 
 def _message_text(m: MessageRecord, executed: set[tuple[int | None, str]]) -> list[str]:
+    # Assistant messages and tool results without a turn are the prompt's few-shot examples.
     if m.role == "tool":
-        tag = f"[tool {m.name or '?'} . {m.call_id}{' . error' if m.is_error else ''}]"
+        where = " . prompt" if m.turn_index is None else ""
+        tag = f"[tool {m.name or '?'} . {m.call_id}{' . error' if m.is_error else ''}{where}]"
     elif m.role == "assistant":
-        tag = f"[assistant . turn {m.turn_index}]" if m.turn_index is not None else "[assistant]"
+        tag = f"[assistant . turn {m.turn_index}]" if m.turn_index is not None else "[assistant . prompt]"
     else:
         tag = f"[{m.role}]"
     out = [tag]

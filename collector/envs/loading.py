@@ -13,8 +13,10 @@
   phrasing and no usable metadata) is a `ConfigError` naming the file, the task id and why.
 
 Every failure is a one-line `ConfigError` naming what was wrong, raised before any episode
-starts. What an environment's `check_task` cannot see (a user environment that keeps the
-default, which accepts every task) still fails at `start`, as an `error` episode.
+starts: a module that cannot be found, has a syntax error, raises or calls `sys.exit` while
+being imported, or a constructor that fails. What an environment's `check_task` cannot see
+(a user environment that keeps the default, which accepts every task) still fails at
+`start`, as an `error` episode.
 """
 
 from __future__ import annotations
@@ -86,6 +88,14 @@ def _resolve(target: str, spec: str) -> Any:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ConfigError(f"env.name: cannot import module {module_name!r} ({exc.msg})") from None
+    except SyntaxError as exc:
+        where = f"{exc.filename}:{exc.lineno}" if exc.filename else module_name
+        raise ConfigError(f"env.name: {module_name!r} has a syntax error ({where}: {exc.msg})") from None
+    except SystemExit as exc:
+        # A module that exits on import would end the run "successfully" having done nothing.
+        raise ConfigError(f"env.name: importing {module_name!r} called sys.exit({exc.code!r})") from None
+    except Exception as exc:  # noqa: BLE001 - whatever the user's module raises, one line names it
+        raise ConfigError(f"env.name: importing {module_name!r} raised {type(exc).__name__}: {exc}") from None
     obj: Any = module
     for part in attr_path.split("."):
         try:
@@ -110,6 +120,8 @@ def _instantiate(obj: Any, options: dict[str, Any], spec: str) -> Environment:
         raise
     except Exception as exc:  # noqa: BLE001 - any constructor failure is a config problem, reported in one line
         raise ConfigError(f"env.name: building {spec!r} failed: {type(exc).__name__}: {exc}") from None
+    except SystemExit as exc:
+        raise ConfigError(f"env.name: building {spec!r} called sys.exit({exc.code!r})") from None
     if not isinstance(env, Environment):
         raise ConfigError(f"env.name: {spec!r} did not produce an Environment (got {type(env).__name__})")
     return env

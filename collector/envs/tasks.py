@@ -48,8 +48,15 @@ def load_tasks(path: str | Path) -> list[Task]:
 
 
 def _jsonl_rows(file: Path) -> Iterator[tuple[int, Mapping[str, Any]]]:
-    with file.open(encoding="utf-8") as handle:
-        for n, line in enumerate(handle, start=1):
+    with file.open("rb") as handle:
+        for n, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                # JSON Lines is UTF-8 by definition; a Latin-1 or UTF-16 file stops here.
+                raise ConfigError(
+                    f"env.task_file: {file}: line {n}: not UTF-8 text (byte 0x{raw[exc.start]:02x})"
+                ) from None
             if not line.strip():
                 continue
             try:

@@ -35,6 +35,7 @@ key-shaped tokens (OpenAI echoes a masked key in its 401 message).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email.utils
 import json
 import random
@@ -57,7 +58,10 @@ from collector.errors import (
 from collector.providers.base import Endpoint, basic_authorization
 from collector.providers.sse import SSEDecoder, SSEEvent
 
-__all__ = ["Http", "Sleep", "classify_error_body", "classify_http_error", "parse_retry_after"]
+__all__ = ["PATH_MARK", "Http", "Sleep", "classify_error_body", "classify_http_error", "parse_retry_after"]
+
+#: How a 404's message names the URL path that was not found: `... [path /chat/completions]`.
+PATH_MARK = "[path "
 
 T = TypeVar("T")
 Sleep = Callable[[float], Awaitable[None]]
@@ -238,6 +242,11 @@ def classify_http_error(
         return ProviderUnavailable(error.message, error.status, retry_after)
     if should_retry == "false" and error.retryable:
         return RequestRejected(error.message, error.status)
+    if response.status_code == 404 and isinstance(error, RequestRejected):
+        # A 404 means an unknown model or a wrong URL path (a base_url without /v1): keep the
+        # path, so the run's message can tell which (the query, where a key may be, is not kept).
+        with contextlib.suppress(RuntimeError):  # a Response built without a request
+            return RequestRejected(f"{error.message} {PATH_MARK}{response.request.url.path}]", 404)
     return error
 
 

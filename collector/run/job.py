@@ -51,6 +51,8 @@ import logging
 import math
 import os
 import re
+import signal
+import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
@@ -66,6 +68,7 @@ from collector.data.record import Episode
 from collector.data.shards import read_shard
 from collector.data.store import CommitIncomplete, RunStore
 from collector.errors import CollectorError, ConfigError, OutputError, QuotaExhausted, RequestRejected
+from collector.providers.http import PATH_MARK
 from collector.run.plan import Plan, WorkItem, plan_work
 from collector.run.progress import Progress
 from collector.run.simlaunch import provider_urls
@@ -129,12 +132,73 @@ class Snapshot:
     """Handles of actors with batches outstanding, busiest first."""
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM arrived during a run. A KeyboardInterrupt, so it unwinds like Ctrl-C
+    (the buffered episodes are committed on the way out); `signum` says which signal."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def signals_interrupt() -> Iterator[Callable[[], None]]:
+    """While the run lasts, SIGINT and SIGTERM raise `Interrupted` in the main thread, once.
+
+    SIGTERM (what a scheduler or `docker stop` sends) thus ends a run like Ctrl-C instead of
+    going to Ray's handler (a native stack dump, exit 15 or SIGABRT, nothing committed). A
+    second signal while the run unwinds is ignored, so it cannot cut the final commit short.
+    `ray.init` installs its own handlers: call the yielded function right after it.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: None  # signal handlers can only be set from the main thread
+        return
+    caught: list[int] = []
+
+    def handler(signum: int, frame: object) -> None:
+        if caught:
+            return  # already stopping
+        caught.append(signum)
+        raise Interrupted(signum)
+
+    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+
+    def install() -> None:
+        for signum in previous:
+            signal.signal(signum, handler)
+
+    install()
+    try:
+        yield install
+    except KeyboardInterrupt as exc:
+        # Ray's blocking calls (ray.wait, ray.get) run the handler, then raise a plain
+        # KeyboardInterrupt of their own: say which signal it was.
+        if caught and not isinstance(exc, Interrupted):
+            raise Interrupted(caught[0]) from None
+        raise
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old if old is not None else signal.SIG_DFL)
+
+
 def resolve_address(cli_address: str | None, cfg: RunConfig) -> str | None:
     """`--address`, else config, else RAY_ADDRESS; None means an embedded local cluster."""
     for candidate in (cli_address, cfg.ray.address, os.environ.get("RAY_ADDRESS")):
         if candidate:
             return candidate
     return None
+
+
+#: Ray 2.60 announces on every new local cluster that it enabled token authentication by
+#: default. For the embedded cluster (the collector's own processes on this machine, gone
+#: when the run ends) nothing needs doing, so the notice is dropped; every other Ray
+#: warning, and this one when joining a cluster, is still shown.
+_TOKEN_NOTICE_LOGGER = "ray._private.authentication.authentication_token_setup"
+
+
+class _LocalTokenNotice(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Token authentication is enabled for this Ray cluster")
 
 
 @contextlib.contextmanager
@@ -145,13 +209,18 @@ def ray_session(address: str | None, workers: int) -> Iterator[None]:
         return
     try:
         if address is None:
-            ray.init(
-                address="local",  # a bare ray.init() silently joins any running cluster
-                num_cpus=max(workers, os.cpu_count() or 1),
-                include_dashboard=False,
-                object_store_memory=OBJECT_STORE_BYTES,
-                logging_level=logging.WARNING,  # Ray's start-up chatter would bury the progress line
-            )
+            notice, quiet = logging.getLogger(_TOKEN_NOTICE_LOGGER), _LocalTokenNotice()
+            notice.addFilter(quiet)
+            try:
+                ray.init(
+                    address="local",  # a bare ray.init() silently joins any running cluster
+                    num_cpus=max(workers, os.cpu_count() or 1),
+                    include_dashboard=False,
+                    object_store_memory=OBJECT_STORE_BYTES,
+                    logging_level=logging.WARNING,  # Ray's start-up chatter would bury the progress line
+                )
+            finally:
+                notice.removeFilter(quiet)
         else:
             ray.init(address=address, logging_level=logging.WARNING)
     except (ConnectionError, RuntimeError, ValueError) as exc:
@@ -224,7 +293,15 @@ def fatal_rejection(episode: Episode, cfg: RunConfig) -> CollectorError | None:
     providers = cfg.sweep.providers or [cfg.provider]
     provider = next((p for p in providers if p.name == episode.provider), providers[0])
     where = f"provider {provider.name}"
-    if status == 404:
+    detail, _, path = error.message.partition(f" {PATH_MARK}")
+    if status == 404 and path and episode.model not in detail and "model" not in detail.lower():
+        # The server's 404 does not speak of a model: the URL path is what it did not know.
+        path = path.split("]", 1)[0]
+        message = (
+            f"{where}: HTTP 404 for {path}: the URL path is wrong, not the model; check provider.base_url "
+            f"({_BASE_URL_CONVENTION.get(provider.wire, 'see the README')})"
+        )
+    elif status == 404:
         message = (
             f"{where} does not know model {episode.model!r} (HTTP 404); check sweep.models "
             "(finished episodes are committed; rerun after fixing it)"
@@ -243,6 +320,15 @@ def fatal_rejection(episode: Episode, cfg: RunConfig) -> CollectorError | None:
             "(finished episodes are committed; rerun after fixing it)"
         )
     return RequestRejected(message, None)
+
+
+#: Where `base_url` ends, per wire format: the convention of each official SDK.
+_BASE_URL_CONVENTION = {
+    "chat": "OpenAI-compatible servers take the version prefix: http://host:8000/v1, https://api.openai.com/v1",
+    "responses": "OpenAI-compatible servers take the version prefix: https://api.openai.com/v1",
+    "anthropic": "the server root, without /v1: https://api.anthropic.com",
+    "gemini": "the server root, without /v1beta: https://generativelanguage.googleapis.com",
+}
 
 
 def _worker_failure(exc: ray.exceptions.RayTaskError, what: str) -> CollectorError:
@@ -531,6 +617,18 @@ def run_job(
     Raises `ConfigError` / `OutputError` (one line) for bad input, before any episode runs
     where it can be detected: keys, reachability, a foreign run directory.
     """
+    with signals_interrupt() as reinstall:
+        return _run_job(cfg, address, show_progress, on_commit, retry_errors, reinstall)
+
+
+def _run_job(
+    cfg: RunConfig,
+    address: str | None,
+    show_progress: bool,
+    on_commit: Callable[[Snapshot], None] | None,
+    retry_errors: bool,
+    reinstall_signals: Callable[[], None],
+) -> JobResult:
     started = time.monotonic()
     check_run_config(cfg)
     plan = plan_work(cfg)
@@ -540,8 +638,9 @@ def run_job(
         # reachability before starting Ray (5-10 s), not after. Workers check again anyway.
         for provider in plan.providers:
             read_api_key(provider, "in this shell")
-        for url in {p.base_url for p in plan.providers if p.kind != "sim" and p.base_url}:
-            asyncio.run(probe(url))
+        routes = {(p.base_url, p.http_client) for p in plan.providers if p.kind != "sim" and p.base_url}
+        for url, client in routes:
+            asyncio.run(probe(url, http_client=client))
     with RunStore.open(
         cfg.output.path, plan.fingerprint, resolved_config(cfg), cfg.output.format, cfg.output.rows_per_shard
     ) as store:
@@ -568,6 +667,7 @@ def run_job(
         driver.store = store
         driver.queue.extend(todo)
         with provider_urls(plan.providers, cfg.seed) as urls, ray_session(address, cfg.ray.workers):
+            reinstall_signals()  # ray.init replaced them
             try:
                 driver.start_workers(WorkerSetup(with_absolute_paths(cfg), plan.run_id, urls))
                 # The clock starts once workers are ready: the rate shown is collection speed.

@@ -118,21 +118,43 @@ def safe_url(url: str) -> str:
     """The URL without user info, for messages (a `user:pass@` must never be printed)."""
     parts = urlsplit(url)
     host = parts.hostname or ""
-    port = f":{parts.port}" if parts.port else ""
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:  # a port that is not a number in range: shown as written
+        port = ":" + parts.netloc.rpartition("@")[2].rpartition(":")[2]
     return f"{parts.scheme}://{host}{port}{parts.path}"
 
 
-async def probe(url: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
-    """Raise a one-line ConfigError unless a TCP connection to the URL's host and port opens.
+def _port_of(url: str) -> int:
+    """The URL's port (the scheme's default when absent); a one-line ConfigError when invalid."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        text = parts.netloc.rpartition("@")[2].rpartition(":")[2]
+        why = "out of range (0-65535)" if text.isdigit() else "not a number"
+        raise ConfigError(f"provider.base_url: {safe_url(url)}: port {text!r} is {why}") from None
+    return port or (443 if parts.scheme == "https" else 80)
 
-    Cheap on purpose (no request, no key spent): it catches the common mistakes (wrong
-    host, wrong port, server not started) before any episode runs, instead of a sweep of
-    error episodes. What a reachable server then says is the episodes' business.
+
+async def probe(url: str, timeout_s: float = PROBE_TIMEOUT_S, *, http_client: str = "fast") -> None:
+    """Raise a one-line ConfigError unless the URL's server can be reached the way requests go.
+
+    Cheap on purpose (no key spent): it catches the common mistakes (wrong host, wrong
+    port, server not started) before any episode runs, instead of a sweep of error
+    episodes. What a reachable server then says is the episodes' business. The default
+    transport connects directly, so a TCP connection is the test. With `http_client =
+    "httpx"` the requests may go through a proxy (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY,
+    NO_PROXY), where a direct connection proves nothing: the probe is then one request by
+    httpx with the same proxy settings, and any HTTP answer (even a 404) passes.
     """
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ConfigError(f"provider.base_url: not an http(s) URL: {safe_url(url)}")
-    port = parts.port or (443 if parts.scheme == "https" else 80)
+    port = _port_of(url)
+    if http_client == "httpx":
+        await _probe_by_request(url, timeout_s)
+        return
     try:
         _, writer = await asyncio.wait_for(asyncio.open_connection(parts.hostname, port), timeout_s)
     except (OSError, TimeoutError) as exc:
@@ -142,6 +164,21 @@ async def probe(url: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
         raise ConfigError(f"provider.base_url: {safe_url(url)} is unreachable ({reason})") from None
     writer.close()
     await writer.wait_closed()
+
+
+async def _probe_by_request(url: str, timeout_s: float) -> None:
+    """One GET of `url` by httpx honouring the proxy variables; the body is never read."""
+    target = safe_url(url)  # no user info: nothing of a credential is sent by the probe
+    try:
+        async with (
+            httpx.AsyncClient(trust_env=True, timeout=timeout_s) as client,
+            client.stream("GET", target),
+        ):
+            pass
+    except httpx.HTTPError as exc:
+        via = " (through the proxy from the environment)" if isinstance(exc, httpx.ProxyError) else ""
+        reason = "timed out" if isinstance(exc, httpx.TimeoutException) else type(exc).__name__
+        raise ConfigError(f"provider.base_url: {target} is unreachable{via} ({reason})") from None
 
 
 class EpisodeWorker:
@@ -183,8 +220,9 @@ class EpisodeWorker:
         # Any credential of the run, not only the episode's own provider's, is kept out of
         # every record.
         self._credentials = tuple(dict.fromkeys(c for e in self._endpoints for c in e.credentials))
-        for url in sorted(set(self.setup.base_urls)):
-            await probe(url)
+        routes = {(url, p.http_client) for p, url in zip(providers, self.setup.base_urls, strict=True)}
+        for url, client in sorted(routes):
+            await probe(url, http_client=client)
         self._env = load_env(cfg)
         self._tasks = {t.id: t for t in select_tasks(cfg, self._env)}
         self._clients = http_clients(providers, self.in_flight)

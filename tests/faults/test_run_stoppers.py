@@ -135,6 +135,22 @@ def test_unknown_model_stops_the_run_naming_it(
     assert set(counts.values()) == {1}
 
 
+def test_base_url_without_v1_says_the_path_is_wrong(
+    tmp_path: Path, sim_proxy: StormProxy, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A chat base_url without /v1 (404 on the path) exits 2 naming the path and base_url, not the model."""
+    config = write_config(tmp_path, sim_proxy.base_url, models='["sim-terse"]')
+    assert main(["run", str(config), "--quiet"]) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert "HTTP 404 for /chat/completions" in line
+    assert "the URL path is wrong" in line
+    assert "provider.base_url" in line
+    assert "/v1" in line  # the SDK convention it should follow
+    assert "does not know model" not in line
+    assert "sweep.models" not in line
+    assert not committed_rows(tmp_path / "run")
+
+
 async def _refuse(request: Request) -> JSONResponse:
     # Like OpenAI: the refused key echoed back in the message.
     key = request.headers.get("authorization", "").removeprefix("Bearer ")

@@ -126,6 +126,51 @@ def test_http_client_choice_decides_whether_proxy_variables_are_honoured(
         assert seen == []
 
 
+@pytest.mark.parametrize("choice", ["fast", "httpx"])
+def test_probe_goes_the_way_the_requests_go(monkeypatch: pytest.MonkeyPatch, choice: str) -> None:
+    """With http_client="httpx" the pre-flight probe goes through HTTP_PROXY; with "fast" it goes direct."""
+    unreachable = f"http://127.0.0.1:{free_port()}/v1"  # only the proxy can answer for it
+
+    async def scenario() -> tuple[list[bytes], str | None]:
+        seen: list[bytes] = []
+        server = await _serve_as_proxy(seen)
+        port = server.sockets[0].getsockname()[1]
+        monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{port}")
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        monkeypatch.delenv("no_proxy", raising=False)
+        try:
+            await probe(unreachable, timeout_s=5.0, http_client=choice)
+            problem = None
+        except ConfigError as exc:
+            problem = str(exc)
+        finally:
+            server.close()
+            await server.wait_closed()
+        return seen, problem
+
+    seen, problem = asyncio.run(scenario())
+    if choice == "httpx":
+        assert problem is None
+        assert seen == [f"GET {unreachable} HTTP/1.1".encode()]
+    else:
+        assert problem is not None
+        assert "is unreachable" in problem
+        assert seen == []
+
+
+def test_probe_through_a_dead_proxy_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With http_client="httpx" and a proxy nobody listens on, the probe fails in one line naming the URL."""
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{free_port()}")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    with pytest.raises(ConfigError) as info:
+        asyncio.run(probe(url, timeout_s=5.0, http_client="httpx"))
+    message = str(info.value)
+    assert message.startswith(f"provider.base_url: {url} is unreachable")
+    assert "\n" not in message
+
+
 def test_httpx_choice_splits_slots_over_small_clients() -> None:
     """With httpx's transport the slots are split over clients of 16 (its pool degrades when shared)."""
     provider = ProviderConfig(kind="chat", base_url="http://x/v1", http_client="httpx")
