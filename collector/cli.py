@@ -10,6 +10,7 @@ command ran and found a problem (`check` with violations).
     collector show RUN_DIR EPISODE_ID
     collector validate CONFIG [--set k=v ...]
     collector check RUN_DIR
+    collector export RUN_DIR OUT [--format chat-jsonl|parquet] [--where COL OP VALUE ...]
     collector sim [--host H] [--port N] [--seed S]
 """
 
@@ -84,11 +85,21 @@ def _cmd_check(args: argparse.Namespace) -> int:
     report = check_run(args.run_dir)
     for problem in report.problems:
         print(problem)
+    for note in report.notes:  # not errors, but a user looking at the dir should know
+        print(f"note: {note}")
     if report.ok:
         print(f"{args.run_dir}: ok")
         return EXIT_OK
     print(f"{args.run_dir}: {len(report.problems)} problem(s)", file=sys.stderr)
     return EXIT_PROBLEM
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from collector.data.export import export_run
+
+    rows = export_run(args.run_dir, args.out, args.format, args.where)
+    print(f"{args.out}: {rows} episodes ({args.format})", file=sys.stderr)
+    return EXIT_OK
 
 
 def _cmd_sim(args: argparse.Namespace) -> int:
@@ -183,6 +194,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="verify every shard of a run directory")
     p.add_argument("run_dir")
     p.set_defaults(func=_cmd_check)
+
+    p = sub.add_parser("export", help="write a run's committed episodes (filtered) for a trainer")
+    p.add_argument("run_dir")
+    p.add_argument("out", help="the file to write")
+    # Literal names here keep `collector export --help` free of imports; export.FORMATS is the truth.
+    p.add_argument("--format", default="chat-jsonl", help="chat-jsonl (messages + tools) or parquet")
+    p.add_argument("--where", action="append", default=[], metavar="COL OP VALUE",
+                   help="keep rows where e.g. stop_reason=done, trainable=true, budget>=64 (repeatable)")
+    p.set_defaults(func=_cmd_export)
 
     p = sub.add_parser("sim", help="serve the simulated provider (all four wire formats)")
     p.add_argument("--host", default="127.0.0.1")

@@ -51,6 +51,7 @@ from collector.errors import OutputError
 from collector.stop import StopReason
 
 __all__ = [
+    "CHAT_COLUMNS",
     "COLUMN_ORDER",
     "DERIVED_COLUMNS",
     "EXTENSIONS",
@@ -106,7 +107,14 @@ COLUMN_ORDER: tuple[str, ...] = (
     "executed_tool_calls",
     "error",
     "worker",
+    # --- chat-template block (schema version 3): `collector.data.chat` ---
+    "system_prompt",
+    "chat",
+    "tools",
 )
+
+#: The columns schema version 3 added; a version-2 shard lacks exactly these.
+CHAT_COLUMNS: tuple[str, ...] = ("system_prompt", "chat", "tools")
 
 #: Columns computed from `Episode` properties at write time (type of each property).
 DERIVED_COLUMNS: dict[str, type] = {
@@ -337,8 +345,9 @@ def write_shard(path: Path, table: pa.Table, fmt: ShardFormat) -> None:
 
 
 def format_of(path: Path | str) -> ShardFormat:
-    """The shard format a file name says (by extension)."""
-    suffix = Path(path).suffix
+    """The shard format a file name says (by extension; a pending ``.tmp`` shard by the one before)."""
+    name = Path(path).name.removesuffix(".tmp")
+    suffix = Path(name).suffix
     if suffix == ".parquet":
         return "parquet"
     if suffix == ".arrow":

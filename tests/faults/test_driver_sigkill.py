@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from collector.config import load_config
-from collector.data.manifest import read_manifest
+from collector.data.manifest import MANIFEST, read_manifest
 from collector.run.job import run_job
 from collector.run.plan import plan_work
 from tests.checking import assert_run_checked, committed_ids
@@ -57,7 +57,7 @@ rows_per_shard = 2
 
 
 def shard_count(run_dir: Path) -> int:
-    if not (run_dir / "manifest.json").exists():
+    if not (run_dir / MANIFEST).exists():
         return 0
     return len(read_manifest(run_dir)["shards"])
 
@@ -90,7 +90,7 @@ def kill_at(argv: list[str], run_dir: Path, after_commits: int, extra_delay_s: f
 
 def assert_consistent(run_dir: Path, before: Counter[str]) -> Counter[str]:
     """Check passes, ids are unique, and everything committed before is still there."""
-    if (run_dir / "manifest.json").exists():
+    if (run_dir / MANIFEST).exists():
         assert_run_checked(run_dir)
     now = committed_ids(run_dir)
     assert set(now.values()) <= {1}
