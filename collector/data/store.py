@@ -182,7 +182,7 @@ class RunStore:
         root = Path(run_dir)
         if is_legacy(root):
             raise OutputError(
-                f"{root} has the run-dir layout of collector 0.1 ({LEGACY_MANIFEST} at the top, "
+                f"{root} has the earlier run-dir layout ({LEGACY_MANIFEST} at the top, "
                 "shards under model=*/budget=*): collector stats/show/check/export still read it, "
                 "but it cannot be continued; choose another output.path"
             )

@@ -1,4 +1,4 @@
-"""The chat-template view of a transcript, version-2 shards beside it, and `export` on bad input."""
+"""The chat-template view; version-2 shards and the earlier layout still read; export on bad input."""
 
 from __future__ import annotations
 
@@ -106,3 +106,36 @@ def test_export_refuses_an_unknown_format(tmp_path: Path, capsys: pytest.Capture
     RunStore.open(run, "fp", {}, "arrow", 10).close()
     assert main(["export", str(run), str(tmp_path / "x"), "--format", "csv"]) == 2
     assert "chat-jsonl, parquet" in capsys.readouterr().err
+
+
+def test_a_run_dir_of_the_earlier_layout_is_read_not_continued(tmp_path: Path) -> None:
+    """A run dir with manifest.json on top and Hive dirs loads, checks and exports; the store refuses it."""
+    from collector.data.check import check_run
+    from collector.data.export import export_run
+    from collector.data.manifest import partition_dir
+    from collector.errors import OutputError
+
+    run = tmp_path / "run"
+    with RunStore.open(run, "fp", {}, "parquet", 3) as st:
+        st.commit(make_batch(4) + make_batch(2, budget=64, start=4))
+    manifest = json.loads((run / ".collector" / "manifest.json").read_text())
+    for entry in manifest["shards"]:  # rebuild what the earlier layout wrote
+        old = partition_dir(entry["model"], entry["budget"]) + "/" + entry["path"].rsplit("/", 1)[-1]
+        (run / old).parent.mkdir(parents=True, exist_ok=True)
+        (run / entry["path"]).rename(run / old)
+        entry["path"] = old
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    (run / ".collector" / "config.resolved.json").rename(run / "config.resolved.json")
+    for leftover in ("manifest.json", "run.lock", "tmp"):
+        path = run / ".collector" / leftover
+        path.rmdir() if path.is_dir() else path.unlink()
+    (run / ".collector").rmdir()
+    (run / "data").rmdir()
+    assert load_run(run, columns=["episode_id"]).num_rows == 6
+    assert compute_stats(run).episodes == 6
+    report = check_run(run)
+    assert report.ok, report.problems
+    assert any("old run-dir layout" in n for n in report.notes)
+    assert export_run(run, tmp_path / "all.parquet", "parquet") == 6
+    with pytest.raises(OutputError, match="earlier run-dir layout"):
+        RunStore.open(run, "fp", {}, "parquet", 3)

@@ -100,13 +100,14 @@ def hf(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
             os.environ[key] = value
 
 
-def test_pandas_opens_a_parquet_run(runs: dict[str, Path]) -> None:
-    """`pd.read_parquet(run)` reads the run dir itself: every committed row, budget int64."""
-    run = runs["parquet"]
-    df = pd.read_parquet(run)
-    assert len(df) == manifest_rows(run) > 0
-    assert df["budget"].dtype == "int64"
-    assert df["episode_id"].is_unique
+def test_pandas_opens_both_formats(runs: dict[str, Path]) -> None:
+    """`pd.read_parquet(run)` reads the run dir itself (an Arrow run through pyarrow): rows, budget int64."""
+    parquet, arrow = runs["parquet"], runs["arrow"]
+    for run, df in ((parquet, pd.read_parquet(parquet)),
+                    (arrow, ds.dataset(arrow, format="ipc").to_table().to_pandas())):
+        assert len(df) == manifest_rows(run) > 0
+        assert df["budget"].dtype == "int64"
+        assert df["episode_id"].is_unique
 
 
 def test_polars_opens_both_formats(runs: dict[str, Path]) -> None:
@@ -133,8 +134,10 @@ def test_duckdb_opens_a_parquet_run(runs: dict[str, Path]) -> None:
 
 def test_pyarrow_opens_both_formats(runs: dict[str, Path]) -> None:
     """`ds.dataset(run, partitioning="hive")` (format="ipc" for Arrow) reads the run dir: no type clash."""
-    for run, fmt in ((runs["parquet"], "parquet"), (runs["arrow"], "ipc")):
-        table = ds.dataset(run, format=fmt, partitioning="hive").to_table(columns=["episode_id", "budget"])
+    parquet, arrow = runs["parquet"], runs["arrow"]
+    for run, dataset in ((parquet, ds.dataset(parquet, partitioning="hive")),
+                         (arrow, ds.dataset(arrow, format="ipc", partitioning="hive"))):
+        table = dataset.to_table(columns=["episode_id", "budget"])
         assert table.num_rows == manifest_rows(run)
         assert table.schema.field("budget").type == pa.int64()
         assert len(set(table.column("episode_id").to_pylist())) == table.num_rows
