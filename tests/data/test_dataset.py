@@ -27,7 +27,7 @@ from collector.config import RunConfig
 from collector.data.analysis import load_run
 from collector.data.chat import template_messages, template_tools
 from collector.data.export import FORMATS, export_run
-from collector.data.manifest import QUARANTINE, TMP_DIR, read_manifest
+from collector.data.manifest import QUARANTINE, QUARANTINE_SUFFIX, TMP_DIR, TMP_SUFFIX, read_manifest
 from collector.envs.loading import load_environment
 from collector.run.job import run_job
 from tests.checking import assert_run_checked
@@ -71,9 +71,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         assert_run_checked(run, allow_notes=False)
         ext = ".arrow" if fmt == "arrow" else ".parquet"
         shard = next((run / "data").iterdir())
-        (run / TMP_DIR / f"part-000999-deadbeef{ext}.tmp").write_bytes(shard.read_bytes())  # a crash's temp
+        # Named as the store names them: a crash's temp file, a shard moved aside on open.
+        data = shard.read_bytes()
+        (run / TMP_DIR / f"part-000999-deadbeef{ext}{TMP_SUFFIX}").write_bytes(data)
         (run / QUARANTINE).mkdir()
-        (run / QUARANTINE / f"data__part-000998-0badf00d{ext}.quarantined").write_bytes(shard.read_bytes())
+        (run / QUARANTINE / f"data__part-000998-0badf00d{ext}{QUARANTINE_SUFFIX}").write_bytes(data)
         assert_run_checked(run)  # notes only: nothing a reader sees
         out[fmt] = run
     return out
