@@ -4,11 +4,13 @@ Issue 6, item 1c. Real episodes first (the collector against the simulator, `ben
 zero latency), replicated under fresh ids to the row count asked for. Then, interleaved:
 
 - ``collector``: `RunStore.commit(episodes)`: Episode -> Arrow (`shards.episodes_to_table`),
-  Arrow IPC zstd shards of `rows_per_shard` rows, each fsynced, renamed into place and
-  recorded in the manifest (the exactly-once commit);
+  Arrow IPC zstd shards of `rows_per_shard` rows, each fsynced in ``.collector/tmp/``,
+  recorded in the manifest, then renamed into ``data/`` (the exactly-once commit);
+- ``collector-parquet``: the same with ``output.format = "parquet"`` (zstd Parquet);
 - ``raw-pylist``: the same rows as plain pyarrow would take them: `dataclasses.asdict` ->
   `pa.Table.from_pylist(rows, schema)` -> the same IPC zstd files, same split, no fsync;
-- ``raw-write``: only the file writes of already built tables (the floor of any writer).
+- ``raw-write``: only the file writes of already built tables (the floor of any writer);
+- ``raw-write-parquet``: the same tables written as zstd Parquet.
 
 Target: collector >= 0.7x raw-pylist rows/s.
 
@@ -31,6 +33,7 @@ if __package__ in (None, ""):
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
 
 from bench.common import Clock, SimProcess, median, parser, report
 from bench.workload import commit, items_for, make_config, run_collector
@@ -58,7 +61,7 @@ def _write(path: Path, table: pa.Table) -> None:
 
 
 def _dir_bytes(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*.arrow"))
+    return sum(f.stat().st_size for pattern in ("*.arrow", "*.parquet") for f in path.rglob(pattern))
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -81,6 +84,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     def collector(tmp: Path) -> None:
         commit(cfg, episodes, str(tmp))
 
+    parquet_cfg = cfg.model_copy(update={"output": output.model_copy(update={"format": "parquet"})})
+
+    def collector_parquet(tmp: Path) -> None:
+        commit(parquet_cfg, episodes, str(tmp))
+
     def raw_pylist(tmp: Path) -> None:
         for i, chunk in enumerate(chunks):
             _write(tmp / f"{i}.arrow", pa.Table.from_pylist([dataclasses.asdict(e) for e in chunk], schema))
@@ -89,11 +97,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for i, table in enumerate(prebuilt):
             _write(tmp / f"{i}.arrow", table)
 
-    variants = {"collector": collector, "raw-pylist": raw_pylist, "raw-write": raw_write}
+    def raw_write_parquet(tmp: Path) -> None:
+        for i, table in enumerate(prebuilt):
+            pq.write_table(table, str(tmp / f"{i}.parquet"), compression="zstd")
+
+    variants = {"collector": collector, "collector-parquet": collector_parquet, "raw-pylist": raw_pylist,
+                "raw-write": raw_write, "raw-write-parquet": raw_write_parquet}
     rows: list[dict[str, Any]] = []
     for rnd in range(args.rounds):
         order = list(variants)
-        order = order[rnd % 3:] + order[: rnd % 3]
+        order = order[rnd % len(order):] + order[: rnd % len(order)]
         for name in order:
             tmp = Path(tempfile.mkdtemp(prefix="bench-shards-"))
             try:

@@ -88,7 +88,7 @@ async def record_bodies(cfg: RunConfig, items: Sequence[WorkItem], sim_root: str
 
 def commit(cfg: RunConfig, episodes: Sequence[Episode], tmp: str) -> None:
     """What the driver does with returned episodes: one transaction of shards into a run dir."""
-    with RunStore.open(Path(tmp) / "run", config_fingerprint(cfg), resolved_config(cfg), "arrow",
+    with RunStore.open(Path(tmp) / "run", config_fingerprint(cfg), resolved_config(cfg), cfg.output.format,
                        cfg.output.rows_per_shard) as store:
         store.commit(episodes)
 

@@ -14,6 +14,7 @@ command ran and found a problem (`check` with violations).
     collector validate CONFIG [--set k=v ...]
     collector check RUN_DIR
     collector schema
+    collector export RUN_DIR OUT [--format chat-jsonl|parquet] [--where COL OP VALUE ...]
     collector sim [--host H] [--port N] [--seed S]
 
 A closed stdout (`collector stats RUN | head`) ends the command quietly with exit code 141,
@@ -158,11 +159,21 @@ def _cmd_check(args: argparse.Namespace) -> int:
     report = check_run(args.run_dir)
     for problem in report.problems:
         print(problem)
+    for note in report.notes:  # not errors, but a user looking at the dir should know
+        print(f"note: {note}")
     if report.ok:
         print(f"{args.run_dir}: ok")
         return EXIT_OK
     print(f"{args.run_dir}: {len(report.problems)} problem(s)", file=sys.stderr)
     return EXIT_PROBLEM
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from collector.data.export import export_run
+
+    rows = export_run(args.run_dir, args.out, args.format, args.where)
+    print(f"{args.out}: {rows} episodes ({args.format})", file=sys.stderr)
+    return EXIT_OK
 
 
 def _cmd_sim(args: argparse.Namespace) -> int:
@@ -293,6 +304,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("init", help="write a starter project: config.toml, my_env/, the notebook")
     p.add_argument("dir", metavar="DIR", help="directory to create (must not hold those files already)")
     p.set_defaults(func=_cmd_init)
+
+    p = sub.add_parser("export", help="write a run's committed episodes (filtered) for a trainer")
+    run_dir(p)
+    p.add_argument("out", metavar="OUT", help="the file to write")
+    # Literal names here keep `collector export --help` free of imports; export.FORMATS is the truth.
+    p.add_argument("--format", default="chat-jsonl", help="chat-jsonl (messages + tools) or parquet")
+    p.add_argument("--where", action="append", default=[], metavar="COL OP VALUE",
+                   help="keep rows where e.g. stop_reason=done, trainable=true, budget>=64 (repeatable)")
+    p.set_defaults(func=_cmd_export)
 
     p = sub.add_parser("sim", help="serve the simulated provider (all four wire formats)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")

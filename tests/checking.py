@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from collector.data.check import CheckReport, check_run
-from collector.data.manifest import committed_shard_paths, read_manifest
+from collector.data.manifest import MANIFEST, committed_shard_paths, read_manifest
 from collector.data.shards import read_shard
 
 
@@ -39,7 +39,7 @@ def assert_run_checked(run_dir: str | Path, *, allow_notes: bool = True) -> Chec
 def committed_ids(run_dir: str | Path) -> Counter[str]:
     """How many times each episode id appears in the committed shards, read from the files."""
     counts: Counter[str] = Counter()
-    if not (Path(run_dir) / "manifest.json").exists():
+    if not (Path(run_dir) / MANIFEST).exists():
         return counts
     for path in committed_shard_paths(run_dir):
         counts.update(read_shard(path, columns=["episode_id"]).column("episode_id").to_pylist())
@@ -67,5 +67,6 @@ def check_runs_left_in_tmp_path(request: pytest.FixtureRequest) -> Iterator[None
     # Asked for before the test runs, so that tmp_path is torn down after this fixture.
     tmp_path: Path = request.getfixturevalue("tmp_path")
     yield
-    for manifest in sorted(tmp_path.rglob("manifest.json")):
-        assert_run_checked(manifest.parent)
+    for manifest in sorted(tmp_path.rglob(MANIFEST.rsplit("/", 1)[-1])):
+        if manifest.relative_to(tmp_path).as_posix().endswith(MANIFEST):
+            assert_run_checked(manifest.parent.parent)

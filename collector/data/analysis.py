@@ -1,27 +1,21 @@
 """A run from Python: load the committed episodes, compute the tables, read one transcript.
 
-The shards are standard Arrow IPC (Feather v2) or Parquet files, so any Arrow reader can
-open them; this module adds the two things a plain glob cannot know: *which* files are
-committed (the manifest's list; a crash's orphans and quarantined files are never read),
-and the statistics exactly as `collector stats` computes them (`collector.data.stats`).
+The shards are standard Arrow IPC (file format) or Parquet files, and the run dir holds
+nothing else a reader could mistake for data (`collector.data.manifest`), so any reader
+opens the run dir itself (README, "Loading shards into a trainer"):
+
+    pd.read_parquet(run)                                   # Parquet runs
+    pl.scan_ipc(f"{run}/**/*.arrow", hive_partitioning=True)
+    ds.dataset(run, format="ipc", partitioning="hive")     # format="parquet" (the default) for Parquet
+    datasets.load_dataset("arrow", data_dir=run)           # "parquet" for Parquet
+
+This module reads through the manifest instead, which adds what a glob cannot know (a
+committed shard a crash left in ``.collector/tmp/`` until the next open moves it), and
+the statistics exactly as `collector stats` computes them (`collector.data.stats`).
 
     from collector.data.analysis import load_run, truncation_table
     table = load_run("runs/demo", columns=["model", "budget", "stop_reason", "reward"])
     df = truncation_table("runs/demo", target=0.05).to_pandas()
-
-Other readers, for reference. Each file also holds `model` and `budget`, so no reader needs
-the Hive directories for their values; the layout is there for pruning and for people:
-
-    pandas:   pd.concat(pd.read_feather(p) for p in committed_shard_paths(run))
-    polars:   pl.scan_ipc(f"{run}/model=*/budget=*/*.arrow")
-    DuckDB:   read_parquet('{run}/model=*/budget=*/*.parquet') on a Parquet run, or
-              con.register("episodes", load_run(run)) on any run
-    pyarrow:  ds.dataset(run, format="ipc", partitioning=PARTITIONING, exclude_invalid_files=True)
-              (plain ``partitioning="hive"`` infers budget as int32 and clashes with the int64
-              column in the files: pass `PARTITIONING`, or none)
-
-A glob over the directories also picks up a crash's orphan shards until the next `collector
-run` removes them; `load_run` and `committed_shard_paths` read the manifest and never do.
 """
 
 from __future__ import annotations
@@ -57,7 +51,8 @@ __all__ = [
     "truncation_table",
 ]
 
-#: The Hive partitioning of a run dir with the same types as the columns inside the files.
+#: model: string, budget: int64, Hive flavour: the columns' types, for run dirs of the earlier
+#: layout (``model=…/budget=…/`` directories); the current layout has no partition directories.
 PARTITIONING = ds.partitioning(pa.schema([("model", pa.string()), ("budget", pa.int64())]), flavor="hive")
 
 RunOrTable: TypeAlias = "str | Path | pa.Table"

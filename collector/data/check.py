@@ -22,11 +22,17 @@ run directory it did not watch being written. Checked, per committed shard:
 6. `error` episodes are not trainable and carry an error record; `timeout` episodes are not
    trainable (a wall-clock limit depends on the infrastructure, not only on the model).
 
-stop_on and the reward policy come from ``config.resolved.json`` beside the manifest (both
-stop_on reasons and policy "zero" when it is missing). Files in the partitions that the
-manifest does not name, and quarantined files, are listed as notes: they are not part of
-the data, and the next `collector run` removes the former. A damaged file is one line
-naming it, never a crash.
+stop_on and the reward policy come from ``.collector/config.resolved.json`` (both stop_on
+reasons and policy "zero" when it is missing). A damaged file is one line naming it, never
+a crash.
+
+7. every file a plain reader would see (anything outside ``.collector/``) is a committed
+   shard: a stray file (a shard copied in by hand, an orphan, anything else) is a problem,
+   since a glob or `pd.read_parquet(run)` would read it or fail on it. Listed as notes:
+   a committed shard still waiting in ``.collector/tmp/`` (a crash between the manifest
+   swap and its move: plain readers miss it until the next `collector run` moves it), and
+   uncommitted temp files and quarantined files (hidden from every reader). A run dir
+   of the layout before ``.collector/`` gets one note saying plain readers trip on it.
 """
 
 from __future__ import annotations
@@ -41,19 +47,35 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from collector.data.manifest import (
+    LEGACY_MANIFEST,
+    META_DIR,
     QUARANTINE,
     RESOLVED_CONFIG,
+    TMP_DIR,
     TMP_SUFFIX,
     NotARunDirectory,
     file_digest,
+    is_legacy,
+    pending_path,
     read_manifest,
+    shard_location,
 )
 from collector.data.record import SCHEMA_VERSION, episode_id
-from collector.data.shards import SCHEMA, ShardError, describe_exception, read_shard, schema_version_of
+from collector.data.shards import (
+    CHAT_COLUMNS,
+    SCHEMA,
+    ShardError,
+    describe_exception,
+    read_shard,
+    schema_version_of,
+)
 from collector.errors import OutputError
 from collector.stop import STOP_ON_CHOICES, StopReason
 
 __all__ = ["MAX_PROBLEMS", "CheckReport", "check_run"]
+
+#: Shard schema versions checked (2: before the chat-template block, read alike without it).
+_READABLE_VERSIONS = (2, SCHEMA_VERSION)
 
 #: At most this many problems are listed; the rest are counted.
 MAX_PROBLEMS = 200
@@ -145,7 +167,7 @@ class _Policy:
 
 def _policy(root: Path, report: CheckReport) -> _Policy:
     default = _Policy(frozenset(r.value for r in STOP_ON_CHOICES), clamp=False)
-    path = root / RESOLVED_CONFIG
+    path = root / (RESOLVED_CONFIG.rsplit("/", 1)[-1] if is_legacy(root) else RESOLVED_CONFIG)
     try:
         config = json.loads(path.read_text())["config"]
         loop = config.get("loop", {})
@@ -174,7 +196,7 @@ def check_run(run_dir: str | Path) -> CheckReport:
     except OutputError as e:
         report.add(str(e))
         return report
-    if manifest.get("schema_version") != SCHEMA_VERSION:
+    if manifest.get("schema_version") not in _READABLE_VERSIONS:
         report.add(f"manifest: schema version {manifest.get('schema_version')}, expected {SCHEMA_VERSION}")
     policy = _policy(root, report)
     seen: dict[str, str] = {}
@@ -192,13 +214,16 @@ def check_run(run_dir: str | Path) -> CheckReport:
         report.episodes += table.num_rows
         for row in _rows(table):
             _check_row(rel, row, policy, seen, report)
-    for note in _strays(root, listed):
-        report.notes.append(note)
+    if is_legacy(root):
+        report.notes.append(f"old run-dir layout ({LEGACY_MANIFEST} at the top): plain readers (pandas, "
+                            "HF datasets) trip on its sidecar files; collector readers do not")
+    else:
+        _strays(root, listed, report)
     return report
 
 
 def _read_checked(root: Path, rel: str, entry: dict[str, Any], report: CheckReport) -> pa.Table | None:
-    path = root / rel
+    path = shard_location(root, rel)
     if not path.exists():
         report.add(f"{rel}: named in the manifest but missing")
         return None
@@ -217,10 +242,12 @@ def _read_checked(root: Path, rel: str, entry: dict[str, Any], report: CheckRepo
     elif entry.get("checksum") is not None and checksum != entry["checksum"]:
         report.add(f"{rel}: checksum differs from the one recorded at commit (file damaged)")
     version = schema_version_of(table.schema)
-    if version != SCHEMA_VERSION:
+    if version not in _READABLE_VERSIONS:
         report.add(f"{rel}: schema version {version}, expected {SCHEMA_VERSION}")
-    bad = [f.name for f in SCHEMA if f.name not in table.schema.names
-           or not table.schema.field(f.name).type.equals(f.type)]
+    # A version-2 shard lacks the chat-template block and nothing else; the rest is checked alike.
+    absent = set(CHAT_COLUMNS) if version == 2 else set()
+    bad = [f.name for f in SCHEMA if f.name not in absent and (f.name not in table.schema.names
+           or not table.schema.field(f.name).type.equals(f.type))]
     extra = [n for n in table.schema.names if SCHEMA.get_field_index(n) < 0]
     if bad or extra:
         report.add(f"{rel}: schema differs from the collector's (columns {', '.join(bad + extra)})")
@@ -325,22 +352,26 @@ def _settlement(messages: Iterable[dict[str, Any]]) -> list[str]:
     return problems
 
 
-def _strays(root: Path, listed: set[str]) -> Iterable[str]:
-    for part in sorted(root.glob("model=*/budget=*")):
-        for path in sorted(part.iterdir()):
-            rel = path.relative_to(root).as_posix()
-            if rel in listed:
-                continue
-            if path.name.endswith(TMP_SUFFIX):
-                yield f"{rel}: temporary file of an interrupted commit (removed on the next run)"
-                continue
-            try:
-                read_shard(path, ["episode_id"])
-                state = "uncommitted shard"
-            except Exception as e:  # noqa: BLE001 - any failure to read is what we report
-                state = f"corrupt uncommitted file ({describe_exception(e)})"
-            yield f"{rel}: {state}, not in the manifest (ignored; removed on the next run)"
+def _strays(root: Path, listed: set[str], report: CheckReport) -> None:
+    """Rule 7: every file a plain reader sees is committed; hidden leftovers are notes."""
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if rel == META_DIR or rel.startswith(f"{META_DIR}/") or not path.is_file() or rel in listed:
+            continue
+        report.add(f"{rel}: stray file, not in the manifest: plain readers (a glob, pd.read_parquet(run)) "
+                   "would read it or fail on it; move it out of the run dir (the next collector run "
+                   f"moves it to {QUARANTINE}/)")
+    pending = {pending_path(root, rel).name: rel for rel in listed}
+    tmp = root / TMP_DIR
+    for path in sorted(tmp.iterdir()) if tmp.is_dir() else []:
+        if path.name in pending:
+            if not (root / pending[path.name]).exists():  # committed: not stray, only not yet in sight
+                report.notes.append(f"{pending[path.name]}: committed but still in {TMP_DIR}/ (interrupted "
+                                    "commit): plain readers miss it until the next collector run moves it")
+        elif path.name.endswith(TMP_SUFFIX):
+            report.notes.append(f"{TMP_DIR}/{path.name}: temporary file of an interrupted commit, hidden "
+                                "from readers (removed on the next run)")
     quarantine = root / QUARANTINE
     if quarantine.is_dir():
         for path in sorted(quarantine.iterdir()):
-            yield f"{QUARANTINE}/{path.name}: quarantined as corrupt on an earlier open (not in the data)"
+            report.notes.append(f"{QUARANTINE}/{path.name}: moved aside on an earlier open (not in the data)")

@@ -3,6 +3,30 @@
 `collector.data.store.RunStore` is the one writer of a run directory; this module is what a
 reader needs to find the committed data without it (`committed_shard_paths`,
 `read_manifest`), and the file-level primitives the store builds its commits from.
+
+Layout (``RUN_DIR``), chosen so that every standard reader opens the run dir itself in one
+line and sees committed data only (measured: pandas, pyarrow, polars, DuckDB, Hugging Face
+datasets and Ray Data)::
+
+    data/part-000042-1a2b3c4d.arrow      committed shards only, flat (model and budget are columns)
+    .collector/manifest.json             the list of committed shards: the only source of truth
+    .collector/config.resolved.json      the resolved config and its fingerprint
+    .collector/run.lock                  held (flock) while a RunStore is open
+    .collector/tmp/part-...arrow.tmp     shards being written, and committed ones not yet moved
+    .collector/quarantine/part-...arrow.quarantined   corrupt or stray files, moved aside
+
+Why these names. pandas and pyarrow skip path parts starting with ``.`` or ``_`` but read
+any other file whatever its extension; Hugging Face skips ``.`` and ``__`` parts (not a
+single ``_``); polars and DuckDB ``**`` globs enter hidden dirs and filter by extension
+only. So a file is invisible to all of them only under a ``.`` directory *and* without a
+shard extension: every sidecar, temp and quarantined file is both. Flat data files with
+plain hex names, because Hugging Face infers splits from path words (a model named
+``sim-eval`` would become a "test" split and drop the others' rows), and because a Hive
+``budget=`` directory next to the int64 column clashes in pandas and pyarrow.
+
+Run dirs written before this layout (``manifest.json`` at the top, shards under
+``model=<m>/budget=<b>/``) are still read by every collector reader (`read_manifest`
+falls back to `LEGACY_MANIFEST`); the store refuses to continue them.
 """
 
 from __future__ import annotations
@@ -21,12 +45,16 @@ from collector.errors import OutputError
 
 __all__ = [
     "CHECKSUM_ALGORITHM",
+    "DATA_DIR",
+    "LEGACY_MANIFEST",
     "LOCK",
     "MANIFEST",
     "MANIFEST_VERSION",
-    "MAX_PARTITION_SEGMENT",
+    "META_DIR",
     "QUARANTINE",
+    "QUARANTINE_SUFFIX",
     "RESOLVED_CONFIG",
+    "TMP_DIR",
     "TMP_SUFFIX",
     "NotARunDirectory",
     "ReplacedNotDurable",
@@ -34,46 +62,43 @@ __all__ = [
     "decode_partition_value",
     "file_digest",
     "fsync_dir",
+    "is_legacy",
     "now_iso",
     "partition_dir",
+    "pending_path",
     "read_manifest",
+    "shard_location",
     "unique_entries",
     "write_json_atomic",
 ]
 
-MANIFEST = "manifest.json"
-RESOLVED_CONFIG = "config.resolved.json"
-LOCK = ".lock"
-QUARANTINE = "_quarantine"
+# Every name is relative to the run dir (see the module docstring for why each lives where it does).
+META_DIR = ".collector"
+DATA_DIR = "data"
+MANIFEST = f"{META_DIR}/manifest.json"
+RESOLVED_CONFIG = f"{META_DIR}/config.resolved.json"
+LOCK = f"{META_DIR}/run.lock"
+TMP_DIR = f"{META_DIR}/tmp"
+QUARANTINE = f"{META_DIR}/quarantine"
 TMP_SUFFIX = ".tmp"
-MANIFEST_VERSION = 1
+QUARANTINE_SUFFIX = ".quarantined"
+#: Where the manifest lived before the `.collector/` layout (manifest version 1).
+LEGACY_MANIFEST = "manifest.json"
+#: 2: the `.collector/` + flat `data/` layout.
+MANIFEST_VERSION = 2
 #: The checksum recorded for each shard at commit, as ``"<algorithm>:<hex digest>"``.
 CHECKSUM_ALGORITHM = "sha256"
 
 
 #: The longest `model=...` directory name written, in bytes. 255 is the usual NAME_MAX, but
 #: eCryptfs and some network filesystems allow about 143: 120 fits every one we know of.
-MAX_PARTITION_SEGMENT = 120
-_HASH_CHARS = 16
 
 
 def partition_dir(model: str, budget: int) -> str:
-    """The Hive partition of a model and budget, relative to the run dir.
-
-    Model names are URI-escaped (``meta-llama/Llama-3`` -> ``meta-llama%2FLlama-3``), which
-    is how pyarrow's Hive partitioning decodes segments by default. An escaped name that
-    would make the directory name longer than `MAX_PARTITION_SEGMENT` bytes is cut and
-    suffixed with ``~`` and a hash of the full name, so that any model name gives a
-    directory every filesystem accepts and two long names never share one; the shard's
-    `model` column always holds the full name.
-    """
-    segment = f"model={quote(model, safe='')}"
-    if len(segment) > MAX_PARTITION_SEGMENT:
-        digest = hashlib.blake2b(model.encode("utf-8", "surrogatepass"), digest_size=_HASH_CHARS // 2)
-        keep = segment[: MAX_PARTITION_SEGMENT - _HASH_CHARS - 1]
-        keep = keep[: keep.rfind("%")] if "%" in keep[-2:] else keep  # never half an escape
-        segment = f"{keep}~{digest.hexdigest()}"
-    return f"{segment}/budget={int(budget)}"
+    """The Hive partition of a model and budget in the legacy layout, relative to the run dir
+    (model names URI-escaped, as pyarrow's Hive partitioning decodes them). Today's layout
+    has no per-model directories: a model name of any length is only a column value."""
+    return f"model={quote(model, safe='')}/budget={int(budget)}"
 
 
 def now_iso() -> str:
@@ -131,12 +156,19 @@ class NotARunDirectory(OutputError):
     """The path has no manifest at all: not a run directory (bad input, not damaged data)."""
 
 
+def is_legacy(run_dir: Path) -> bool:
+    """True for a run dir of the layout before `.collector/` (manifest at the top)."""
+    return not (run_dir / MANIFEST).exists() and (run_dir / LEGACY_MANIFEST).is_file()
+
+
 def read_manifest(run_dir: Path) -> dict[str, Any]:
     """The manifest of `run_dir` (raises OutputError when missing or unreadable).
 
-    Missing (no such directory, or no manifest in it) is a `NotARunDirectory`.
+    A legacy run dir's top-level manifest is read too: its entry paths are relative to the
+    run dir like ours, so every reader works on both layouts unchanged. Missing (no such
+    directory, or no manifest in it) is a `NotARunDirectory`.
     """
-    path = run_dir / MANIFEST
+    path = run_dir / (LEGACY_MANIFEST if is_legacy(run_dir) else MANIFEST)
     try:
         manifest = json.loads(path.read_text())
     except (FileNotFoundError, NotADirectoryError):
@@ -208,13 +240,31 @@ def unique_entries(entries: list[dict[str, Any]]) -> tuple[list[dict[str, Any]],
         seen.add(entry["path"])
         kept.append(entry)
     return kept, repeated
+def pending_path(root: Path, rel: str) -> Path:
+    """Where the shard the manifest names `rel` sits until it is moved into `data/`.
+
+    A commit writes ``.collector/tmp/<name>.tmp``, names ``data/<name>`` in the manifest,
+    then renames: a crash in between leaves a committed shard here, which the next open
+    moves into place (and readers going through the manifest find here meanwhile).
+    """
+    return root / TMP_DIR / (rel.rsplit("/", 1)[-1] + TMP_SUFFIX)
+
+
+def shard_location(root: Path, rel: str) -> Path:
+    """The file holding the committed shard `rel`: in `data/`, or still pending after a crash."""
+    final = root / rel
+    if not final.exists():
+        pending = pending_path(root, rel)
+        if pending.exists():
+            return pending
+    return final
 
 
 def committed_shard_paths(run_dir: str | Path) -> list[Path]:
     """Absolute paths of the shards the manifest names (committed data only), each once."""
     root = Path(run_dir)
     kept, _ = unique_entries(read_manifest(root)["shards"])
-    return [root / entry["path"] for entry in kept]
+    return [shard_location(root, entry["path"]) for entry in kept]
 
 
 def decode_partition_value(segment: str) -> str:

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from collector.stop import StopReason
 
 #: Bumped whenever a column is added, removed or changes meaning. Stored in file metadata.
-SCHEMA_VERSION = 2
-"""2: `messages.raw_text` added; `trainable` false for `timeout` episodes too."""
+SCHEMA_VERSION = 3
+"""2: `messages.raw_text` added; `trainable` false for `timeout` episodes too.
+3: the chat-template block: `system_prompt`, `chat`, `tools` (version-2 shards stay readable)."""
 
 
 def episode_id(run_id: str, task_id: str, sample: int, model: str, budget: int) -> str:
@@ -125,6 +126,38 @@ class EpisodeError:
     message: str
 
 
+# --- the chat-template view (schema version 3) ---------------------------------------------
+# The transcript again, in the OpenAI chat shape that tokenizer chat templates and SFT
+# trainers consume; built from `messages` by `collector.data.chat` (what it holds for a cut
+# or malformed turn is documented there).
+
+
+@dataclass(slots=True)
+class ChatFunction:
+    name: str
+    arguments: str
+    """The call's arguments as a JSON string (OpenAI), redacted; ``"{}"`` for a malformed call."""
+
+
+@dataclass(slots=True)
+class ChatToolCall:
+    id: str
+    type: str
+    """Always ``"function"``."""
+    function: ChatFunction
+
+
+@dataclass(slots=True)
+class ChatMessage:
+    """One message of the `chat` column: role, content, tool_calls, tool_call_id, name."""
+
+    role: str
+    content: str
+    tool_calls: list[ChatToolCall] = field(default_factory=list)
+    tool_call_id: str | None = None
+    name: str | None = None
+
+
 @dataclass(slots=True)
 class Episode:
     """One finished episode: one row of a shard."""
@@ -154,6 +187,13 @@ class Episode:
     error: EpisodeError | None = None
     worker: str | None = None
     """Which worker ran it (diagnostics only)."""
+    # --- chat-template block (schema version 3; defaults let version-2 shards load) ---
+    system_prompt: str | None = None
+    """The system message the episode started with (redacted), or None."""
+    chat: list[ChatMessage] = field(default_factory=list)
+    """Every message of `messages` in the OpenAI chat shape, system prompt first."""
+    tools: str = "[]"
+    """The tool schemas offered to the model: a JSON list in the OpenAI function format."""
 
     @property
     def is_truncated(self) -> bool:

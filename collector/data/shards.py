@@ -17,6 +17,9 @@ data (bump SCHEMA_VERSION when you do). Three kinds of columns are special:
 - `stop_reason` is dictionary-encoded with a *fixed* dictionary (every `StopReason`, in
   declaration order), so every shard carries the same dictionary and readers that
   concatenate shards (pyarrow datasets, polars categoricals) never have to unify them;
+- `tools` is dictionary-encoded per shard: every episode of a task offers the same schemas,
+  and as plain strings they were 44% of a support-desk shard's Arrow bytes in memory
+  (repeated per row); readers see strings (pandas and polars a categorical);
 - the derived columns (`DERIVED_COLUMNS`: is_truncated, num_turns, num_tool_calls,
   input_tokens, output_tokens, wasted_output_tokens) are the `Episode` properties computed
   once at write time, so statistics read a plain column instead of walking nested lists;
@@ -51,6 +54,7 @@ from collector.errors import OutputError
 from collector.stop import StopReason
 
 __all__ = [
+    "CHAT_COLUMNS",
     "COLUMN_ORDER",
     "DERIVED_COLUMNS",
     "EXTENSIONS",
@@ -106,7 +110,14 @@ COLUMN_ORDER: tuple[str, ...] = (
     "executed_tool_calls",
     "error",
     "worker",
+    # --- chat-template block (schema version 3): `collector.data.chat` ---
+    "system_prompt",
+    "chat",
+    "tools",
 )
+
+#: The columns schema version 3 added; a version-2 shard lacks exactly these.
+CHAT_COLUMNS: tuple[str, ...] = ("system_prompt", "chat", "tools")
 
 #: Columns computed from `Episode` properties at write time (type of each property).
 DERIVED_COLUMNS: dict[str, type] = {
@@ -122,6 +133,8 @@ DERIVED_COLUMNS: dict[str, type] = {
 STOP_REASONS: tuple[str, ...] = tuple(r.value for r in StopReason)
 _REASON_INDEX: dict[str, int] = {r: i for i, r in enumerate(STOP_REASONS)}
 STOP_REASON_TYPE = pa.dictionary(pa.int8(), pa.string())
+#: `tools`: the same JSON in most rows of a shard, so stored once per shard.
+TOOLS_TYPE = pa.dictionary(pa.int32(), pa.string())
 
 # The explicit type map for scalar annotations. A new scalar type in a record is one line here.
 _SCALARS: dict[Any, pa.DataType] = {
@@ -173,6 +186,8 @@ def _build_schema() -> pa.Schema:
     for f in dataclasses.fields(Episode):
         if f.name == "stop_reason":
             by_name[f.name] = pa.field(f.name, STOP_REASON_TYPE, nullable=False)
+        elif f.name == "tools":
+            by_name[f.name] = pa.field(f.name, TOOLS_TYPE, nullable=False)
         else:
             _, optional = _unwrap_optional(hints[f.name])
             by_name[f.name] = pa.field(f.name, arrow_type(hints[f.name]), nullable=optional)
@@ -254,6 +269,9 @@ def episodes_to_table(episodes: Sequence[Episode]) -> pa.Table:
     """Build the shard table for `episodes`: one row each, columns in one pass, SCHEMA exactly."""
     arrays: dict[str, pa.Array] = {}
     for name, get in _GETTERS:
+        if name == "tools":
+            arrays[name] = pa.array([get(ep) for ep in episodes], type=pa.string()).dictionary_encode()
+            continue
         arrays[name] = pa.array([get(ep) for ep in episodes], type=SCHEMA.field(name).type)
     indices = pa.array([_REASON_INDEX[ep.stop_reason.value] for ep in episodes], type=pa.int8())
     arrays["stop_reason"] = pa.DictionaryArray.from_arrays(indices, pa.array(STOP_REASONS))
@@ -337,8 +355,9 @@ def write_shard(path: Path, table: pa.Table, fmt: ShardFormat) -> None:
 
 
 def format_of(path: Path | str) -> ShardFormat:
-    """The shard format a file name says (by extension)."""
-    suffix = Path(path).suffix
+    """The shard format a file name says (by extension; a pending ``.tmp`` shard by the one before)."""
+    name = Path(path).name.removesuffix(".tmp")
+    suffix = Path(name).suffix
     if suffix == ".parquet":
         return "parquet"
     if suffix == ".arrow":

@@ -1,23 +1,32 @@
 """The run directory: where committed episodes live, exactly once.
 
-Layout (``RUN_DIR``)::
+Layout (``RUN_DIR``, names and why in `collector.data.manifest`)::
 
-    manifest.json             the list of committed shards: the only source of truth
-    config.resolved.json      the resolved config the run was started with, and its fingerprint
-    .lock                     held (flock) while a RunStore is open: one writer per run dir;
-                              checked by inode before each commit and after its manifest swap
-    model=<m>/budget=<b>/part-000042-1a2b3c4d.arrow   shards (Hive partitions; Parquet optional)
-    _quarantine/              shards found corrupt on open, moved aside (never deleted)
+    data/part-000042-1a2b3c4d.arrow   committed shards only (Parquet optional), flat
+    .collector/manifest.json          the list of committed shards: the only source of truth
+    .collector/config.resolved.json   the resolved config the run was started with, and its fingerprint
+    .collector/run.lock               held (flock) while a RunStore is open: one writer per run dir
+    .collector/tmp/                   shards being written (and committed ones not yet moved)
+    .collector/quarantine/            shards found corrupt on open, moved aside (never deleted)
 
 Exactly once. An episode is *committed* when a shard holding it is named in the manifest.
-`RunStore.commit` writes each shard under a temporary name, fsyncs it, renames it into
-place, fsyncs the directory, and only then replaces the manifest (write temp, fsync, rename).
-A crash at any point leaves either the old manifest (the new shards are orphans: not
-committed, deleted on the next open, their episodes run again) or the new one (committed).
+`RunStore.commit` writes each shard to ``.collector/tmp/<name>.tmp``, fsyncs it and the
+directory, replaces the manifest naming ``data/<name>`` (write temp, fsync, rename), and
+only then renames the shard into ``data/``. A crash before the manifest swap leaves the old
+manifest (the temp files are orphans, hidden from every reader, deleted on the next open,
+their episodes run again); after it, the new one, and the next open finishes the move.
+
+Visible means committed. A plain reader (a glob over the tree, no manifest) sees only
+``data/``, and a file is there only once it is named in the manifest: at every moment,
+crash or not, a glob never counts an uncommitted episode nor one a resume runs again. A
+committed shard may be missing from ``data/`` for the moment between the swap and its
+rename (or until the next open after a crash there): readers that go through the manifest
+find it in ``.collector/tmp/`` (`collector.data.manifest.shard_location`).
 Once the new manifest is renamed into place the commit is done: a failure after that (the
-directory's fsync) is a warning, never a removal of files the manifest names. Each (model,
-budget) cell is written on its own: one that fails is left out of the swap and named in a
-`CommitIncomplete`, the others are committed.
+directory's fsync, the move into ``data/``) is a warning, never a removal of files the
+manifest names. Each (model, budget) cell is written on its own: one that fails is left out
+of the swap and named in a `CommitIncomplete`, the others are committed. The lock is checked
+by inode before each commit and after its manifest swap.
 Episode ids are deterministic (`collector.data.record.episode_id`), so resume is a set
 difference: the driver runs every id not in `committed_ids()`; an id that is already
 committed, or repeated inside one commit (a late duplicate from a worker presumed dead), is
@@ -25,10 +34,12 @@ dropped at commit. Nothing is ever committed twice, and nothing committed is eve
 
 Forgetting. `RunStore.forget` takes committed episodes out again (`collector run
 --retry-errors` uses it to re-collect `error` episodes): each shard holding one is
-replaced by a new shard without those rows, written exactly as a commit writes, then the
-manifest is replaced once, then the old files are deleted. Before that one swap the old
-state is committed (the new shards are orphans), after it the new one (the old files are
-orphans); orphans are deleted on open, as for a commit.
+replaced by a new shard without those rows, written to ``.collector/tmp/`` as a commit
+writes; the old files are then moved out of ``data/`` into ``.collector/tmp/`` (so no glob
+sees a row being forgotten, or both an old file and its replacement), the manifest is
+replaced once, the replacements moved into ``data/``, the old files deleted. Before the
+swap the old state is committed (the next open moves the old files back), after it the new
+one (the next open finishes the move and deletes the old files).
 
 Trust. A run dir written by a different config is refused. The store does not decide what
 "different" means: it compares the `config_fingerprint` its caller passes with the one in the
@@ -39,12 +50,13 @@ to collect (models, budgets, samples, task count) or how (Ray, output, timeouts,
 widening a sweep continues the same run dir, changing a reward policy cannot.
 `config.resolved.json` is rewritten on every open, so it shows the latest selection. The
 shard format and schema version must match too. A dir that is not empty and has no manifest
-is refused (it is not ours), as is one another process holds open. Each manifest entry
+is refused (it is not ours), as is one another process holds open, and one of the layout
+before `.collector/` (readable, not continued: its schema version is older anyway). Each manifest entry
 records the shard's size and sha256 at commit, and open verifies both for every shard:
 reading only the `episode_id` column would miss damage inside any other column, which
 then surfaces as a failed `collector stats` while the episodes are never run again. A shard
 named in the manifest that fails this (missing, wrong size or checksum, unreadable, wrong
-schema version, wrong row count) is moved to ``_quarantine/``, dropped from the manifest
+schema version, wrong row count) is moved to ``.collector/quarantine/``, dropped from the manifest
 and reported in `RunStore.warnings` (one line naming the file): its episodes count as not
 committed and run again, so a damaged file never stops a resume. Entries of older manifests
 without size and checksum get a full decode and validation of the shard instead. A
@@ -63,7 +75,7 @@ import os
 import shutil
 import uuid
 import weakref
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
@@ -74,17 +86,22 @@ import pyarrow.compute as pc
 
 from collector.data.manifest import (
     CHECKSUM_ALGORITHM,
+    DATA_DIR,
+    LEGACY_MANIFEST,
     LOCK,
     MANIFEST,
     MANIFEST_VERSION,
+    META_DIR,
     QUARANTINE,
+    QUARANTINE_SUFFIX,
     RESOLVED_CONFIG,
-    TMP_SUFFIX,
+    TMP_DIR,
     ReplacedNotDurable,
     file_digest,
     fsync_dir,
+    is_legacy,
     now_iso,
-    partition_dir,
+    pending_path,
     read_manifest,
     unique_entries,
     write_json_atomic,
@@ -191,8 +208,20 @@ class RunStore:
         if rows_per_shard <= 0:
             raise OutputError(f"rows_per_shard must be positive (got {rows_per_shard})")
         root = Path(run_dir)
+        if is_legacy(root):
+            raise OutputError(
+                f"{root} has the earlier run-dir layout ({LEGACY_MANIFEST} at the top, "
+                "shards under model=*/budget=*): collector stats/show/check/export still read it, "
+                "but it cannot be continued; choose another output.path"
+            )
         try:
             root.mkdir(parents=True, exist_ok=True)
+            if not (root / META_DIR).is_dir() and _foreign(root):
+                raise OutputError(
+                    f"{root} is not empty and is not a run directory (no {MANIFEST}); "
+                    "choose another output.path"
+                )
+            (root / TMP_DIR).mkdir(parents=True, exist_ok=True)
             lock_fd = _acquire_lock(root)
         except OSError as e:
             raise OutputError(f"cannot write run dir {root}: {e.strerror or e}") from e
@@ -224,9 +253,7 @@ class RunStore:
     def _load_or_create(root: Path, fingerprint: str, fmt: ShardFormat) -> dict[str, Any]:
         if not (root / MANIFEST).exists():
             # Only what an interrupted first open can leave behind may already be here.
-            foreign = [p.name for p in root.iterdir()
-                       if p.name not in (LOCK, RESOLVED_CONFIG) and not p.name.endswith(TMP_SUFFIX)]
-            if foreign:
+            if _foreign(root):
                 raise OutputError(
                     f"{root} is not empty and is not a run directory (no {MANIFEST}); "
                     "choose another output.path"
@@ -242,6 +269,7 @@ class RunStore:
                 "shards": [],
             }
             write_json_atomic(root / MANIFEST, manifest)
+            (root / DATA_DIR).mkdir(exist_ok=True)
             return manifest
         manifest = read_manifest(root)
         if manifest.get("fingerprint") != fingerprint:
@@ -263,11 +291,30 @@ class RunStore:
         return manifest
 
     def _recover(self) -> None:
-        """Read committed ids; quarantine unreadable shards; delete orphans and temp files."""
-        kept = []
+        """Finish interrupted moves; read committed ids; quarantine bad shards; clear tmp/ and strays.
+
+        We hold the lock, so nothing in ``.collector/tmp/`` belongs to a live writer: a file
+        there that the manifest names (crash between the manifest swap and the rename into
+        ``data/``, or a forget's old file moved aside before a swap that never happened) is
+        moved into place; every other is an uncommitted temp file and is deleted.
+        """
+        data = self.root / DATA_DIR
+        data.mkdir(exist_ok=True)
         entries, repeated = unique_entries(self._manifest["shards"])
         for rel in dict.fromkeys(repeated):
             self._warn(f"manifest named shard {rel} more than once; keeping one entry (its rows count once)")
+        finished = 0
+        for entry in entries:
+            final, pending = self.root / entry["path"], pending_path(self.root, entry["path"])
+            if not final.exists() and pending.exists():
+                final.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(pending, final)
+                finished += 1
+        if finished:
+            fsync_dir(data)
+            self._warn(f"finished moving {finished} committed shard(s) of an interrupted commit "
+                       f"into {DATA_DIR}/")
+        kept = []
         known: set[str] = {entry["path"] for entry in entries}
         # Hashing and decompressing release the GIL: a few threads verify a big run faster.
         with ThreadPoolExecutor(max_workers=_VERIFY_THREADS) as pool:
@@ -284,26 +331,24 @@ class RunStore:
         if len(kept) != len(self._manifest["shards"]):
             self._manifest["shards"] = kept
             self._write_manifest("repaired manifest")
-        for path in self._stray_files():
-            rel = path.relative_to(self.root).as_posix()
-            if rel in known:
-                continue
-            # Uncommitted by definition (not in the manifest): a crash between rename and
-            # manifest update, or a temp file. We hold the lock, so no writer owns it.
+        for path in (self.root / TMP_DIR).iterdir():
+            if path.is_file():
+                path.unlink(missing_ok=True)
+        for path in (self.root / META_DIR).glob(".*.tmp"):  # an interrupted JSON write
             path.unlink(missing_ok=True)
-            if not path.name.endswith(TMP_SUFFIX):
-                self._warn(f"removed uncommitted shard {rel} (not in the manifest)")
-
-    def _stray_files(self) -> Iterable[Path]:
-        for part in self.root.glob("model=*/budget=*"):
-            if part.is_dir():
-                yield from (p for p in part.iterdir() if p.is_file())
-        yield from (p for p in self.root.iterdir() if p.name.endswith(TMP_SUFFIX))
+        for path in sorted(data.rglob("*")):
+            rel = path.relative_to(self.root).as_posix()
+            if path.is_file() and rel not in known:
+                # Never written there by us (data/ holds committed shards only), so not ours
+                # to delete either: moved aside, out of every reader's sight.
+                moved = self._quarantine(path)
+                self._warn(f"stray file {rel} (not in the manifest) moved to {moved}")
 
     def _quarantine(self, path: Path) -> str:
         target_dir = self.root / QUARANTINE
-        target_dir.mkdir(exist_ok=True)
-        flat = path.relative_to(self.root).as_posix().replace("/", "__")
+        target_dir.mkdir(parents=True, exist_ok=True)
+        # A suffix no reader takes for a shard (they read .arrow/.parquet even in hidden dirs).
+        flat = path.relative_to(self.root).as_posix().replace("/", "__") + QUARANTINE_SUFFIX
         target = target_dir / flat
         if path.exists():
             shutil.move(str(path), target)
@@ -324,24 +369,21 @@ class RunStore:
         """The manifest's shard entries (path relative to the run dir, rows, model, budget)."""
         return [dict(e) for e in self._manifest["shards"]]
 
-    def _place_shard(
-        self, part_dir: Path, table: pa.Table, model: str, budget: int, written: list[Path]
-    ) -> dict[str, Any]:
-        """Write `table` as the next shard of `part_dir` (temp name, then rename) and return
-        its manifest entry. Every file it creates is appended to `written` first, so the
-        caller's abort can remove it; the caller fsyncs the directory and swaps the manifest."""
+    def _write_pending(self, table: pa.Table, model: str, budget: int, written: list[Path]) -> dict[str, Any]:
+        """Write `table` as the next shard, in ``.collector/tmp/`` only, and return its manifest
+        entry (naming its place in ``data/``). The file is appended to `written` first, so the
+        caller's abort can remove it; the caller fsyncs tmp/, swaps the manifest, then
+        `_publish`es: a shard reaches ``data/`` only once it is committed."""
         name = f"part-{self._manifest['next_part']:06d}-{uuid.uuid4().hex[:8]}{EXTENSIONS[self.fmt]}"
         self._manifest["next_part"] += 1
-        final = part_dir / name
-        tmp = part_dir / f".{name}{TMP_SUFFIX}"
+        rel = f"{DATA_DIR}/{name}"
+        tmp = pending_path(self.root, rel)
         written.append(tmp)
         write_shard(tmp, table, self.fmt)
         # Hashed from the page cache right after the write: what open verifies.
         size, checksum = file_digest(tmp)
-        os.replace(tmp, final)
-        written.append(final)
         return {
-            "path": final.relative_to(self.root).as_posix(),
+            "path": rel,
             "rows": table.num_rows,
             "model": model,
             "budget": budget,
@@ -349,6 +391,20 @@ class RunStore:
             "checksum": checksum,
             "committed": now_iso(),
         }
+
+    def _publish(self, entries: Sequence[dict[str, Any]]) -> None:
+        """Move committed shards from ``.collector/tmp/`` into ``data/`` (after the manifest swap).
+
+        They are committed already: a failure here is not the commit's failure. What is not
+        moved stays readable through the manifest and is moved by the next open.
+        """
+        try:
+            for entry in entries:
+                os.replace(pending_path(self.root, entry["path"]), self.root / entry["path"])
+            fsync_dir(self.root / DATA_DIR)
+        except OSError as e:
+            self._warn(f"committed shards left in {TMP_DIR} ({describe_exception(e)}); "
+                       "the next open moves them")
 
     def commit(self, episodes: Sequence[Episode]) -> int:
         """Durably commit the episodes not yet committed; return how many were new.
@@ -397,6 +453,7 @@ class RunStore:
                     shard_ids.append(chunk_ids)
             if not entries:
                 raise OutputError(f"commit to {self.root} failed ({causes[0]})")
+            fsync_dir(self.root / TMP_DIR)
             self._check_writable()  # the lock again, just before the swap (the shards took time)
             self._manifest["shards"].extend(entries)
             self._write_manifest("commit")
@@ -414,6 +471,7 @@ class RunStore:
             self._ids.update(chunk_ids)
             committed += len(chunk_ids)
         self._check_lock_after_swap(committed)
+        self._publish(entries)
         if left_out:
             more = f"; and {len(causes) - 1} more cell(s)" if len(causes) > 1 else ""
             raise CommitIncomplete(
@@ -432,16 +490,12 @@ class RunStore:
         mine: list[Path] = []
         placed = []
         try:
-            part_dir = self.root / partition_dir(model, budget)
-            part_dir.mkdir(parents=True, exist_ok=True)
             for start in range(0, len(group), self.rows_per_shard):
                 table, chunk = _table_without_poison(group[start:start + self.rows_per_shard], rejected)
                 if table is None:
                     continue
-                placed.append((self._place_shard(part_dir, table, model, budget, mine),
+                placed.append((self._write_pending(table, model, budget, mine),
                                [ep.episode_id for ep in chunk]))
-            if placed:
-                fsync_dir(part_dir)
         except Exception:
             _remove(mine)
             raise
@@ -453,12 +507,15 @@ class RunStore:
 
         Used to re-collect `error` episodes once a provider is back. The same transaction
         shape as `commit`: every shard holding one of `ids` gets a replacement without
-        those rows (temp name, fsync, rename, size and checksum recorded; none when no row
-        is left), then the manifest is swapped once (old entries out, new ones in), and
-        only then are the old files deleted. A crash before the swap leaves the old state
-        (the replacements are orphans, removed on the next open); after it, the new state
-        (the old files are orphans). Ids that are not committed are ignored. On a failure
-        before the swap, what this call wrote is removed and OutputError raised.
+        those rows (written to ``.collector/tmp/``, size and checksum recorded; none when no
+        row is left); the old files are moved out of ``data/`` into ``.collector/tmp/``;
+        the manifest is swapped once (old entries out, new ones in); the replacements are
+        moved into ``data/`` and the old files deleted. A plain reader therefore never sees
+        a forgotten row once the swap can happen, nor an old file beside its replacement. A
+        crash before the swap leaves the old state (the next open moves the old files back
+        and deletes the replacements); after it, the new state (the next open finishes).
+        Ids that are not committed are ignored. On a failure before the swap, the old files
+        are moved back, what this call wrote is removed and OutputError raised.
         """
         self._check_writable()
         gone = {i for i in ids if i in self._ids}
@@ -467,22 +524,24 @@ class RunStore:
         touched = {self._where[i] for i in gone}
         old = [e for e in self._manifest["shards"] if e["path"] in touched]
         written: list[Path] = []
+        retired: list[tuple[Path, Path]] = []
         replacements: list[tuple[dict[str, Any], list[str]]] = []
         next_part = self._manifest["next_part"]
         try:
-            dirs: set[Path] = set()
             for entry in old:
-                path = self.root / entry["path"]
-                table = read_shard(path)
+                table = read_shard(self.root / entry["path"])
                 mask = pc.invert(pc.is_in(table.column("episode_id"), value_set=pa.array(sorted(gone))))
                 kept = table.filter(mask)
                 if kept.num_rows == 0:
                     continue
-                placed = self._place_shard(path.parent, kept, entry["model"], entry["budget"], written)
-                dirs.add(path.parent)
+                placed = self._write_pending(kept, entry["model"], entry["budget"], written)
                 replacements.append((placed, kept.column("episode_id").to_pylist()))
-            for d in dirs:
-                fsync_dir(d)
+            for entry in old:  # out of every reader's sight, still committed (the next open restores)
+                pair = (self.root / entry["path"], pending_path(self.root, entry["path"]))
+                os.replace(*pair)
+                retired.append(pair)
+            fsync_dir(self.root / TMP_DIR)
+            fsync_dir(self.root / DATA_DIR)
             previous = self._manifest["shards"]
             self._manifest["shards"] = [e for e in previous if e["path"] not in touched]
             self._manifest["shards"].extend(entry for entry, _ in replacements)
@@ -493,6 +552,9 @@ class RunStore:
                 raise
         except Exception as e:
             self._manifest["next_part"] = next_part
+            for final, aside in retired:
+                with contextlib.suppress(OSError):
+                    os.replace(aside, final)
             _remove(written)
             if isinstance(e, OutputError):
                 raise
@@ -503,14 +565,10 @@ class RunStore:
         self._check_lock_after_swap(None)
         for entry, kept_ids in replacements:
             self._where.update(dict.fromkeys(kept_ids, entry["path"]))
-        # Committed state is already the new one; a file left here is an orphan the next
-        # open removes, so a failed delete is not an error.
-        for entry in old:
-            with contextlib.suppress(OSError):
-                (self.root / entry["path"]).unlink(missing_ok=True)
-        for d in {(self.root / e["path"]).parent for e in old}:
-            with contextlib.suppress(OSError):
-                fsync_dir(d)
+        self._publish([entry for entry, _ in replacements])
+        # Committed state is already the new one; an old file left in tmp/ is deleted by the
+        # next open, so a failed delete is not an error.
+        _remove([aside for _, aside in retired])
         return len(gone)
 
     def _write_manifest(self, what: str) -> None:
@@ -601,6 +659,12 @@ def _table_without_poison(
             continue
         good.append(ep)
     return (episodes_to_table(good), good) if good else (None, [])
+
+
+def _foreign(root: Path) -> list[str]:
+    """Names at the top of `root` that no interrupted first open of ours leaves behind."""
+    return [p.name for p in root.iterdir()
+            if p.name != META_DIR and not (p.name == DATA_DIR and p.is_dir() and not any(p.iterdir()))]
 
 
 def _verify_shard(path: Path, entry: dict[str, Any]) -> tuple[list[str], str | None]:

@@ -75,6 +75,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from collector.config import LoopConfig, RedactionConfig
+from collector.data.chat import chat_messages, system_prompt, tools_json
 from collector.data.record import (
     Episode,
     EpisodeError,
@@ -468,10 +469,12 @@ async def run_episode(
         params = dataclasses.replace(params, seed=spec.seed)
     error: EpisodeError | None = None
     reward, graded = 0.0, None
+    offered = "[]"  # the tools column: none were offered when the environment failed to start
     try:
         try:
             world = env.start(spec.task)
             tools = list(world.tools)
+            offered = tools_json(tool_specs(tools))
         # Broad on purpose: the environment crashed setting up, an `error` episode.
         except Exception as exc:
             raise _env_failure("start", exc, redactor) from exc
@@ -507,5 +510,8 @@ async def run_episode(
         executed_tool_calls=run.executed,
         tool_errors=run.tool_errors,
         error=error,
+        system_prompt=system_prompt(run.records),
+        chat=chat_messages(run.records),
+        tools=offered,
     )
     return redactor.finish(episode)  # no credential the run was given, anywhere in the record

@@ -13,7 +13,7 @@ import pytest
 
 from collector.data import shards
 from collector.data.check import MAX_PROBLEMS, check_run
-from collector.data.manifest import MANIFEST, NotARunDirectory
+from collector.data.manifest import MANIFEST, TMP_DIR, NotARunDirectory
 from collector.data.record import Episode, ExecutedToolCall, MessageRecord
 from collector.data.store import RunStore
 from collector.stop import StopReason
@@ -116,7 +116,7 @@ def test_each_violation_is_found(
     assert any(phrase in line for line in report.problems), report.problems
     for line in report.problems:  # some breaks violate two rules at once (a cut turn that ran a tool)
         assert bad.episode_id in line
-        assert line.startswith("model=sim-perfect/budget=128/part-")
+        assert line.startswith("data/part-")
         assert "\n" not in line
 
 
@@ -149,7 +149,7 @@ def _add_to_manifest(run: Path, rel: str, rows: int, model: str = "sim-perfect",
 def test_duplicate_ids_across_shards(tmp_path: Path) -> None:
     """The same episode in two committed shards is reported with both file names."""
     run = commit(tmp_path / "run", clean())
-    shard = next(run.glob("model=*/budget=*/part-*.arrow"))
+    shard = next(run.glob("data/part-*.arrow"))
     copy = shard.with_name("part-000777-copy0000.arrow")
     shutil.copy(shard, copy)
     _add_to_manifest(run, copy.relative_to(run).as_posix(), 12)
@@ -159,7 +159,7 @@ def test_duplicate_ids_across_shards(tmp_path: Path) -> None:
 
 
 def _write_extra(run: Path, table: pa.Table, name: str) -> str:
-    path = run / "model=sim-perfect" / "budget=128" / name
+    path = run / "data" / name
     shards.write_shard(path, table, "arrow")
     rel = path.relative_to(run).as_posix()
     _add_to_manifest(run, rel, table.num_rows)
@@ -193,7 +193,7 @@ def test_manifest_row_count_and_partition_mismatch(tmp_path: Path) -> None:
 def test_damaged_shard_is_one_line_not_a_crash(tmp_path: Path, damage: str) -> None:
     """A truncated, zeroed or missing committed shard is one problem line naming the file."""
     run = commit(tmp_path / "run", clean())
-    shard = next(run.glob("model=*/budget=*/part-*.arrow"))
+    shard = next(run.glob("data/part-*.arrow"))
     if damage == "truncate":
         shard.write_bytes(shard.read_bytes()[:100])
     elif damage == "zeros":
@@ -206,25 +206,42 @@ def test_damaged_shard_is_one_line_not_a_crash(tmp_path: Path, damage: str) -> N
     assert "\n" not in report.problems[0]
 
 
-def test_uncommitted_and_quarantined_files_are_notes(tmp_path: Path) -> None:
-    """Orphan shards, corrupt orphan files and temp files are notes naming each file, not problems."""
+def test_every_stray_file_is_a_problem_and_hidden_leftovers_are_notes(tmp_path: Path) -> None:
+    """A file a plain reader sees outside the manifest fails check; hidden temp files are notes."""
     run = commit(tmp_path / "run", clean())
-    part = run / "model=sim-perfect" / "budget=128"
-    shard = next(part.glob("part-*.arrow"))
-    shutil.copy(shard, part / "part-000500-orphan00.arrow")
-    (part / "part-000501-broken00.arrow").write_bytes(b"not arrow")
-    (part / ".part-000502-halfway0.arrow.tmp").write_bytes(b"half")
+    shard = next(run.glob("data/part-*.arrow"))
+    shutil.copy(shard, run / "data" / "part-000500-orphan00.arrow")  # a shard copied in by hand
+    (run / "data" / "nested").mkdir()
+    (run / "data" / "nested" / "part-000501-broken00.arrow").write_bytes(b"not arrow")
+    (run / "notes.txt").write_text("mine")
+    (run / TMP_DIR / "part-000502-halfway0.arrow.tmp").write_bytes(b"half")
     report = check_run(run)
-    assert report.ok
-    notes = "\n".join(report.notes)
-    assert "part-000500-orphan00.arrow: uncommitted shard" in notes
-    assert "part-000501-broken00.arrow: corrupt uncommitted file" in notes
-    assert ".part-000502-halfway0.arrow.tmp: temporary file" in notes
+    assert not report.ok
+    assert len(report.problems) == 3
+    for name in ("data/part-000500-orphan00.arrow", "data/nested/part-000501-broken00.arrow", "notes.txt"):
+        assert any(p.startswith(f"{name}: stray file, not in the manifest") for p in report.problems), name
+    assert any("part-000502-halfway0.arrow.tmp: temporary file" in n for n in report.notes)
+
+
+def test_check_exits_1_and_prints_a_stray_and_the_notes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`collector check` exits 1 for one stray shard, printing its name, and prints the notes it found."""
+    from collector.cli import main
+
+    run = commit(tmp_path / "run", clean())
+    (run / TMP_DIR / "part-000502-halfway0.arrow.tmp").write_bytes(b"half")
+    assert main(["check", str(run)]) == 0
+    assert "note: .collector/tmp/part-000502-halfway0.arrow.tmp" in capsys.readouterr().out
+    shard = next(run.glob("data/part-*.arrow"))
+    shutil.copy(shard, run / "data" / "part-000500-orphan00.arrow")
+    assert main(["check", str(run)]) == 1
+    assert "data/part-000500-orphan00.arrow: stray file" in capsys.readouterr().out
 
 
 def test_not_a_run_dir(tmp_path: Path) -> None:
     """A directory without a manifest is bad input (NotARunDirectory), not a problem found in a run."""
-    with pytest.raises(NotARunDirectory, match=r"no manifest\.json"):
+    with pytest.raises(NotARunDirectory, match=r"no \.collector/manifest\.json"):
         check_run(tmp_path)
 
 

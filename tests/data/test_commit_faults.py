@@ -21,11 +21,11 @@ from collector.data import store as store_mod
 from collector.data.analysis import load_run
 from collector.data.check import check_run
 from collector.data.manifest import (
+    DATA_DIR,
     LOCK,
     MANIFEST,
-    MAX_PARTITION_SEGMENT,
+    TMP_DIR,
     committed_shard_paths,
-    partition_dir,
     read_manifest,
 )
 from collector.data.record import MAX_TOKEN_COUNT, Episode
@@ -67,7 +67,7 @@ def test_fsync_failure_after_the_manifest_rename_keeps_the_commit(
     landed: list[int] = []
 
     def eio_after_rename(path: Path) -> None:
-        shards = read_manifest(run)["shards"] if path == run else []
+        shards = read_manifest(run)["shards"] if path == (run / MANIFEST).parent else []
         if len(shards) == 2:  # the new manifest (old shard + this commit's) is already in place
             landed.append(len(shards))
             raise OSError(errno.EIO, "Input/output error")
@@ -102,7 +102,7 @@ def test_fsync_failure_after_the_swap_of_a_forget_keeps_the_new_state(
     landed: list[bool] = []
 
     def eio_after_rename(path: Path) -> None:
-        if path == run and {e["path"] for e in read_manifest(run)["shards"]} != old_paths:
+        if path == (run / MANIFEST).parent and {e["path"] for e in read_manifest(run)["shards"]} != old_paths:
             landed.append(True)  # the swapped manifest (the replacement shard) is in place
             raise OSError(errno.EIO, "Input/output error")
         real_fsync_dir(path)
@@ -143,23 +143,16 @@ def test_absurd_token_counts_do_not_block_a_commit(tmp_path: Path) -> None:
 
 
 def test_a_model_name_too_long_for_a_directory_still_commits(tmp_path: Path) -> None:
-    """A model name whose escaped directory name would pass 255 bytes gets a shortened, hashed
-    one that any filesystem takes; the shard's model column keeps the full name; two such names
-    sharing a prefix get different directories."""
+    """A model name far past any filesystem's name limit commits: shards are named by number,
+    never by model, and the model column keeps the full name."""
     long_a = "org/" + "é" * 150 + "-a"
     long_b = "org/" + "é" * 150 + "-b"
     run = tmp_path / "run"
     with open_store(run) as st:
         assert st.commit(make_batch(2, model=long_a) + make_batch(2, model=long_b)) == 4
-    dirs = {partition_dir(long_a, 128), partition_dir(long_b, 128)}
-    assert len(dirs) == 2
-    for d in dirs:
-        segment = d.split("/")[0]
-        assert len(segment.encode()) <= MAX_PARTITION_SEGMENT
-        assert (run / d).is_dir()
+    assert all(len(p.name.encode()) < 64 for p in committed_shard_paths(run))
     models = load_run(run, columns=["model"]).column("model").to_pylist()
     assert sorted(set(models)) == sorted([long_a, long_b])
-    assert partition_dir("org/Model-7B", 64) == "model=org%2FModel-7B/budget=64"  # short names as before
 
 
 def test_a_cell_that_cannot_be_written_leaves_the_other_cells_committed(
@@ -187,7 +180,7 @@ def test_a_cell_that_cannot_be_written_leaves_the_other_cells_committed(
         assert "\n" not in str(info.value)
         assert st.committed_ids() == {e.episode_id for e in good}
     assert sorted(stored_ids(run)) == sorted(e.episode_id for e in good)
-    assert not list((run / partition_dir("sim-perfect", 64)).glob("*"))
+    assert not list((run / TMP_DIR).glob("*"))  # the failed cell left no file behind
     monkeypatch.undo()
     with open_store(run) as st:  # the failed cell is not committed: a rerun writes it
         assert st.commit(good + bad) == 3
@@ -277,7 +270,7 @@ def test_a_deleted_lock_file_stops_the_writer_before_it_commits(tmp_path: Path) 
             assert "deleted or replaced" in str(info.value)
             assert "\n" not in str(info.value)
         assert (run / MANIFEST).read_bytes() == before
-    assert len(list(run.glob("model=*/budget=*/*"))) == 1
+    assert len(list((run / DATA_DIR).glob("*"))) == 1
 
 
 def test_a_taken_over_lock_stops_the_first_writer_and_keeps_the_second(tmp_path: Path) -> None:

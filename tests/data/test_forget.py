@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from collector.data import store as store_mod
-from collector.data.manifest import committed_shard_paths, read_manifest
+from collector.data.manifest import TMP_DIR, committed_shard_paths, read_manifest
 from collector.data.shards import read_shard
 from collector.data.store import RunStore
 from collector.errors import OutputError
@@ -35,7 +35,12 @@ def committed_rows(run_dir: Path) -> list[str]:
 
 
 def shard_files(run_dir: Path) -> set[str]:
-    return {p.relative_to(run_dir).as_posix() for p in run_dir.glob("model=*/budget=*/*") if p.is_file()}
+    """Every file a plain reader sees (outside .collector/)."""
+    return {p.relative_to(run_dir).as_posix() for p in run_dir.glob("data/*") if p.is_file()}
+
+
+def hidden_files(run_dir: Path) -> set[str]:
+    return {p.name for p in (run_dir / TMP_DIR).iterdir()}
 
 
 @pytest.mark.parametrize("fmt", ["arrow", "parquet"])
@@ -72,7 +77,7 @@ def test_forget_writes_no_shard_for_an_emptied_one_and_keeps_the_layout(tmp_path
     assert len(after) == 1
     (entry,) = after
     assert entry["path"] not in before
-    assert entry["path"].startswith("model=sim-perfect/budget=64/part-")
+    assert entry["path"].startswith("data/part-")
     assert (entry["rows"], entry["budget"]) == (3, 64)
     assert entry["size"] == (run / entry["path"]).stat().st_size
     assert shard_files(run) == {entry["path"]}
@@ -81,7 +86,7 @@ def test_forget_writes_no_shard_for_an_emptied_one_and_keeps_the_layout(tmp_path
 def test_a_crash_before_the_manifest_swap_keeps_the_old_state(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Dying before the manifest is replaced leaves every episode committed; the replacements are orphans."""
+    """Dying before the manifest swap leaves every episode committed; the next open restores the old files."""
     run = tmp_path / "run"
     work = make_batch(8)
     st = open_store(run)
@@ -95,11 +100,14 @@ def test_a_crash_before_the_manifest_swap_keeps_the_old_state(
         st.forget([work[0].episode_id, work[5].episode_id])
     monkeypatch.undo()
     st.close()
-    assert len(shard_files(run)) == 4  # two committed shards and two orphan replacements
+    # Old files moved aside and replacements not yet in sight: a glob sees neither (never both).
+    assert shard_files(run) == set()
+    assert len(hidden_files(run)) == 4
 
     with open_store(run) as st2:
         assert st2.committed_ids() == {e.episode_id for e in work}
-        assert any("removed uncommitted shard" in w for w in st2.warnings)
+        assert any("finished moving 2" in w for w in st2.warnings)
+    assert not hidden_files(run)
     assert sorted(committed_rows(run)) == sorted(e.episode_id for e in work)
     assert shard_files(run) == {e["path"] for e in read_manifest(run)["shards"]}
 
@@ -107,7 +115,7 @@ def test_a_crash_before_the_manifest_swap_keeps_the_old_state(
 def test_a_crash_after_the_manifest_swap_keeps_the_new_state(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Dying after the manifest swap, before the old files are deleted, leaves the episodes forgotten."""
+    """Dying after the manifest swap, before the replacements are moved in, leaves the episodes forgotten."""
     run = tmp_path / "run"
     work = make_batch(8)
     st = open_store(run)
@@ -123,12 +131,15 @@ def test_a_crash_after_the_manifest_swap_keeps_the_new_state(
         st.forget([work[0].episode_id, work[5].episode_id])
     monkeypatch.undo()
     st.close()
-    assert len(shard_files(run)) == 4  # the old shards were never deleted
-
+    assert shard_files(run) == set()  # no forgotten row is in sight of a glob reader
+    assert len(hidden_files(run)) == 4  # the old shards aside, the committed replacements pending
     kept = {e.episode_id for e in work} - {work[0].episode_id, work[5].episode_id}
+    assert sorted(committed_rows(run)) == sorted(kept)  # readers of the manifest find the pending ones
+
     with open_store(run) as st2:
         assert st2.committed_ids() == kept
-        assert sum("removed uncommitted shard" in w for w in st2.warnings) == 2
+        assert any("finished moving 2" in w for w in st2.warnings)
+    assert not hidden_files(run)
     assert sorted(committed_rows(run)) == sorted(kept)
     assert shard_files(run) == {e["path"] for e in read_manifest(run)["shards"]}
 

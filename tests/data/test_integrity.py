@@ -70,7 +70,7 @@ def test_one_damaged_byte_mid_shard_is_quarantined_on_open(tmp_path: Path) -> No
         assert st.committed_ids() == {e.episode_id for e in work[8:]}
         assert st.commit(work) == 8  # the damaged shard's episodes run again
     assert not victim.exists()
-    assert [p.name for p in (run / QUARANTINE).iterdir()] == [f"model=sim-perfect__budget=128__{victim.name}"]
+    assert [p.name for p in (run / QUARANTINE).iterdir()] == [f"data__{victim.name}.quarantined"]
     assert check_run(run).ok
 
 

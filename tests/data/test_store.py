@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -15,13 +16,15 @@ import pyarrow.dataset as ds
 import pytest
 
 from collector.data import store as store_mod
-from collector.data.analysis import PARTITIONING
 from collector.data.manifest import (
+    DATA_DIR,
+    LEGACY_MANIFEST,
     MANIFEST,
+    META_DIR,
     QUARANTINE,
     RESOLVED_CONFIG,
+    TMP_DIR,
     committed_shard_paths,
-    partition_dir,
 )
 from collector.data.shards import read_shard
 from collector.data.store import RunStore
@@ -70,20 +73,18 @@ def test_duplicates_are_dropped_at_commit(tmp_path: Path) -> None:
     assert len(rows) == len(set(rows)) == 5
 
 
-def test_shards_are_hive_partitioned_and_split(tmp_path: Path) -> None:
-    """Rows go to model=/budget= directories, at most rows_per_shard per file; names are URI-escaped."""
+def test_shards_are_flat_in_data_and_split(tmp_path: Path) -> None:
+    """Every cell's shards sit flat in data/, at most rows_per_shard each; model and budget are columns."""
     run = tmp_path / "run"
     batch = make_batch(9, model="org/Model-7B", budget=64) + make_batch(2, model="b", budget=128)
     with open_store(run, rows=4) as st:
         st.commit(batch)
         sizes = sorted(e["rows"] for e in st.shards)
     assert sizes == [1, 2, 4, 4]
-    assert (run / "model=org%2FModel-7B" / "budget=64").is_dir()
-    assert len(list((run / "model=b" / "budget=128").glob("part-*.arrow"))) == 1
-    parsed = PARTITIONING.parse(partition_dir("org/Model-7B", 64) + "/")
-    assert parsed.equals((ds.field("model") == "org/Model-7B") & (ds.field("budget") == 64))
-    dataset = ds.dataset(run, format="ipc", partitioning=PARTITIONING, exclude_invalid_files=True)
-    table = dataset.to_table(columns=["model"], filter=ds.field("budget") == 64)
+    assert sorted(p.name for p in run.iterdir()) == [META_DIR, DATA_DIR]
+    files = sorted((run / DATA_DIR).iterdir())
+    assert [p.suffix for p in files] == [".arrow"] * 4  # no model or budget directories
+    table = ds.dataset(run, format="ipc").to_table(columns=["model"], filter=ds.field("budget") == 64)
     assert table.column("model").unique().to_pylist() == ["org/Model-7B"]
 
 
@@ -149,15 +150,21 @@ def test_commit_after_close_is_refused(tmp_path: Path) -> None:
         st.commit(make_batch(1))
 
 
-def test_crash_between_rename_and_manifest_update(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Shards renamed into place but absent from the manifest are not committed, and are cleaned on open."""
+def visible_ids(run_dir: Path) -> list[str]:
+    """What a plain glob reader (pyarrow dataset over the tree, no manifest) counts."""
+    return ds.dataset(run_dir, format="ipc").to_table(columns=["episode_id"]).column("episode_id").to_pylist()
+
+
+class Killed(BaseException):
+    """Stands in for the process dying: nothing of ours runs after it."""
+
+
+def test_crash_before_the_manifest_swap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Shards written but absent from the manifest stay hidden in .collector/tmp/, and are removed on open."""
     run = tmp_path / "run"
     work = make_batch(6)
     st = open_store(run)
     st.commit(work[:2])
-
-    class Killed(BaseException):
-        """Stands in for the process dying: nothing of ours runs after it."""
 
     def die(path: Path, payload: Any) -> None:
         raise Killed
@@ -167,16 +174,67 @@ def test_crash_between_rename_and_manifest_update(tmp_path: Path, monkeypatch: p
         st.commit(work[2:])
     monkeypatch.undo()
     st.close()
-    on_disk = list(run.glob("model=*/budget=*/part-*.arrow"))
-    assert len(on_disk) == 2  # the committed shard, and the orphan the "crash" left behind
+    assert len(list((run / DATA_DIR).iterdir())) == 1  # only the committed shard is in sight
+    assert sorted(visible_ids(run)) == sorted(e.episode_id for e in work[:2])
+    assert len(list((run / TMP_DIR).iterdir())) == 1  # the orphan the "crash" left behind
 
     with open_store(run) as st2:
         assert st2.committed_ids() == {e.episode_id for e in work[:2]}
-        assert any("removed uncommitted shard" in w for w in st2.warnings)
-        assert len(list(run.glob("model=*/budget=*/part-*.arrow"))) == 1
+        assert not list((run / TMP_DIR).iterdir())
         assert st2.commit(work) == 4
     rows = all_rows(run)
     assert sorted(rows) == sorted(e.episode_id for e in work)
+
+
+def test_crash_after_the_manifest_swap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A committed shard not yet moved into data/ is read through the manifest, and the next open moves it."""
+    run = tmp_path / "run"
+    work = make_batch(6)
+    st = open_store(run)
+    st.commit(work[:2])
+
+    def die(self: RunStore, entries: Any) -> None:
+        raise Killed
+
+    monkeypatch.setattr(RunStore, "_publish", die)
+    with pytest.raises(Killed):
+        st.commit(work[2:])
+    monkeypatch.undo()
+    st.close()
+    # Committed, but not yet in sight of a glob: never counted twice, never a row a resume re-runs.
+    assert sorted(visible_ids(run)) == sorted(e.episode_id for e in work[:2])
+    assert sorted(all_rows(run)) == sorted(e.episode_id for e in work)
+
+    with open_store(run) as st2:
+        assert st2.committed_ids() == {e.episode_id for e in work}
+        assert any("finished moving" in w for w in st2.warnings)
+        assert st2.commit(work) == 0
+    assert sorted(visible_ids(run)) == sorted(e.episode_id for e in work)
+    assert not list((run / TMP_DIR).iterdir())
+
+
+def test_a_stray_file_in_data_is_moved_aside_on_open(tmp_path: Path) -> None:
+    """A file in data/ that the manifest does not name is moved to quarantine on open, out of sight."""
+    run = tmp_path / "run"
+    with open_store(run) as st:
+        st.commit(make_batch(2))
+        shard = run / st.shards[0]["path"]
+    (run / DATA_DIR / "part-999999-copied.arrow").write_bytes(shard.read_bytes())
+    with open_store(run) as st:
+        assert any("stray file data/part-999999-copied.arrow" in w for w in st.warnings)
+    assert len(visible_ids(run)) == 2
+    assert [p.name for p in (run / QUARANTINE).iterdir()] == ["data__part-999999-copied.arrow.quarantined"]
+
+
+def test_a_legacy_run_dir_is_refused_in_one_line(tmp_path: Path) -> None:
+    """A run dir of the layout before .collector/ is not continued: one line saying so."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / LEGACY_MANIFEST).write_text('{"shards": []}')
+    with pytest.raises(OutputError, match="earlier run-dir layout") as info:
+        open_store(run)
+    assert "\n" not in str(info.value)
+    assert not (run / META_DIR).exists()
 
 
 def test_a_failed_commit_is_aborted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -194,7 +252,8 @@ def test_a_failed_commit_is_aborted(tmp_path: Path, monkeypatch: pytest.MonkeyPa
             st.commit(work[2:])
         monkeypatch.undo()
         assert st.committed_ids() == {e.episode_id for e in work[:2]}
-        assert len(list(run.glob("model=*/budget=*/*"))) == 1
+        assert len(list((run / DATA_DIR).iterdir())) == 1
+        assert not list((run / TMP_DIR).iterdir())
         assert st.commit(work) == 4
     assert len(all_rows(run)) == 6
 
@@ -204,9 +263,8 @@ def test_temp_files_are_removed_on_open(tmp_path: Path) -> None:
     run = tmp_path / "run"
     with open_store(run) as st:
         st.commit(make_batch(1))
-    part = next(run.glob("model=*/budget=*"))
-    (part / ".part-000009-deadbeef.arrow.tmp").write_bytes(b"half")
-    (run / ".manifest.json.abcd1234.tmp").write_text("{")
+    (run / TMP_DIR / "part-000009-deadbeef.arrow.tmp").write_bytes(b"half")
+    (run / META_DIR / ".manifest.json.abcd1234.tmp").write_text("{")
     open_store(run).close()
     assert not list(run.rglob("*.tmp"))
 
@@ -244,23 +302,25 @@ _KILLER = textwrap.dedent(
     from collector.data.store import RunStore
     from tests.data.factory import make_batch
 
-    run, when = sys.argv[1], sys.argv[5]
+    run, fmt, when = sys.argv[1], sys.argv[5], sys.argv[6]
     first, count, kill_at = (int(a) for a in sys.argv[2:5])
-    real_replace = os.replace
+    real = {"replace": os.replace, "fsync": os.fsync}
     calls = 0
 
-    def replace(src, dst):  # the process dies at the kill_at-th rename, just before or just after it
-        global calls
-        calls += 1
-        if calls == kill_at and when == "before":
-            os.kill(os.getpid(), signal.SIGKILL)
-        real_replace(src, dst)
-        if calls == kill_at and when == "after":
-            os.kill(os.getpid(), signal.SIGKILL)
+    def hooked(name):  # the process dies at the kill_at-th rename or fsync, just before or after it
+        def call(*args):
+            global calls
+            calls += 1
+            if calls == kill_at and when == "before":
+                os.kill(os.getpid(), signal.SIGKILL)
+            real[name](*args)
+            if calls == kill_at and when == "after":
+                os.kill(os.getpid(), signal.SIGKILL)
+        return call
 
-    os.replace = replace
+    os.replace, os.fsync = hooked("replace"), hooked("fsync")
     work = make_batch(count, start=first)
-    st = RunStore.open(run, "fp", {}, "arrow", 3)
+    st = RunStore.open(run, "fp", {}, fmt, 3)
     done = st.committed_ids()
     for i in range(0, len(work), 7):  # overlapping batches: many commits, late duplicates among them
         st.commit([e for e in work[max(0, i - 3):i + 7] if e.episode_id not in done])
@@ -268,33 +328,55 @@ _KILLER = textwrap.dedent(
     """
 )
 
+# Kill points drawn from a fixed seed: (first task, kill at the n-th rename or fsync, before/after
+# it). Per commit a shard is written (fsync), its dir fsynced, the manifest written (fsync,
+# rename, fsync), each shard renamed into data/ and data/ fsynced: ~12 events for a 7-episode
+# batch, so n up to 40 lands on every step of the first commits, shards and manifests alike.
+_RNG = random.Random(20261201)
+_KILLS = [(first, _RNG.randint(3, 40), _RNG.choice(["before", "after"])) for first in (0, 20, 40, 45, 10, 30)]
 
-# (first task, kill at the n-th rename, before/after it). Renames: the resolved config, then per
-# commit one per shard and one for the manifest; so these land on shards and manifests alike.
-_KILLS = [(0, 7, "before"), (0, 12, "after"), (20, 9, "after"), (40, 14, "before"), (45, 2, "after")]
 
+@pytest.mark.parametrize("fmt", ["arrow", "parquet"])
+def test_sigkill_at_any_moment_never_loses_or_duplicates(tmp_path: Path, fmt: str) -> None:
+    """SIGKILL anywhere in a commit: a glob reader never counts a row twice nor one a resume re-runs.
 
-def test_sigkill_at_any_moment_never_loses_or_duplicates(tmp_path: Path) -> None:
-    """A writer SIGKILLed around any rename (shard or manifest) reopens with every committed episode once."""
+    After each kill, before anything reopens the dir, a plain pyarrow dataset over the tree
+    (no manifest) must see each id at most once and only ids the reopened store reports as
+    committed (so a resume will not collect them again); after the reopen it sees exactly
+    those.
+    """
     run = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     count = 40
+    glob_format = "ipc" if fmt == "arrow" else "parquet"
+
+    def glob_ids() -> list[str]:
+        dataset = ds.dataset(run, format=glob_format) if run.exists() else None
+        if dataset is None or not dataset.files:  # killed before the first commit
+            return []
+        return dataset.to_table(columns=["episode_id"]).column("episode_id").to_pylist()
+
     for first, kill_at, when in _KILLS:
-        args = [str(run), str(first), str(count), str(kill_at), when]
+        args = [str(run), str(first), str(count), str(kill_at), fmt, when]
         proc = subprocess.run([sys.executable, "-c", _KILLER, *args], cwd=ROOT, env=env, timeout=120)
         assert proc.returncode == -signal.SIGKILL
-        with RunStore.open(run, "fp", {}, "arrow", 3) as st:
+        seen = glob_ids()
+        assert len(seen) == len(set(seen)), f"a glob counts a row twice after a kill at {kill_at} {when}"
+        with RunStore.open(run, "fp", {}, fmt, 3) as st:  # type: ignore[arg-type]
+            committed = st.committed_ids()
+            assert set(seen) <= committed, "a glob reader saw a row the resume collects again"
             rows = all_rows(run)
             assert len(rows) == len(set(rows))
-            assert st.committed_ids() == set(rows)
+            assert committed == set(rows)
+            assert sorted(glob_ids()) == sorted(rows)  # nothing committed stays out of sight
             assert not list(run.rglob("*.tmp"))
     work = make_batch(45 + count)
-    with RunStore.open(run, "fp", {}, "arrow", 3) as st:
+    with RunStore.open(run, "fp", {}, fmt, 3) as st:  # type: ignore[arg-type]
         assert 0 < len(st.committed_ids()) < len(work)  # the kills landed mid-run
         st.commit(work)
     rows = all_rows(run)
     assert sorted(rows) == sorted(e.episode_id for e in work)
-
+    assert sorted(glob_ids()) == sorted(rows)
 
 
 def test_a_failed_manifest_write_on_create_is_an_output_error(

@@ -152,7 +152,9 @@ async def test_refund_never_runs_with_a_cut_amount(sim: Harness) -> None:
             cuts += 1
             assert world.refunds == []
             assert episode.reward == 0.0
-            dumped = repr(episode)
+            # The tools column is the schema offered (`{"order_id": ...}`), not model output: a
+            # short fragment like `{"order_` is a prefix of it, so it is left out of the search.
+            dumped = repr(dataclasses.replace(episode, tools=""))
             assert not any(fragment in dumped for fragment in _cut_fragments(provider))
     assert cuts > 0
     episode, world, _ = await sim.episode(REFUND, "sim-perfect", 256)

@@ -4,8 +4,9 @@
 killed with SIGKILL at moments drawn from a seeded generator: during start-up, right after
 a commit, between commits. After every kill the run directory must be consistent on its
 own: `collector check` passes, the manifest names only complete, readable shards, nothing
-committed before is lost, no id appears twice. A last, uninterrupted run then completes
-exactly the missing episodes and leaves no stray file behind.
+committed before is lost, no id appears twice, and a plain pyarrow dataset over the tree
+(no manifest) sees committed episodes only, each once. A last, uninterrupted run then
+completes exactly the missing episodes and leaves no stray file behind.
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pyarrow.dataset as ds
 import pytest
 
 from collector.config import load_config
-from collector.data.manifest import read_manifest
+from collector.data.manifest import MANIFEST, read_manifest
 from collector.run.job import run_job
 from collector.run.plan import plan_work
 from tests.checking import assert_run_checked, committed_ids
@@ -57,7 +59,7 @@ rows_per_shard = 2
 
 
 def shard_count(run_dir: Path) -> int:
-    if not (run_dir / "manifest.json").exists():
+    if not (run_dir / MANIFEST).exists():
         return 0
     return len(read_manifest(run_dir)["shards"])
 
@@ -89,12 +91,19 @@ def kill_at(argv: list[str], run_dir: Path, after_commits: int, extra_delay_s: f
 
 
 def assert_consistent(run_dir: Path, before: Counter[str]) -> Counter[str]:
-    """Check passes, ids are unique, and everything committed before is still there."""
-    if (run_dir / "manifest.json").exists():
+    """Check passes, ids are unique, everything committed before is still there, a glob sees no more."""
+    if (run_dir / MANIFEST).exists():
         assert_run_checked(run_dir)
     now = committed_ids(run_dir)
     assert set(now.values()) <= {1}
     assert set(before) <= set(now)
+    # A plain reader of the tree (no manifest) sees committed episodes only, each once.
+    tree = ds.dataset(run_dir, format="ipc") if run_dir.exists() else None
+    seen: list[str] = []
+    if tree is not None and tree.files:
+        seen = tree.to_table(columns=["episode_id"]).column("episode_id").to_pylist()
+    assert len(seen) == len(set(seen))
+    assert set(seen) <= set(now)
     return now
 
 

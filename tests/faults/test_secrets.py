@@ -38,6 +38,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from collector.data.manifest import RESOLVED_CONFIG
 from tests.checking import assert_run_checked, committed_rows
 from tests.faults.secret_env import WIDENED
 from tests.faults.secret_scan import leaks_in, strings_in
@@ -246,7 +247,7 @@ def test_credentials_in_base_url_are_not_saved(tmp_path: Path) -> None:
     with RunStore.open(tmp_path / "run", config_fingerprint(cfg), resolved_config(cfg)):
         pass
     assert not leaks_in(tmp_path / "run", SECRETS)
-    saved = json.loads((tmp_path / "run" / "config.resolved.json").read_text())["config"]
+    saved = json.loads((tmp_path / "run" / RESOLVED_CONFIG).read_text())["config"]
     assert saved["provider"]["base_url"] == "https://gw.example:8443/v1"
     urls = [p["base_url"] for p in saved["sweep"]["providers"]]
     assert urls == ["https://api.example/x", "http://127.0.0.1:8000/v1"]

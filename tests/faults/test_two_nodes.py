@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from collector.config import load_config
-from collector.data.manifest import read_manifest
+from collector.data.manifest import MANIFEST, read_manifest
 from collector.run.plan import plan_work
 from tests.checking import assert_run_checked, committed_ids
 from tests.faults.cluster import TwoNodeCluster
@@ -80,7 +80,7 @@ def test_second_node_killed_mid_run_commits_every_episode_once(
     )
     try:
         deadline = time.monotonic() + 120
-        while not ((run_dir / "manifest.json").exists() and read_manifest(run_dir)["shards"]):
+        while not ((run_dir / MANIFEST).exists() and read_manifest(run_dir)["shards"]):
             assert proc.poll() is None, "the driver exited before the node could be killed"
             assert time.monotonic() < deadline, "no commit within two minutes"
             time.sleep(0.05)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from collector.config import load_config
-from collector.data.manifest import read_manifest
+from collector.data.manifest import MANIFEST, read_manifest
 from collector.run.job import run_job
 from collector.run.plan import plan_work
 from tests.run.helpers import committed_id_counts
@@ -47,7 +47,7 @@ def wait_for_first_commit(proc: subprocess.Popen[bytes], run_dir: Path, timeout_
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         assert proc.poll() is None, "the driver exited before it could be killed"
-        if (run_dir / "manifest.json").exists() and read_manifest(run_dir)["shards"]:
+        if (run_dir / MANIFEST).exists() and read_manifest(run_dir)["shards"]:
             return
         time.sleep(0.05)
     raise AssertionError("no commit within the timeout")
