@@ -73,7 +73,16 @@ class ProviderConfig(_Model):
     streaming: bool = False
     """Ask for server-sent events (and assemble the turn from them) instead of one JSON body."""
     request_timeout_s: PositiveFloat = 60.0
-    """Per model call: connect, and wait between bytes of the reply. Not in the fingerprint."""
+    """Per model call, an idle limit: connecting, and each wait for the next bytes of the reply
+    (or to send the request). A reply that keeps arriving is never cut by it. Not in the
+    fingerprint."""
+    request_deadline_s: PositiveFloat | None = None
+    """Optional total limit per attempt of a model call, request to last byte (retried as a
+    timeout). Unset: only the idle limit and `loop.episode_timeout_s` bound a call. Not in the
+    fingerprint."""
+    max_reply_bytes: PositiveInt = 32 * 1024 * 1024
+    """Largest reply body read per attempt (32 MiB): a longer one is abandoned as a
+    `ProtocolViolation` (retried, then `error`). Not in the fingerprint."""
     cap_field: Literal["max_completion_tokens", "max_tokens"] | None = None
     """Chat Completions: which field carries the output cap (OSS servers often want max_tokens)."""
     http_client: Literal["fast", "httpx"] = "fast"
@@ -393,7 +402,9 @@ _SELECTION_ONLY: dict[str, Any] = {
     "ray": True,
     "output": True,
 }
-_PROVIDER_TRANSPORT_ONLY = {"request_timeout_s", "retry", "api_key_env", "http_client"}
+_PROVIDER_TRANSPORT_ONLY = {
+    "request_timeout_s", "request_deadline_s", "max_reply_bytes", "retry", "api_key_env", "http_client"
+}
 
 
 def _provider_identity(provider: ProviderConfig) -> dict[str, Any]:

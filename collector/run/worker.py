@@ -67,6 +67,8 @@ def endpoint_for(provider: ProviderConfig, base_url: str, api_key: str | None) -
         api_key=api_key,
         streaming=provider.streaming,
         request_timeout_s=provider.request_timeout_s,
+        request_deadline_s=provider.request_deadline_s,
+        max_reply_bytes=provider.max_reply_bytes,
         retry=RetryPolicy(
             max_retries=retry.max_retries,
             initial_backoff_s=retry.initial_backoff_s,
