@@ -197,6 +197,12 @@ class LoopConfig(_Model):
     """Wall time per tool call before its result is an error. In the fingerprint: it shapes the data."""
     episode_output_budget: PositiveInt | None = None
     """Optional cap on output tokens across the whole episode, beside the per-turn cap."""
+    max_tool_calls_per_turn: PositiveInt = 128
+    """A turn asking for more tool calls than this ends the episode as `error`
+    (ProtocolViolation), and none of its calls runs."""
+    max_argument_bytes: PositiveInt = 1024 * 1024
+    """A tool call whose arguments are longer than this (UTF-8 bytes; 1 MiB) ends the episode
+    as `error` (ProtocolViolation), and no call of its turn runs."""
     reward: RewardConfig = RewardConfig()
     """What reward cut, malformed and max_steps episodes get."""
     redaction: RedactionConfig = RedactionConfig()
@@ -402,6 +408,9 @@ _SELECTION_ONLY: dict[str, Any] = {
     "ray": True,
     "output": True,
 }
+#: Loop fields added after run directories existed: left out of the identity while at their
+#: default, so a run directory written before they existed still resumes.
+_LATER_LOOP_FIELDS = ("max_tool_calls_per_turn", "max_argument_bytes")
 _PROVIDER_TRANSPORT_ONLY = {
     "request_timeout_s", "request_deadline_s", "max_reply_bytes", "retry", "api_key_env", "http_client"
 }
@@ -423,6 +432,9 @@ def data_identity(cfg: RunConfig) -> dict[str, Any]:
         data["sweep"]["providers"] = [_provider_identity(p) for p in cfg.sweep.providers]
     # frozenset dumps in hash order: sort it so the fingerprint is stable across processes.
     data["loop"]["stop_on"] = sorted(data["loop"]["stop_on"])
+    for name in _LATER_LOOP_FIELDS:
+        if data["loop"][name] == LoopConfig.model_fields[name].default:
+            del data["loop"][name]
     return data
 
 
