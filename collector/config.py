@@ -227,12 +227,17 @@ class RayConfig(_Model):
     """Concurrent episodes per worker."""
     batch_size: PositiveInt = 32
     """Episodes handed to a worker per call (one Ray call per batch, never per model call)."""
+    batch_timeout_s: PositiveFloat | None = None
+    """How long a worker may hold a batch before the driver gives up on it (a frozen or hung
+    worker), replaces the worker and runs the batch's episodes elsewhere. Unset: derived,
+    `loop.episode_timeout_s x (ceil(episodes a worker holds / episodes_in_flight) + 1) + 60 s`."""
     cpus_per_worker: Annotated[float, Field(ge=0)] = 1.0
     """CPUs each worker actor reserves in Ray's scheduler (one busy event loop is one core).
     `workers x cpus_per_worker` must fit the cluster's CPUs, or the run stops before starting."""
-    start_timeout_s: PositiveFloat = 120.0
+    start_timeout_s: PositiveFloat = 60.0
     """How long a worker actor may take to be placed and become ready (also a replacement after
-    a worker died). Past it the run stops with one line instead of waiting forever for room."""
+    a worker died), and how long `ray.address` may take to answer a TCP connect. Past it the
+    run stops with one line instead of waiting forever for room or for the cluster."""
 
 
 class OutputConfig(_Model):

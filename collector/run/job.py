@@ -23,7 +23,14 @@ The driver, in order:
    buffered;
 6. when an actor dies (a `RayError` that is not an exception raised by our code), puts that
    actor's outstanding items back at the front of the queue and replaces the actor; a
-   replacement that cannot be placed within `ray.start_timeout_s` stops the run.
+   replacement that cannot be placed within `ray.start_timeout_s` stops the run. An actor
+   holding a batch past its deadline (frozen: SIGSTOP, a hung node, an inline tool blocking
+   its loop) is treated the same way, since Ray never reports it dead. The deadline is
+   `ray.batch_timeout_s`, or by default `loop.episode_timeout_s x (waves + 1) + 60 s` from
+   dispatch, where waves = ceil(items a worker holds at once / episodes_in_flight): a
+   healthy worker finishes every batch it holds within that many episode timeouts. A late
+   reply of the abandoned actor is never read (its call is forgotten), and any id that
+   still reached the driver twice would be dropped before commit.
 
 Exactly once. Only the driver writes, and a commit is atomic (the store's manifest). A
 driver killed at any moment loses only uncommitted episodes, which the rerun's set
@@ -51,6 +58,7 @@ import logging
 import math
 import os
 import re
+import socket
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
@@ -76,6 +84,9 @@ from collector.stop import StopReason
 WAIT_S = 0.25
 #: Replacement actors allowed per configured worker before the run gives up.
 RESTARTS_PER_WORKER = 3
+#: Slack added to the derived batch deadline (env start and grading run outside the
+#: episode timer; a busy machine schedules late).
+BATCH_SLACK_S = 60.0
 #: The embedded cluster's object store: episodes are small, and the machine is shared.
 OBJECT_STORE_BYTES = 256 * 1024 * 1024
 #: Rejections that fail every episode alike (key, permission, model name): fatal for the run.
@@ -137,12 +148,48 @@ def resolve_address(cli_address: str | None, cfg: RunConfig) -> str | None:
     return None
 
 
+def _gcs_endpoint(address: str) -> tuple[str, int] | None:
+    """(host, port) of an address that names one (`host:port`, `ray://host:port`, `[::1]:port`);
+    None for the forms Ray resolves itself (`auto`, `local`)."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not host or not port.isdigit():
+        return None
+    return host.strip("[]"), int(port)
+
+
+def probe_cluster(address: str, timeout_s: float) -> None:
+    """Raise a one-line ConfigError naming `address` as given unless a TCP connection to it opens
+    within `timeout_s`.
+
+    Ray gives up on an unreachable address only after minutes of retries and dozens of
+    warning lines, then names an address it rewrote; a plain connect answers in at most
+    `ray.start_timeout_s`, before anything of Ray's has started.
+    """
+    endpoint = _gcs_endpoint(address)
+    if endpoint is None:
+        return
+    try:
+        socket.create_connection(endpoint, timeout=timeout_s).close()
+    except OSError as exc:
+        if isinstance(exc, socket.gaierror):
+            reason = "unknown host"
+        elif isinstance(exc, TimeoutError):
+            reason = f"no answer within ray.start_timeout_s = {timeout_s:g}s"
+        else:
+            reason = exc.strerror or type(exc).__name__
+        raise ConfigError(
+            f"ray.address: cannot reach a Ray cluster at {address} ({reason}); is it running there?"
+        ) from None
+
+
 @contextlib.contextmanager
-def ray_session(address: str | None, workers: int) -> Iterator[None]:
+def ray_session(address: str | None, workers: int, start_timeout_s: float = 60.0) -> Iterator[None]:
     """Connect to Ray for the run; shut down only what this call started."""
     if ray.is_initialized():
         yield
         return
+    if address is not None:
+        probe_cluster(address, start_timeout_s)
     try:
         if address is None:
             ray.init(
@@ -279,6 +326,8 @@ class _Driver:
         self.store: Any = None
         self.queue: deque[WorkItem] = deque()
         self.inflight: dict[Any, tuple[_Slot, int, list[WorkItem]]] = {}
+        self.dispatched_at: dict[Any, float] = {}
+        """When each in-flight batch was handed out (its deadline counts from there)."""
         self.slots: list[_Slot] = []
         self.buffer: dict[tuple[str, int], list[Episode]] = {}
         """Finished episodes not yet committed, per (model, budget): the store's partition."""
@@ -390,10 +439,39 @@ class _Driver:
                 items = [self.queue.popleft() for _ in range(min(batch, len(self.queue)))]
                 ref = slot.actor.run_batch.remote(items)
                 self.inflight[ref] = (slot, slot.generation, items)
+                self.dispatched_at[ref] = time.monotonic()
                 slot.outstanding += 1
+
+    def batch_deadline_s(self) -> float:
+        """How long a worker may hold a batch (module docstring, step 6)."""
+        explicit = self.cfg.ray.batch_timeout_s
+        if explicit is not None:
+            return explicit
+        batch = self._batch_size()
+        waves = math.ceil(self._per_worker(batch) * batch / self.cfg.ray.episodes_in_flight)
+        return self.cfg.loop.episode_timeout_s * (waves + 1) + BATCH_SLACK_S
+
+    def check_batches(self) -> None:
+        """Give up on every actor holding a batch past its deadline: re-run its items elsewhere."""
+        limit = self.batch_deadline_s()
+        now = time.monotonic()
+        late = {
+            slot.index: (slot, generation)
+            for ref, (slot, generation, _) in self.inflight.items()
+            if now - self.dispatched_at[ref] > limit
+        }
+        for slot, generation in late.values():
+            refs = [r for r, (s, g, _) in self.inflight.items() if s is slot and g == generation]
+            for ref in refs:
+                _, _, items = self.inflight.pop(ref)
+                del self.dispatched_at[ref]
+                self.result.redispatched += len(items)
+                self.queue.extendleft(reversed(items))
+            self._replace(slot, generation)
 
     def collect(self, ref: Any) -> None:
         slot, generation, items = self.inflight.pop(ref)
+        self.dispatched_at.pop(ref, None)
         if slot.generation == generation:
             slot.outstanding -= 1
         try:
@@ -482,6 +560,7 @@ class _Driver:
                 else:
                     self.started(ref)
             self.check_starting()
+            self.check_batches()
             self.commit()
             self.show()
 
@@ -550,7 +629,8 @@ def run_job(
         driver = _Driver(cfg, plan, result, None, on_commit)
         driver.store = store
         driver.queue.extend(todo)
-        with provider_urls(plan.providers, cfg.seed) as urls, ray_session(address, cfg.ray.workers):
+        session = ray_session(address, cfg.ray.workers, cfg.ray.start_timeout_s)
+        with provider_urls(plan.providers, cfg.seed) as urls, session:
             try:
                 driver.start_workers(WorkerSetup(with_absolute_paths(cfg), plan.run_id, urls))
                 # The clock starts once workers are ready: the rate shown is collection speed.
