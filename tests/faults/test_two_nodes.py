@@ -2,7 +2,11 @@
 
 A throwaway two-node cluster on this machine (`tests.faults.cluster`), a driver attached to
 it in a subprocess (`collector run --address`), and the second node's raylet SIGKILLed as
-soon as the first shard is committed: what a preempted machine looks like to Ray. The
+soon as a worker of that node is seen holding an episode: what a preempted machine looks
+like to Ray. The environment's calculator (`tests.faults.gated_env`) records which process
+runs it and holds every call until the kill has happened, so the kill always hits work in
+flight, however fast the machine (waiting for the first commit let an idle machine finish
+all 80 episodes first). The
 driver must see the dead actor's calls fail, put their episodes back at the front of the
 queue, replace the actor on the surviving node, and commit each planned episode exactly
 once. runtime-notes.md measured the semantics relied on here: the node's workers die in
@@ -21,10 +25,10 @@ from pathlib import Path
 import pytest
 
 from collector.config import load_config
-from collector.data.manifest import read_manifest
 from collector.run.plan import plan_work
 from tests.checking import assert_run_checked, committed_ids
 from tests.faults.cluster import TwoNodeCluster
+from tests.faults.gated_env import open_gate, pids_at_gate
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -35,12 +39,17 @@ name = "twonodes"
 samples_per_task = 2
 
 [sweep]
-models = ["sim-slow"]   # ~50 ms per model call: the second node still holds episodes when it dies
+models = ["sim-slow"]   # ~50 ms per model call; the gate, not this, makes the kill land
 budgets = [32, 128]
 
 [env]
-name = "arithmetic"
+name = "tests.faults.gated_env:GatedArithmetic"
 tasks = 20
+python_path = ["{repo}"]
+options = {{ gate_dir = "{gate_dir}" }}
+
+[loop]
+tool_timeout_s = 120.0   # the gate opens right after the kill; never time a held call out
 
 [ray]
 workers = 2
@@ -70,7 +79,9 @@ def test_second_node_killed_mid_run_commits_every_episode_once(
     """SIGKILL of the second node's raylet mid-run: its episodes are re-run, each committed exactly once."""
     run_dir = tmp_path / "run"
     config = tmp_path / "two.toml"
-    config.write_text(CONFIG.format(run_dir=run_dir))
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    config.write_text(CONFIG.format(run_dir=run_dir, repo=REPO, gate_dir=gate))
     proc = subprocess.Popen(
         [sys.executable, "-m", "collector.cli", "run", str(config), "--address", cluster.address, "--quiet"],
         stdout=subprocess.PIPE,
@@ -79,12 +90,13 @@ def test_second_node_killed_mid_run_commits_every_episode_once(
         cwd=REPO,
     )
     try:
-        deadline = time.monotonic() + 120
-        while not ((run_dir / "manifest.json").exists() and read_manifest(run_dir)["shards"]):
+        deadline = time.monotonic() + 120  # a safety net: the gate holds the run until the kill
+        while not any(cluster.on_second_node(pid) for pid in pids_at_gate(gate)):
             assert proc.poll() is None, "the driver exited before the node could be killed"
-            assert time.monotonic() < deadline, "no commit within two minutes"
-            time.sleep(0.05)
+            assert time.monotonic() < deadline, "no episode reached the second node within two minutes"
+            time.sleep(0.02)
         cluster.kill_second_node()
+        open_gate(gate)
         out, err = proc.communicate(timeout=150)
     finally:
         if proc.poll() is None:
