@@ -296,6 +296,15 @@ def _worker_failure(exc: ray.exceptions.RayTaskError, what: str) -> CollectorErr
     return CollectorError(f"{what}: {type(cause).__name__}: {cause}")
 
 
+def _alive_nodes() -> set[str]:
+    """Ids of the cluster's live nodes (empty if the cluster does not answer)."""
+    try:
+        nodes = ray.nodes()  # type: ignore[no-untyped-call]
+    except Exception:  # noqa: BLE001 - a cluster that does not answer has no node to name
+        return set()
+    return {str(n.get("NodeID")) for n in nodes if n.get("Alive")}
+
+
 class _Slot:
     """One worker position: its current actor (replaced when it dies) and outstanding calls."""
 
@@ -335,6 +344,10 @@ class _Driver:
         self.last_commit = time.monotonic()
         self.stop_reason: CollectorError | None = None
         self.setup: WorkerSetup | None = None
+        self.address = "the embedded local cluster"
+        """The cluster as the user named it (`--address`, `ray.address`), for messages."""
+        self.nodes_at_start: set[str] = set()
+        """Ids of the nodes alive when the workers started: a missing one later died."""
 
     # --- actors -------------------------------------------------------------------------
 
@@ -380,9 +393,18 @@ class _Driver:
             raise CollectorError(f"a worker could not start: {type(exc).__name__}") from None
         for slot in self.slots:
             slot.starting = None
+        self.nodes_at_start = _alive_nodes()
 
     def _not_placed(self, what: str, timeout: float) -> str:
         cpus = self.cfg.ray.cpus_per_worker
+        lost = self.nodes_at_start - _alive_nodes() if self.nodes_at_start else set()
+        if lost:
+            # The usual cause of a replacement with no room: its node died with the old worker.
+            return (
+                f"{len(lost)} of {len(self.nodes_at_start)} node(s) of the Ray cluster at {self.address} "
+                f"died during the run, and no live node took a replacement worker within "
+                f"ray.start_timeout_s = {timeout:g}s; committed episodes are safe, run again to resume"
+            )
         return (
             f"a worker was {what} after ray.start_timeout_s = {timeout:g}s (no node with "
             f"{cpus:g} free CPUs, or a slow start); committed episodes are safe, run again to resume"
@@ -629,6 +651,8 @@ def run_job(
         driver = _Driver(cfg, plan, result, None, on_commit)
         driver.store = store
         driver.queue.extend(todo)
+        if address is not None:
+            driver.address = address
         session = ray_session(address, cfg.ray.workers, cfg.ray.start_timeout_s)
         with provider_urls(plan.providers, cfg.seed) as urls, session:
             try:

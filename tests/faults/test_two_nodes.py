@@ -118,3 +118,46 @@ def test_second_node_killed_mid_run_commits_every_episode_once(
     assert_run_checked(run_dir, allow_notes=False)
     assert "Traceback" not in stderr
     assert out  # the truncation table
+
+
+def test_node_lost_with_no_room_for_a_replacement_is_one_line_naming_the_address(
+    tmp_path: Path, cluster: TwoNodeCluster
+) -> None:
+    """A dead node whose worker cannot be replaced (no free CPU left) ends the run in one line
+    that names the node loss and the address given, not a shortage of free CPUs."""
+    run_dir = tmp_path / "run"
+    config = tmp_path / "two.toml"
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    # One CPU per node and one per worker: the survivor has no room for a replacement.
+    text = CONFIG.format(run_dir=run_dir, repo=REPO, gate_dir=gate).replace(
+        "cpus_per_worker = 0.5", "cpus_per_worker = 1"
+    )
+    config.write_text(text)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "collector.cli", "run", str(config), "--address", cluster.address, "--quiet",
+         "--set", "ray.start_timeout_s=30"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=cluster.env(),
+        cwd=REPO,
+    )
+    try:
+        deadline = time.monotonic() + 120  # a safety net: the gate holds the run
+        while not any(cluster.on_second_node(pid) for pid in pids_at_gate(gate)):
+            assert proc.poll() is None, "the driver exited before the node could be killed"
+            assert time.monotonic() < deadline, "no episode reached the second node within two minutes"
+            time.sleep(0.02)
+        # The gate stays shut: the survivor cannot finish the run before the timeout.
+        cluster.kill_second_node()
+        _, err = proc.communicate(timeout=150)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    stderr = err.decode()
+    assert proc.returncode == 2, stderr[-2000:]
+    assert stderr.count("\n") == 1, stderr[-2000:]
+    assert f"1 of 2 node(s) of the Ray cluster at {cluster.address} died during the run" in stderr
+    assert "free CPUs" not in stderr
+    assert_run_checked(run_dir, allow_notes=False)
