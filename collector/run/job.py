@@ -157,19 +157,37 @@ def _gcs_endpoint(address: str) -> tuple[str, int] | None:
     return host.strip("[]"), int(port)
 
 
+#: An HTTP/2 client preface and an empty SETTINGS frame: a gRPC server (Ray's GCS, Ray
+#: Client) must answer it with a SETTINGS frame of its own (RFC 9113, 3.4).
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+_H2_SETTINGS = 4
+
+
 def probe_cluster(address: str, timeout_s: float) -> None:
-    """Raise a one-line ConfigError naming `address` as given unless a TCP connection to it opens
-    within `timeout_s`.
+    """Raise a one-line ConfigError naming `address` as given unless a gRPC server answers
+    there within `timeout_s` (a TCP connect, then an HTTP/2 preface and its SETTINGS reply).
 
     Ray gives up on an unreachable address only after minutes of retries and dozens of
-    warning lines, then names an address it rewrote; a plain connect answers in at most
-    `ray.start_timeout_s`, before anything of Ray's has started.
+    warning lines, then names an address it rewrote, and waits without end on a port where
+    something else listens; this answers in at most `ray.start_timeout_s`, before anything
+    of Ray's has started. With `RAY_USE_TLS` the connect alone is checked.
     """
     endpoint = _gcs_endpoint(address)
     if endpoint is None:
         return
+    deadline = time.monotonic() + timeout_s
     try:
-        socket.create_connection(endpoint, timeout=timeout_s).close()
+        with socket.create_connection(endpoint, timeout=timeout_s) as sock:
+            if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+                return
+            sock.sendall(_H2_PREFACE)
+            reply = b""
+            while len(reply) < 9:
+                sock.settimeout(max(0.001, deadline - time.monotonic()))
+                data = sock.recv(9 - len(reply))
+                if not data:
+                    break
+                reply += data
     except OSError as exc:
         if isinstance(exc, socket.gaierror):
             reason = "unknown host"
@@ -180,6 +198,11 @@ def probe_cluster(address: str, timeout_s: float) -> None:
         raise ConfigError(
             f"ray.address: cannot reach a Ray cluster at {address} ({reason}); is it running there?"
         ) from None
+    if len(reply) < 9 or reply[3] != _H2_SETTINGS:
+        raise ConfigError(
+            f"ray.address: {address} accepts connections but is not a Ray cluster (no gRPC answer); "
+            "check the host and port"
+        )
 
 
 @contextlib.contextmanager
