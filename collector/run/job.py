@@ -58,7 +58,6 @@ import logging
 import math
 import os
 import re
-import socket
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
@@ -74,6 +73,7 @@ from collector.data.record import Episode
 from collector.data.shards import read_shard
 from collector.data.store import RunStore
 from collector.errors import CollectorError, ConfigError, QuotaExhausted, RequestRejected
+from collector.run.clusterprobe import probe_cluster
 from collector.run.plan import Plan, WorkItem, plan_work
 from collector.run.progress import Progress
 from collector.run.simlaunch import provider_urls
@@ -146,63 +146,6 @@ def resolve_address(cli_address: str | None, cfg: RunConfig) -> str | None:
         if candidate:
             return candidate
     return None
-
-
-def _gcs_endpoint(address: str) -> tuple[str, int] | None:
-    """(host, port) of an address that names one (`host:port`, `ray://host:port`, `[::1]:port`);
-    None for the forms Ray resolves itself (`auto`, `local`)."""
-    host, sep, port = address.removeprefix("ray://").rpartition(":")
-    if not sep or not host or not port.isdigit():
-        return None
-    return host.strip("[]"), int(port)
-
-
-#: An HTTP/2 client preface and an empty SETTINGS frame: a gRPC server (Ray's GCS, Ray
-#: Client) must answer it with a SETTINGS frame of its own (RFC 9113, 3.4).
-_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
-_H2_SETTINGS = 4
-
-
-def probe_cluster(address: str, timeout_s: float) -> None:
-    """Raise a one-line ConfigError naming `address` as given unless a gRPC server answers
-    there within `timeout_s` (a TCP connect, then an HTTP/2 preface and its SETTINGS reply).
-
-    Ray gives up on an unreachable address only after minutes of retries and dozens of
-    warning lines, then names an address it rewrote, and waits without end on a port where
-    something else listens; this answers in at most `ray.start_timeout_s`, before anything
-    of Ray's has started. With `RAY_USE_TLS` the connect alone is checked.
-    """
-    endpoint = _gcs_endpoint(address)
-    if endpoint is None:
-        return
-    deadline = time.monotonic() + timeout_s
-    try:
-        with socket.create_connection(endpoint, timeout=timeout_s) as sock:
-            if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
-                return
-            sock.sendall(_H2_PREFACE)
-            reply = b""
-            while len(reply) < 9:
-                sock.settimeout(max(0.001, deadline - time.monotonic()))
-                data = sock.recv(9 - len(reply))
-                if not data:
-                    break
-                reply += data
-    except OSError as exc:
-        if isinstance(exc, socket.gaierror):
-            reason = "unknown host"
-        elif isinstance(exc, TimeoutError):
-            reason = f"no answer within ray.start_timeout_s = {timeout_s:g}s"
-        else:
-            reason = exc.strerror or type(exc).__name__
-        raise ConfigError(
-            f"ray.address: cannot reach a Ray cluster at {address} ({reason}); is it running there?"
-        ) from None
-    if len(reply) < 9 or reply[3] != _H2_SETTINGS:
-        raise ConfigError(
-            f"ray.address: {address} accepts connections but is not a Ray cluster (no gRPC answer); "
-            "check the host and port"
-        )
 
 
 @contextlib.contextmanager
@@ -501,7 +444,7 @@ class _Driver:
         limit = self.batch_deadline_s()
         now = time.monotonic()
         late = {
-            slot.index: (slot, generation)
+            (slot.index, generation): (slot, generation)
             for ref, (slot, generation, _) in self.inflight.items()
             if now - self.dispatched_at[ref] > limit
         }

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from collector.errors import ConfigError
-from collector.run.job import probe_cluster
+from collector.run.clusterprobe import probe_cluster
 from tests.run.test_cli import write_config
 from tests.run.test_worker import free_port
 
