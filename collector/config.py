@@ -76,7 +76,7 @@ class ProviderConfig(_Model):
     """Per model call, an idle limit: connecting, and each wait for the next bytes of the reply
     (or to send the request). A reply that keeps arriving is never cut by it. Not in the
     fingerprint."""
-    request_deadline_s: PositiveFloat | None = None
+    request_deadline_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
     """Optional total limit per attempt of a model call, request to last byte (retried as a
     timeout). Unset: only the idle limit and `loop.episode_timeout_s` bound a call. Not in the
     fingerprint."""
@@ -227,7 +227,7 @@ class RayConfig(_Model):
     """Concurrent episodes per worker."""
     batch_size: PositiveInt = 32
     """Episodes handed to a worker per call (one Ray call per batch, never per model call)."""
-    batch_timeout_s: PositiveFloat | None = None
+    batch_timeout_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
     """How long a worker may hold a batch before the driver gives up on it (a frozen or hung
     worker), replaces the worker and runs the batch's episodes elsewhere. Unset: derived,
     `loop.episode_timeout_s x (ceil(episodes a worker holds / episodes_in_flight) + 1) + 60 s`."""
