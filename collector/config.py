@@ -94,7 +94,16 @@ class ProviderConfig(_Model):
     streaming: bool = False
     """Ask for server-sent events (and assemble the turn from them) instead of one JSON body."""
     request_timeout_s: PositiveFloat = 60.0
-    """Per model call: connect, and wait between bytes of the reply. Not in the fingerprint."""
+    """Per model call, an idle limit: connecting, and each wait for the next bytes of the reply
+    (or to send the request). A reply that keeps arriving is never cut by it. Not in the
+    fingerprint."""
+    request_deadline_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    """Optional total limit per attempt of a model call, request to last byte (retried as a
+    timeout). Unset: only the idle limit and `loop.episode_timeout_s` bound a call. Not in the
+    fingerprint."""
+    max_reply_bytes: PositiveInt = 32 * 1024 * 1024
+    """Largest reply body read per attempt (32 MiB): a longer one is abandoned as a
+    `ProtocolViolation` (retried, then `error`). Not in the fingerprint."""
     cap_field: Literal["max_completion_tokens", "max_tokens"] | None = None
     """Chat Completions: which field carries the output cap (OSS servers often want max_tokens)."""
     http_client: Literal["fast", "httpx"] = "fast"
@@ -222,6 +231,12 @@ class LoopConfig(_Model):
     """Wall time per tool call before its result is an error. In the fingerprint: it shapes the data."""
     episode_output_budget: PositiveInt | None = None
     """Optional cap on output tokens across the whole episode, beside the per-turn cap."""
+    max_tool_calls_per_turn: PositiveInt = 128
+    """A turn asking for more tool calls than this ends the episode as `error`
+    (ProtocolViolation), and none of its calls runs."""
+    max_argument_bytes: PositiveInt = 1024 * 1024
+    """A tool call whose arguments are longer than this (UTF-8 bytes; 1 MiB) ends the episode
+    as `error` (ProtocolViolation), and no call of its turn runs."""
     reward: RewardConfig = RewardConfig()
     """What reward cut, malformed and max_steps episodes get."""
     redaction: RedactionConfig = RedactionConfig()
@@ -246,12 +261,17 @@ class RayConfig(_Model):
     """Concurrent episodes per worker (at most 4096)."""
     batch_size: PositiveInt = 32
     """Episodes handed to a worker per call (one Ray call per batch, never per model call)."""
+    batch_timeout_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    """How long a worker may hold a batch before the driver gives up on it (a frozen or hung
+    worker), replaces the worker and runs the batch's episodes elsewhere. Unset: derived,
+    `loop.episode_timeout_s x (ceil(episodes a worker holds / episodes_in_flight) + 1) + 60 s`."""
     cpus_per_worker: Annotated[float, Field(ge=0)] = 1.0
     """CPUs each worker actor reserves in Ray's scheduler (one busy event loop is one core).
     `workers x cpus_per_worker` must fit the cluster's CPUs, or the run stops before starting."""
-    start_timeout_s: PositiveFloat = 120.0
+    start_timeout_s: PositiveFloat = 60.0
     """How long a worker actor may take to be placed and become ready (also a replacement after
-    a worker died). Past it the run stops with one line instead of waiting forever for room."""
+    a worker died), and how long `ray.address` may take to answer a TCP connect. Past it the
+    run stops with one line instead of waiting forever for room or for the cluster."""
 
 
 class OutputConfig(_Model):
@@ -457,7 +477,12 @@ _SELECTION_ONLY: dict[str, Any] = {
     "ray": True,
     "output": True,
 }
-_PROVIDER_TRANSPORT_ONLY = {"request_timeout_s", "retry", "api_key_env", "http_client"}
+#: Loop fields added after run directories existed: left out of the identity while at their
+#: default, so a run directory written before they existed still resumes.
+_LATER_LOOP_FIELDS = ("max_tool_calls_per_turn", "max_argument_bytes")
+_PROVIDER_TRANSPORT_ONLY = {
+    "request_timeout_s", "request_deadline_s", "max_reply_bytes", "retry", "api_key_env", "http_client"
+}
 
 
 def _provider_identity(provider: ProviderConfig) -> dict[str, Any]:
@@ -476,6 +501,9 @@ def data_identity(cfg: RunConfig) -> dict[str, Any]:
         data["sweep"]["providers"] = [_provider_identity(p) for p in cfg.sweep.providers]
     # frozenset dumps in hash order: sort it so the fingerprint is stable across processes.
     data["loop"]["stop_on"] = sorted(data["loop"]["stop_on"])
+    for name in _LATER_LOOP_FIELDS:
+        if data["loop"][name] == LoopConfig.model_fields[name].default:
+            del data["loop"][name]
     return data
 
 

@@ -12,7 +12,15 @@ is fixed and tested:
 0. before the call: the episode output-token budget (`episode_output_budget`). The turn's
    cap is the smaller of the per-turn cap and what remains; when nothing remains the
    episode ends as `length`.
-1. call the model. A `ProviderError` ends the episode as `error`.
+1. call the model. A `ProviderError` ends the episode as `error`. So does a reply over the
+   loop's limits (more than `max_tool_calls_per_turn` calls, or a call whose arguments
+   exceed `max_argument_bytes`): a `ProtocolViolation` error, recorded before the turn
+   enters the record, so none of its calls runs or is stored. `error`, not
+   `malformed_tool_call`: the limits sit far above what a model writes under any sane
+   per-turn cap, so such a reply says something about the server (a runaway generation,
+   a broken gateway, a hostile endpoint), not about the policy, and must not be trained on
+   even at reward 0; as an `error` it stays out of the truncation denominators and
+   `--retry-errors` collects it again.
 2. length check (`Turn.is_length`, any length signal). Nothing from a cut turn ever runs,
    whatever its calls look like (an Anthropic `input` or Gemini `args` may parse perfectly
    and still be cut). Every call of the turn is settled with a result starting
@@ -69,6 +77,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import math
 import time
 from collections.abc import Sequence
@@ -87,7 +96,7 @@ from collector.data.record import (
 from collector.envs.base import Environment, EpisodeWorld, Task, Tool
 from collector.envs.tools import run_tool, tool_specs
 from collector.episode.redact import Redactor
-from collector.errors import EnvironmentFailure, ProviderError
+from collector.errors import EnvironmentFailure, ProtocolViolation, ProviderError
 from collector.providers.base import Provider
 from collector.stop import StopReason
 from collector.turn import (
@@ -366,6 +375,25 @@ class _Episode:
         return outcome.is_error
 
 
+def _over_limits(turn: Turn, settings: LoopConfig) -> str | None:
+    """Why `turn` exceeds the loop's reply limits (step 1 of the check order), or None."""
+    calls = turn.tool_calls
+    if len(calls) > settings.max_tool_calls_per_turn:
+        return f"{len(calls)} tool calls in one turn, over loop.max_tool_calls_per_turn = " + str(
+            settings.max_tool_calls_per_turn
+        )
+    limit = settings.max_argument_bytes
+    for call in calls:
+        if call.raw_arguments is not None:
+            size = len(call.raw_arguments.encode("utf-8", "replace"))
+        else:
+            raw = call.raw_object if call.raw_object is not None else call.arguments
+            size = len(json.dumps(raw, separators=(",", ":")).encode("utf-8", "replace"))
+        if size > limit:
+            return f"a tool call's arguments are {size} bytes, over loop.max_argument_bytes = {limit}"
+    return None
+
+
 async def _drive(
     spec: EpisodeSpec, provider: Provider, tools: Sequence[Tool], run: _Episode, params: SamplingParams
 ) -> StopReason:
@@ -392,6 +420,9 @@ async def _drive(
         # Broad on purpose: an adapter bug must cost one episode, not a worker's whole batch.
         except Exception as exc:
             raise _Failure(EpisodeError(type(exc).__name__, "unexpected exception in the provider")) from exc
+        over = _over_limits(turn, settings)
+        if over is not None:
+            raise _Failure(EpisodeError(ProtocolViolation.__name__, f"turn {len(run.turns)}: {over}"))
         record = run.add_turn(turn, cap)
         calls = run.open_calls  # the turn's calls, repeated ids renamed
 

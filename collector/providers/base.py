@@ -47,6 +47,11 @@ class Endpoint:
     api_key: str | None = field(default=None, repr=False)
     streaming: bool = False
     request_timeout_s: float = 60.0
+    """Idle limit: connect, and each wait for the next bytes of the reply (or to send)."""
+    request_deadline_s: float | None = None
+    """Total limit per attempt, request to last byte; None: only the idle limit applies."""
+    max_reply_bytes: int = 32 * 1024 * 1024
+    """A reply body (decoded) longer than this is a `ProtocolViolation`, never read whole."""
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     cap_field: str | None = None
     """Chat Completions only: which request field carries the output cap

@@ -25,6 +25,14 @@ Back-off is capped exponential with jitter; a server's own wait (`retry-after-ms
 body) replaces it, and a wait longer than `RetryPolicy.max_retry_after_s` fails at once.
 The sleep function is injectable so tests never wait.
 
+Limits per attempt (`Endpoint`): `request_timeout_s` is an idle limit (connect, and each wait
+for the next bytes, on either transport: httpx applies it per read, as
+`collector.providers.transport` does), so a reply that keeps arriving is never cut by it;
+`request_deadline_s`, when set, bounds the whole attempt from request to last byte; a reply
+body longer than `max_reply_bytes` is abandoned as soon as it is (a `Content-Length` over
+the limit is refused before reading). Each failure is retried like any other of its kind
+(a timeout, a `ProtocolViolation`), then ends the episode as `error`.
+
 Secrets: the API key goes into exactly one header, credentials from the base URL into
 `Authorization: Basic` (or the query they were written in), and no message built here ever
 includes a header, the URL's query or the key; provider messages are truncated and scrubbed
@@ -35,6 +43,7 @@ key-shaped tokens (OpenAI echoes a masked key in its 401 message).
 from __future__ import annotations
 
 import asyncio
+import codecs
 import contextlib
 import email.utils
 import json
@@ -254,8 +263,9 @@ class Http:
     """One dialect's view of the handed-in client: URL-independent headers, retries, sleep."""
 
     __slots__ = (
-        "_client", "_dialect", "_headers", "_params", "_policy", "_rng", "_secret", "_sleep", "_timeout",
-    )  # fmt: skip
+        "_client", "_deadline", "_dialect", "_headers", "_max_bytes", "_params", "_policy", "_rng",
+        "_secret", "_sleep", "_timeout",
+    )
 
     def __init__(
         self,
@@ -276,6 +286,8 @@ class Http:
         self._secret = (*endpoint.credentials, *((endpoint.api_key,) if endpoint.api_key else ()))
         self._policy = endpoint.retry
         self._timeout = endpoint.request_timeout_s
+        self._deadline = endpoint.request_deadline_s
+        self._max_bytes = endpoint.max_reply_bytes
         self._sleep: Sleep = sleep or asyncio.sleep
         self._rng = rng or random.Random()
 
@@ -291,6 +303,36 @@ class Http:
         # The class name only: httpx messages can carry the URL, and URLs can carry keys.
         return ProviderUnavailable(f"{self._dialect}: transport error {type(exc).__name__}")
 
+    def _oversize(self) -> ProtocolViolation:
+        return self.protocol_error(f"reply body over provider.max_reply_bytes = {self._max_bytes}")
+
+    async def _read_body(self, response: httpx.Response) -> bytes:
+        """The whole (decoded) body, or a ProtocolViolation as soon as it exceeds the limit."""
+        declared = response.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > self._max_bytes:
+            raise self._oversize()
+        parts: list[bytes] = []
+        size = 0
+        async for chunk in response.aiter_bytes():
+            size += len(chunk)
+            if size > self._max_bytes:
+                raise self._oversize()
+            parts.append(chunk)
+        return b"".join(parts)
+
+    @contextlib.asynccontextmanager
+    async def _within_deadline(self) -> AsyncIterator[None]:
+        """The attempt's total deadline (`request_deadline_s`), a retryable timeout on expiry."""
+        deadline = asyncio.timeout(self._deadline)
+        try:
+            async with deadline:
+                yield
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            limit = f"provider.request_deadline_s = {self._deadline:g}s"
+            raise ProviderUnavailable(f"{self._dialect}: reply not complete within {limit}") from None
+
     async def post_json(
         self, url: str, body: bytes, extra_headers: Mapping[str, str] | None = None
     ) -> tuple[Any, float]:
@@ -298,16 +340,17 @@ class Http:
         headers = {**self._headers, **extra_headers} if extra_headers else self._headers
         started = time.perf_counter()
         try:
-            response = await self._client.post(
-                url, content=body, headers=headers, params=self._params, timeout=self._timeout
-            )
+            async with self._within_deadline(), self._client.stream(
+                "POST", url, content=body, headers=headers, params=self._params, timeout=self._timeout
+            ) as response:
+                content = await self._read_body(response)
         except httpx.HTTPError as exc:
             raise self._transport_error(exc) from None
         elapsed = time.perf_counter() - started
         if response.status_code >= 300:
-            raise classify_http_error(response, response.content, self._secret, self._dialect)
+            raise classify_http_error(response, content, self._secret, self._dialect)
         try:
-            return json.loads(response.content), elapsed
+            return json.loads(content), elapsed
         except ValueError:
             raise self.protocol_error("reply body is not JSON") from None
 
@@ -322,13 +365,13 @@ class Http:
         started = time.perf_counter()
         headers = {**self._headers, **(extra_headers or {}), "accept": "text/event-stream"}
         try:
-            async with self._client.stream(
+            async with self._within_deadline(), self._client.stream(
                 "POST", url, content=body, headers=headers, params=self._params, timeout=self._timeout
             ) as response:
                 if response.status_code >= 300:
-                    content = await response.aread()
+                    content = await self._read_body(response)
                     raise classify_http_error(response, content, self._secret, self._dialect)
-                result = await consume(_events(response))
+                result = await consume(_events(response, self._max_bytes, self._oversize))
         except httpx.HTTPError as exc:
             raise self._transport_error(exc) from None
         return result, time.perf_counter() - started
@@ -355,10 +398,20 @@ class Http:
                 await self._sleep(wait)
 
 
-async def _events(response: httpx.Response) -> AsyncIterator[SSEEvent]:
+async def _events(
+    response: httpx.Response, max_bytes: int, oversize: Callable[[], ProtocolViolation]
+) -> AsyncIterator[SSEEvent]:
     decoder = SSEDecoder()
-    async for chunk in response.aiter_text():
-        for event in decoder.feed(chunk):
+    # Bytes, not text, so the limit counts what arrived; decoded as httpx's aiter_text does.
+    text = codecs.getincrementaldecoder(response.encoding or "utf-8")(errors="replace")
+    size = 0
+    async for chunk in response.aiter_bytes():
+        size += len(chunk)
+        if size > max_bytes:
+            raise oversize()
+        for event in decoder.feed(text.decode(chunk)):
             yield event
+    for event in decoder.feed(text.decode(b"", final=True)):
+        yield event
     for event in decoder.close():
         yield event

@@ -15,7 +15,7 @@ What it does, and only that:
   proportional to the number of connections). The caller bounds concurrency (the worker's
   slots), so the number of connections never exceeds the episodes in flight;
 - bodies by Content-Length, chunked, or until close. A small body with a Content-Length
-  (a model's reply) is read with the head, under one timer, and the connection is free at
+  (a model's reply) is read with the head (under the same idle limit) and the connection is free at
   once; any other body is streamed to httpx. httpx decodes Content-Encoding itself. A
   streamed response not read to its end closes its connection;
 - a kept-alive connection whose close has already arrived is dropped before reuse. A close
@@ -27,8 +27,12 @@ What it does, and only that:
   nothing at the provider but cost (the lost generation may be billed), and only the reply
   that arrives is used, once. On a fresh connection nothing is resent here; the failure goes
   to the adapter's retry policy (`collector.providers.http`), which resends it the same way;
-- the `timeout` extension's connect, read and write values; failures become the httpx
-  exception types (`ConnectError`, `ReadTimeout`, `RemoteProtocolError`, ...), so
+- the `timeout` extension's connect, read and write values, each an *idle* limit as in
+  httpcore: connect bounds opening the connection, write each wait for the send buffer to
+  drain, read each wait for the next bytes of the response (head or body). A reply that
+  keeps arriving is never cut by it, however long it takes in total (the total deadline is
+  `collector.providers.http`'s); failures become the httpx exception types
+  (`ConnectError`, `ReadTimeout`, `RemoteProtocolError`, ...), so
   `collector.providers.http` classifies them as it does httpcore's.
 
 Not supported: HTTP/2, proxies, upgrades. Use httpx's default transport for those.
@@ -76,6 +80,40 @@ def _timeout(request: httpx.Request, key: str) -> float | None:
     return float(value) if value is not None else None
 
 
+class _Idle:
+    """The read timeout as an idle limit: one `asyncio.timeout`, pushed back before every read.
+
+    Armed only while a read waits: a streamed body disarms it before handing bytes to httpx,
+    since a timer left running across a `yield` would cancel whatever the consumer is doing.
+    """
+
+    __slots__ = ("_limit", "_loop", "_timer")
+
+    def __init__(self, timer: asyncio.Timeout, limit: float | None) -> None:
+        self._timer = timer
+        self._limit = limit
+        self._loop = asyncio.get_running_loop()
+
+    def arm(self) -> None:
+        if self._limit is not None:
+            self._timer.reschedule(self._loop.time() + self._limit)
+
+    def disarm(self) -> None:
+        self._timer.reschedule(None)
+
+
+async def _read_exactly(reader: asyncio.StreamReader, size: int, idle: _Idle) -> AsyncIterator[bytes]:
+    """`size` bytes in pieces, each read under the idle limit; EOF first is IncompleteReadError."""
+    remaining = size
+    while remaining:
+        idle.arm()
+        data = await reader.read(min(remaining, _CHUNK))
+        if not data:
+            raise asyncio.IncompleteReadError(b"", remaining)
+        remaining -= len(data)
+        yield data
+
+
 class _Body(httpx.AsyncByteStream):
     """The response body as httpx reads it; gives the connection back when read to the end."""
 
@@ -93,25 +131,23 @@ class _Body(httpx.AsyncByteStream):
     async def __aiter__(self) -> AsyncIterator[bytes]:
         reader = self._conn.reader
         try:
-            async with asyncio.timeout(self._read_timeout):
+            async with asyncio.timeout(None) as timer:
+                idle = _Idle(timer, self._read_timeout)
                 if self._chunked:
-                    async for chunk in _chunks(reader):
-                        yield chunk
+                    source = _chunks(reader, idle)
                 elif self._length is not None:
-                    remaining = self._length
-                    while remaining:
-                        data = await reader.read(min(remaining, _CHUNK))
-                        if not data:
-                            raise httpx.RemoteProtocolError("connection closed inside the response body")
-                        remaining -= len(data)
-                        yield data
+                    source = _read_exactly(reader, self._length, idle)
                 else:
-                    while data := await reader.read(_CHUNK):
-                        yield data
+                    source = _until_close(reader, idle)
                     self._keep_alive = False
+                async for data in source:
+                    idle.disarm()
+                    yield data
+        except asyncio.IncompleteReadError:
+            raise httpx.RemoteProtocolError("connection closed inside the response body") from None
         except TimeoutError:
             raise httpx.ReadTimeout("timed out reading the response body") from None
-        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as exc:
+        except (OSError, asyncio.LimitOverrunError, ValueError) as exc:
             raise httpx.ReadError(f"reading the response body failed: {type(exc).__name__}") from None
         self._done = True
 
@@ -121,17 +157,31 @@ class _Body(httpx.AsyncByteStream):
             self._transport._release(self._conn, self._done and self._keep_alive)
 
 
-async def _chunks(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
+async def _chunks(reader: asyncio.StreamReader, idle: _Idle) -> AsyncIterator[bytes]:
     while True:
+        idle.arm()
         line = await reader.readuntil(b"\r\n")
         size = int(line.split(b";", 1)[0].strip(), 16)
         if size == 0:
             # Trailers (rare) end with an empty line.
+            idle.arm()
             while await reader.readuntil(b"\r\n") != b"\r\n":
-                pass
+                idle.arm()
             return
-        data = await reader.readexactly(size + 2)
-        yield data[:-2]
+        async for data in _read_exactly(reader, size, idle):
+            yield data
+        idle.arm()
+        if await reader.readexactly(2) != b"\r\n":
+            raise ValueError("chunk not followed by CRLF")
+
+
+async def _until_close(reader: asyncio.StreamReader, idle: _Idle) -> AsyncIterator[bytes]:
+    while True:
+        idle.arm()
+        data = await reader.read(_CHUNK)
+        if not data:
+            return
+        yield data
 
 
 class StreamTransport(httpx.AsyncBaseTransport):
@@ -211,7 +261,7 @@ class StreamTransport(httpx.AsyncBaseTransport):
 
     async def _exchange(self, conn: _Conn, request: httpx.Request, payload: bytes) -> httpx.Response:
         """Send the request and read the response head, and the body too when it is small and
-        framed by Content-Length (one timer, and the connection is free at once); any other
+        framed by Content-Length (the connection is free at once); any other
         body is streamed by `_Body`."""
         read_timeout = _timeout(request, "read")
         got_head = False
@@ -221,8 +271,10 @@ class StreamTransport(httpx.AsyncBaseTransport):
             if conn.writer.transport.get_write_buffer_size() > _CHUNK:
                 async with asyncio.timeout(_timeout(request, "write")):
                     await conn.writer.drain()
-            async with asyncio.timeout(read_timeout):
+            async with asyncio.timeout(None) as timer:
+                idle = _Idle(timer, read_timeout)
                 while True:
+                    idle.arm()
                     head = await conn.reader.readuntil(b"\r\n\r\n")
                     status, reason, version, headers = _parse_head(head)
                     if not 100 <= status < 200 or status == 101:
@@ -232,7 +284,7 @@ class StreamTransport(httpx.AsyncBaseTransport):
                 if request.method == "HEAD" or status in _NO_BODY_STATUSES:
                     length, chunked = 0, False
                 if not chunked and length is not None and length <= _EAGER_LIMIT:
-                    body = await conn.reader.readexactly(length) if length else b""
+                    body = b"".join([data async for data in _read_exactly(conn.reader, length, idle)])
         except asyncio.IncompleteReadError as exc:
             conn.close()
             if not exc.partial and not got_head:

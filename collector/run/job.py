@@ -23,7 +23,14 @@ The driver, in order:
    buffered;
 6. when an actor dies (a `RayError` that is not an exception raised by our code), puts that
    actor's outstanding items back at the front of the queue and replaces the actor; a
-   replacement that cannot be placed within `ray.start_timeout_s` stops the run.
+   replacement that cannot be placed within `ray.start_timeout_s` stops the run. An actor
+   holding a batch past its deadline (frozen: SIGSTOP, a hung node, an inline tool blocking
+   its loop) is treated the same way, since Ray never reports it dead. The deadline is
+   `ray.batch_timeout_s`, or by default `loop.episode_timeout_s x (waves + 1) + 60 s` from
+   dispatch, where waves = ceil(items a worker holds at once / episodes_in_flight): a
+   healthy worker finishes every batch it holds within that many episode timeouts. A late
+   reply of the abandoned actor is never read (its call is forgotten), and any id that
+   still reached the driver twice would be dropped before commit.
 
 Exactly once. Only the driver writes, and a commit is atomic (the store's manifest). A
 driver killed at any moment loses only uncommitted episodes, which the rerun's set
@@ -69,6 +76,7 @@ from collector.data.shards import read_shard
 from collector.data.store import CommitIncomplete, RunStore
 from collector.errors import CollectorError, ConfigError, OutputError, QuotaExhausted, RequestRejected
 from collector.providers.http import PATH_MARK
+from collector.run.clusterprobe import probe_cluster
 from collector.run.plan import Plan, WorkItem, plan_work
 from collector.run.progress import Progress
 from collector.run.simlaunch import provider_urls
@@ -79,6 +87,9 @@ from collector.stop import StopReason
 WAIT_S = 0.25
 #: Replacement actors allowed per configured worker before the run gives up.
 RESTARTS_PER_WORKER = 3
+#: Slack added to the derived batch deadline (env start and grading run outside the
+#: episode timer; a busy machine schedules late).
+BATCH_SLACK_S = 60.0
 #: The embedded cluster's object store: episodes are small, and the machine is shared.
 OBJECT_STORE_BYTES = 256 * 1024 * 1024
 #: Rejections that fail every episode alike (key, permission, model name): fatal for the run.
@@ -202,11 +213,13 @@ class _LocalTokenNotice(logging.Filter):
 
 
 @contextlib.contextmanager
-def ray_session(address: str | None, workers: int) -> Iterator[None]:
+def ray_session(address: str | None, workers: int, start_timeout_s: float = 60.0) -> Iterator[None]:
     """Connect to Ray for the run; shut down only what this call started."""
     if ray.is_initialized():
         yield
         return
+    if address is not None:
+        probe_cluster(address, start_timeout_s)
     try:
         if address is None:
             notice, quiet = logging.getLogger(_TOKEN_NOTICE_LOGGER), _LocalTokenNotice()
@@ -341,6 +354,15 @@ def _worker_failure(exc: ray.exceptions.RayTaskError, what: str) -> CollectorErr
     return CollectorError(f"{what}: {type(cause).__name__}: {cause}")
 
 
+def _alive_nodes() -> set[str]:
+    """Ids of the cluster's live nodes (empty if the cluster does not answer)."""
+    try:
+        nodes = ray.nodes()  # type: ignore[no-untyped-call]
+    except Exception:  # noqa: BLE001 - a cluster that does not answer has no node to name
+        return set()
+    return {str(n.get("NodeID")) for n in nodes if n.get("Alive")}
+
+
 class _Slot:
     """One worker position: its current actor (replaced when it dies) and outstanding calls."""
 
@@ -371,6 +393,8 @@ class _Driver:
         self.store: Any = None
         self.queue: deque[WorkItem] = deque()
         self.inflight: dict[Any, tuple[_Slot, int, list[WorkItem]]] = {}
+        self.dispatched_at: dict[Any, float] = {}
+        """When each in-flight batch was handed out (its deadline counts from there)."""
         self.slots: list[_Slot] = []
         self.buffer: dict[tuple[str, int], list[Episode]] = {}
         """Finished episodes not yet committed, per (model, budget): the store's partition."""
@@ -381,6 +405,10 @@ class _Driver:
         self.uncommitted: CommitIncomplete | None = None
         """The last commit that left cells out; reported when the run ends (the rest goes on)."""
         self.uncommitted_count = 0
+        self.address = "the embedded local cluster"
+        """The cluster as the user named it (`--address`, `ray.address`), for messages."""
+        self.nodes_at_start: set[str] = set()
+        """Ids of the nodes alive when the workers started: a missing one later died."""
 
     # --- actors -------------------------------------------------------------------------
 
@@ -426,9 +454,18 @@ class _Driver:
             raise CollectorError(f"a worker could not start: {type(exc).__name__}") from None
         for slot in self.slots:
             slot.starting = None
+        self.nodes_at_start = _alive_nodes()
 
     def _not_placed(self, what: str, timeout: float) -> str:
         cpus = self.cfg.ray.cpus_per_worker
+        lost = self.nodes_at_start - _alive_nodes() if self.nodes_at_start else set()
+        if lost:
+            # The usual cause of a replacement with no room: its node died with the old worker.
+            return (
+                f"{len(lost)} of {len(self.nodes_at_start)} node(s) of the Ray cluster at {self.address} "
+                f"died during the run, and no live node took a replacement worker within "
+                f"ray.start_timeout_s = {timeout:g}s; committed episodes are safe, run again to resume"
+            )
         return (
             f"a worker was {what} after ray.start_timeout_s = {timeout:g}s (no node with "
             f"{cpus:g} free CPUs, or a slow start); committed episodes are safe, run again to resume"
@@ -485,10 +522,39 @@ class _Driver:
                 items = [self.queue.popleft() for _ in range(min(batch, len(self.queue)))]
                 ref = slot.actor.run_batch.remote(items)
                 self.inflight[ref] = (slot, slot.generation, items)
+                self.dispatched_at[ref] = time.monotonic()
                 slot.outstanding += 1
+
+    def batch_deadline_s(self) -> float:
+        """How long a worker may hold a batch (module docstring, step 6)."""
+        explicit = self.cfg.ray.batch_timeout_s
+        if explicit is not None:
+            return explicit
+        batch = self._batch_size()
+        waves = math.ceil(self._per_worker(batch) * batch / self.cfg.ray.episodes_in_flight)
+        return self.cfg.loop.episode_timeout_s * (waves + 1) + BATCH_SLACK_S
+
+    def check_batches(self) -> None:
+        """Give up on every actor holding a batch past its deadline: re-run its items elsewhere."""
+        limit = self.batch_deadline_s()
+        now = time.monotonic()
+        late = {
+            (slot.index, generation): (slot, generation)
+            for ref, (slot, generation, _) in self.inflight.items()
+            if now - self.dispatched_at[ref] > limit
+        }
+        for slot, generation in late.values():
+            refs = [r for r, (s, g, _) in self.inflight.items() if s is slot and g == generation]
+            for ref in refs:
+                _, _, items = self.inflight.pop(ref)
+                del self.dispatched_at[ref]
+                self.result.redispatched += len(items)
+                self.queue.extendleft(reversed(items))
+            self._replace(slot, generation)
 
     def collect(self, ref: Any) -> None:
         slot, generation, items = self.inflight.pop(ref)
+        self.dispatched_at.pop(ref, None)
         if slot.generation == generation:
             slot.outstanding -= 1
         try:
@@ -585,6 +651,7 @@ class _Driver:
                 else:
                     self.started(ref)
             self.check_starting()
+            self.check_batches()
             self.commit()
             self.show()
 
@@ -666,7 +733,10 @@ def _run_job(
         driver = _Driver(cfg, plan, result, None, on_commit)
         driver.store = store
         driver.queue.extend(todo)
-        with provider_urls(plan.providers, cfg.seed) as urls, ray_session(address, cfg.ray.workers):
+        if address is not None:
+            driver.address = address
+        session = ray_session(address, cfg.ray.workers, cfg.ray.start_timeout_s)
+        with provider_urls(plan.providers, cfg.seed) as urls, session:
             reinstall_signals()  # ray.init replaced them
             try:
                 driver.start_workers(WorkerSetup(with_absolute_paths(cfg), plan.run_id, urls))

@@ -74,6 +74,8 @@ def endpoint_for(provider: ProviderConfig, base_url: str, api_key: str | None) -
         credentials=credential_values(api_key, basic_auth, query),
         streaming=provider.streaming,
         request_timeout_s=provider.request_timeout_s,
+        request_deadline_s=provider.request_deadline_s,
+        max_reply_bytes=provider.max_reply_bytes,
         retry=RetryPolicy(
             max_retries=retry.max_retries,
             initial_backoff_s=retry.initial_backoff_s,

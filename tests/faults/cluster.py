@@ -62,6 +62,16 @@ def _cmdline_of(pid: int) -> str:
         return ""
 
 
+def _parent_of(pid: int) -> int:
+    """The parent pid (0 once the process is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            # "pid (comm) state ppid ...": comm may hold spaces, so split after its ")".
+            return int(fh.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
 @dataclass
 class TwoNodeCluster:
     """Start with `start()`; `address` is the head's GCS address; `stop()` always cleans up."""
@@ -143,6 +153,15 @@ class TwoNodeCluster:
             if "raylet" in cmd and flag in cmd:
                 return pid
         raise RuntimeError("the second node's raylet is not running")
+
+    def on_second_node(self, pid: int) -> bool:
+        """Whether `pid` is a process of the second node (its raylet is an ancestor)."""
+        raylet = self.second_raylet_pid()
+        while pid > 1:
+            if pid == raylet:
+                return True
+            pid = _parent_of(pid)
+        return False
 
     def kill_second_node(self) -> None:
         """SIGKILL the second node's raylet, as a preempted machine would vanish."""
