@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from collector import __version__
+from collector.data.manifest import MANIFEST
 from tests.checking import committed_ids
 
 REPO = Path(__file__).resolve().parents[2]
@@ -135,7 +136,7 @@ def start_and_wait_for_a_commit(config: Path, run_dir: Path) -> subprocess.Popen
         env=user_env(), cwd=config.parent, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )
     guard = time.monotonic() + WAIT_GUARD_S
-    manifest = run_dir / "manifest.json"
+    manifest = run_dir / MANIFEST
     while time.monotonic() < guard:
         if process.poll() is not None:
             raise AssertionError(f"the run ended before its first commit: {process.communicate()}")
