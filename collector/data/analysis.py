@@ -92,8 +92,9 @@ def stop_reason_mix(source: RunOrTable, by: Sequence[str] = ("model", "budget"))
     if pa.types.is_dictionary(reasons.type):
         table = table.set_column(table.schema.get_field_index("stop_reason"), "stop_reason",
                                  reasons.cast(pa.string()))
-    counts = table.group_by([*by, "stop_reason"]).aggregate([([], "count_all")])
-    totals = counts.group_by(list(by)).aggregate([("count_all", "sum")])
+    # Single-threaded for the reason in collector.data.stats.aggregate.
+    counts = table.group_by([*by, "stop_reason"], use_threads=False).aggregate([([], "count_all")])
+    totals = counts.group_by(list(by), use_threads=False).aggregate([("count_all", "sum")])
     joined = counts.join(totals, keys=list(by))
     share = pc.divide(pc.cast(joined.column("count_all"), pa.float64()), joined.column("count_all_sum"))
     joined = joined.append_column("share", share).drop_columns(["count_all_sum"])

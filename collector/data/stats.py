@@ -298,7 +298,10 @@ def aggregate(table: pa.Table, by: Sequence[str], target: float | None = None) -
     if not pa.types.is_dictionary(reasons.type):
         table = table.set_column(table.schema.get_field_index("stop_reason"), "stop_reason",
                                  reasons.cast(pa.string()).dictionary_encode())
-    counted = table.group_by([*by, "stop_reason"]).aggregate(
+    # Single-threaded: the tables are small, and pyarrow's threaded group-by fails ("thread
+    # index N is out of range") in a process where something resized its CPU pool after
+    # start-up, as Ray Data does when a notebook uses both.
+    counted = table.group_by([*by, "stop_reason"], use_threads=False).aggregate(
         [([], "count_all"), ("is_truncated", "sum"), ("reward", "sum"),
          ("wasted_output_tokens", "sum"), ("output_tokens", "sum")]
     )
