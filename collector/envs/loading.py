@@ -23,7 +23,7 @@ import importlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from collector.envs.base import Environment, EpisodeWorld, Task
+from collector.envs.base import Environment, EpisodeContext, EpisodeWorld, Task, start_world
 from collector.envs.tasks import load_tasks
 from collector.errors import ConfigError
 
@@ -44,8 +44,12 @@ class TaskFileEnvironment(Environment):
     def tasks(self) -> Sequence[Task]:
         return self._tasks
 
-    def start(self, task: Task) -> EpisodeWorld:
-        return self.inner.start(task)
+    def start(self, task: Task, context: EpisodeContext | None = None) -> EpisodeWorld:
+        if context is None:  # called directly, as a one-argument environment
+            legacy: Any = self.inner.start
+            world: EpisodeWorld = legacy(task)
+            return world
+        return start_world(self.inner, task, context)
 
     def check_task(self, task: Task) -> str | None:
         return self.inner.check_task(task)

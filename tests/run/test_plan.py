@@ -52,3 +52,19 @@ def test_provider_sweep_keeps_ids_apart() -> None:
     assert len(plan.items) == 2 * 3 * 2
     assert len({i.episode_id for i in plan.items}) == len(plan.items)
     assert {i.provider_index for i in plan.items} == {0, 1}
+
+
+def test_ids_of_an_existing_config_are_pinned() -> None:
+    """The demo config's run id, episode ids and seeds never change: committed runs resume."""
+    import hashlib
+
+    from collector.config import load_config
+
+    plan = plan_work(load_config("configs/demo.toml", ["env.options={num_tasks=5}"]))
+    listing = "\n".join(f"{i.episode_id} {i.seed}" for i in plan.items)
+    assert plan.run_id == "demo-0b944764"
+    assert len(plan.items) == 180
+    assert (plan.items[0].episode_id, plan.items[0].seed) == ("ebfd39dda1e11f23d8f7ddd5", 1539487983)
+    assert hashlib.sha256(listing.encode()).hexdigest() == (
+        "c8c835f606a83e0539e63c51b413ad30954d62692269ad25a6451d246354dfc0"
+    )
