@@ -87,6 +87,20 @@ def test_example_environment_outside_the_package(monkeypatch: pytest.MonkeyPatch
     assert len(env.tasks()) == 4
 
 
+def test_options_for_an_instance_name_the_class_to_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Options given to an exported instance are refused in one line naming the exported class,
+    and that name takes the same options."""
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    monkeypatch.delitem(sys.modules, "my_env", raising=False)
+    with pytest.raises(ConfigError) as info:
+        load_environment("my_env:environment", {"num_tasks": 3})
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith("env.options: 'my_env:environment' is an environment instance")
+    assert message.endswith("env.name = 'my_env:UnitPricesEnv'")
+    assert len(load_environment("my_env:UnitPricesEnv", {"num_tasks": 3}).tasks()) == 3
+
+
 def test_jsonl_tasks_with_chat_prompts(tmp_path: Path) -> None:
     """JSONL rows load with string or chat-message prompts, few-shot tool calls included."""
     file = tmp_path / "tasks.jsonl"
