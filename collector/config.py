@@ -121,6 +121,15 @@ class SamplingConfig(_Model):
     """Server-specific request fields (vLLM, llama.cpp), merged into every request body."""
 
 
+class SweepCell(_Model):
+    """One explicit cell of a sweep."""
+
+    model: str
+    """A model name (for the simulator, a preset)."""
+    budget: PositiveInt
+    """Its per-turn output-token cap."""
+
+
 class SweepConfig(_Model):
     models: Annotated[list[str], Field(min_length=1)]
     """Model names. For the simulator these are preset names: the keys of `PRESETS` in
@@ -129,11 +138,52 @@ class SweepConfig(_Model):
     """Per-turn output-token caps to sweep."""
     providers: list[ProviderConfig] | None = None
     """Optional extra sweep axis; when unset, the run's single `provider` is used."""
+    pairing: Literal["product", "zip"] = "product"
+    """How models meet budgets: "product", every model at every budget; "zip", the i-th model
+    at the i-th budget only (equal lengths; a value may then repeat on one axis)."""
+    cells: Annotated[list[SweepCell], Field(min_length=1)] | None = None
+    """Explicit (model, budget) cells to run instead of the product. `models` and `budgets`
+    default to the values the cells use; when given, every cell must use listed values."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _axes_from_cells(cls, data: Any) -> Any:
+        # `cells` alone is a whole sweep: the axes are the values the cells use, in order.
+        if not isinstance(data, Mapping) or not isinstance(data.get("cells"), list):
+            return data
+        cells = [c for c in data["cells"] if isinstance(c, Mapping)]
+        filled = dict(data)
+        for axis, key in (("models", "model"), ("budgets", "budget")):
+            if axis not in filled:
+                filled[axis] = list(dict.fromkeys(c[key] for c in cells if key in c))
+        return filled
+
+    def pairs(self) -> list[tuple[str, int]]:
+        """The (model, budget) cells of the sweep, model-major for a product."""
+        if self.cells is not None:
+            return [(c.model, c.budget) for c in self.cells]
+        if self.pairing == "zip":
+            return list(zip(self.models, self.budgets, strict=True))
+        return [(m, b) for m in self.models for b in self.budgets]
 
     @model_validator(mode="after")
     def _distinct(self) -> SweepConfig:
+        paired = self.cells is not None or self.pairing == "zip"
+        if paired and self.cells is None and len(self.models) != len(self.budgets):
+            raise ValueError(
+                f'pairing = "zip" needs as many models as budgets ({len(self.models)} != {len(self.budgets)})'
+            )
+        if self.cells is not None:
+            for i, cell in enumerate(self.cells):
+                if cell.model not in self.models or cell.budget not in self.budgets:
+                    where = f"cells.{i}: ({cell.model!r}, {cell.budget})"
+                    raise ValueError(f"{where} uses a model or budget not listed")
+        if paired:
+            pairs = self.pairs()
+            if len(set(pairs)) != len(pairs):
+                raise ValueError("a (model, budget) cell is listed twice")
         for axis, values in (("models", self.models), ("budgets", self.budgets)):
-            if len(set(values)) != len(values):
+            if len(set(values)) != len(values) and not (paired and self.cells is None):
                 raise ValueError(f"{axis} lists a value twice")
         if self.providers is not None:
             names = [p.name for p in self.providers]
@@ -388,7 +438,7 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> RunConfig:
 #: do change it: which episodes time out, which tool results are errors; they stay in).
 _SELECTION_ONLY: dict[str, Any] = {
     "samples_per_task": True,
-    "sweep": {"models": True, "budgets": True},
+    "sweep": {"models": True, "budgets": True, "pairing": True, "cells": True},
     "env": {"tasks": True, "python_path": True},
     "ray": True,
     "output": True,

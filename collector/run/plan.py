@@ -2,7 +2,10 @@
 
 The driver and `collector validate` both call `plan_work`; the worker receives `WorkItem`s.
 A work item is one episode to run: a cell of the sweep (model x budget [x provider]), a task
-and a sample, with its deterministic `episode_id` and per-episode seed. Because ids depend
+and a sample, with its deterministic `episode_id` and per-episode seed. The cells are the
+product of models and budgets, or the pairs a sweep lists (`sweep.cells`, `sweep.pairing =
+"zip"`); a task that names its models (`Task.models`) runs only in their cells. Either way
+an episode's id depends on its own cell alone, so the ids a product sweep always had stay. Because ids depend
 only on the config, a rerun enumerates the same ids and resume is a set difference against
 the ids already committed.
 
@@ -52,10 +55,16 @@ class Plan:
     def describe(self) -> str:
         """A few human lines: the sweep's shape and its identity."""
         sweep = self.cfg.sweep
-        axes = [f"{len(sweep.models)} model(s)", f"{len(sweep.budgets)} budget(s)"]
+        if sweep.cells is not None or sweep.pairing == "zip":
+            axes = [f"{len(sweep.pairs())} (model, budget) cell(s)"]
+        else:
+            axes = [f"{len(sweep.models)} model(s)", f"{len(sweep.budgets)} budget(s)"]
         if len(self.providers) > 1:
             axes.append(f"{len(self.providers)} providers")
         axes += [f"{len(self.task_ids)} task(s)", f"{self.cfg.samples_per_task} sample(s)"]
+        full = len(self.task_ids) * self.cfg.samples_per_task * len(self.providers) * len(sweep.pairs())
+        if len(self.items) != full:
+            axes[-1] += " (tasks restricted to their models)"
         kinds = ", ".join(
             p.name + ("" if p.kind != "sim" else f" ({p.sim_transport})") for p in self.providers
         )
@@ -108,18 +117,18 @@ def plan_work(cfg: RunConfig, env: Environment | None = None) -> Plan:
     providers = list(cfg.sweep.providers) if cfg.sweep.providers else [cfg.provider]
     rid = run_id(cfg)
     plan = Plan(cfg, rid, config_fingerprint(cfg), providers, [t.id for t in tasks])
+    cells = cfg.sweep.pairs()
     for sample in range(cfg.samples_per_task):
         for task in tasks:
             for p_index, provider in enumerate(providers):
-                for model in cfg.sweep.models:
+                for model, budget in cells:
                     # With several providers the same model name can appear under each: the
                     # provider's label keeps their episode ids apart.
                     id_model = model if len(providers) == 1 else f"{provider.name}/{model}"
-                    for budget in cfg.sweep.budgets:
-                        eid = episode_id(rid, task.id, sample, id_model, budget)
-                        plan.items.append(
-                            WorkItem(
-                                eid, model, budget, p_index, task.id, sample, episode_seed(cfg.seed, eid)
-                            )
-                        )
+                    if task.models is not None and model not in task.models and id_model not in task.models:
+                        continue  # the task names the models it applies to
+                    eid = episode_id(rid, task.id, sample, id_model, budget)
+                    plan.items.append(
+                        WorkItem(eid, model, budget, p_index, task.id, sample, episode_seed(cfg.seed, eid))
+                    )
     return plan

@@ -254,3 +254,16 @@ class _AnyTask(Environment):
 
     def start(self, task: Task) -> EpisodeWorld:
         raise NotImplementedError
+
+
+def test_task_file_rows_name_the_models_they_apply_to(tmp_path: Path) -> None:
+    """A `models` column restricts a task to those models; a non-list is a one-line error."""
+    prompt = "What is 2 + 3? Use the calculator tool, then reply with the number only."
+    file = tmp_path / "tasks.jsonl"
+    file.write_text(json.dumps({"id": "a", "prompt": prompt, "models": ["sim-terse"]}) + "\n"
+                    + json.dumps({"id": "b", "prompt": prompt}) + "\n")
+    first, second = load_tasks(file)
+    assert (first.models, second.models) == (("sim-terse",), None)
+    file.write_text(json.dumps({"id": "a", "prompt": prompt, "models": "sim-terse"}) + "\n")
+    with pytest.raises(ConfigError, match="row 1: models must be a list of model names"):
+        load_tasks(file)
