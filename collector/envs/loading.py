@@ -32,6 +32,7 @@ from collector.errors import ConfigError
 BUILTINS: Mapping[str, str] = {
     "arithmetic": "collector.envs.arithmetic:ArithmeticEnv",
     "support_desk": "collector.envs.support_desk:SupportDeskEnv",
+    "mcp": "collector.envs.mcp:MCPEnvironment",
 }
 
 

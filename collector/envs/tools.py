@@ -59,7 +59,7 @@ import queue
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, get_type_hints
+from typing import Any, get_args, get_type_hints
 
 import jsonschema
 import jsonschema.exceptions
@@ -205,7 +205,10 @@ def _context_parameter(function: ToolFunction) -> str | None:
         hints = get_type_hints(function)
     except (NameError, TypeError):
         return None
-    return next((n for n, h in hints.items() if h is ToolCallContext and n != "return"), None)
+    for name, hint in hints.items():
+        if name != "return" and (hint is ToolCallContext or ToolCallContext in get_args(hint)):
+            return name
+    return None
 
 
 def _build(function: ToolFunction) -> _Compiled:
