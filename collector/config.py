@@ -268,6 +268,12 @@ class RayConfig(_Model):
     start_timeout_s: PositiveFloat = 120.0
     """How long a worker actor may take to be placed and become ready (also a replacement after
     a worker died). Past it the run stops with one line instead of waiting forever for room."""
+    temp_dir: str | None = None
+    """Where the embedded local cluster keeps its session, Ray's logs included
+    (`<temp_dir>/session_latest/logs`), e.g. `"runs/demo/ray"` to keep them with the run.
+    Unset: Ray's default `/tmp/ray`, shared by every run on the machine. Ray's sockets live
+    under it, so its absolute path must stay short (at most 43 characters). A cluster joined
+    by address keeps its own. Either way a worker failure names the log directory."""
 
 
 class OutputConfig(_Model):
