@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from collector.envs.arithmetic import evaluate
-from collector.envs.base import EpisodeContext, Environment, EpisodeWorld, Task, Tool, ToolCallContext
+from collector.envs.base import Environment, EpisodeContext, EpisodeWorld, Task, Tool, ToolCallContext
 from collector.tools import tool
 
 PROMPT = "What is {qty} * {price} + {shipping}? Use the calculator tool, then reply with the number only."
