@@ -12,7 +12,10 @@ Install the extra: ``pip install 'collector[mcp]'``. Configure it with `[env.opt
   `grade_tool`: the name of a server tool called at grading with ``{"final_text": ...}``
   whose result is the reward (hidden from the model). Without either, the reward is 1.0
   when the final answer contains ``metadata["expected"]``, else 0.0;
-- `env` (variables for a stdio server), `startup_timeout_s` (default 30).
+- `gates`: names of server tools that are approval gates (a failed call holds its siblings);
+- `env` (variables for a stdio server), `server_log` (a file a stdio server's stderr is
+  appended to; by default it is kept in a temporary file whose last lines are quoted when
+  the server fails, so the cause shows in the episode's error), `startup_timeout_s` (30).
 
 One session per episode: `open` connects (a stdio command starts a process of its own), reads
 the tools from ``tools/list`` (their input schemas are validated with `jsonschema` before a
@@ -38,8 +41,9 @@ import inspect
 import json
 import os
 import sys
+import tempfile
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TextIO
 
 from collector.envs.base import Environment, EpisodeContext, EpisodeWorld, Task, Tool, ToolCallContext
 from collector.envs.tasks import task_from_row
@@ -62,6 +66,8 @@ class MCPEnvironment(Environment):
         grade_tool: str | None = None,
         env: Mapping[str, str] | None = None,
         startup_timeout_s: float = 30.0,
+        gates: Sequence[str] = (),
+        server_log: str | None = None,
     ) -> None:
         try:
             importlib.import_module("mcp")
@@ -83,6 +89,8 @@ class MCPEnvironment(Environment):
         self.grader = _resolve_grader(grader) if grader is not None else None
         self.variables = dict(env or {})
         self.startup_timeout_s = float(startup_timeout_s)
+        self.gates = frozenset(gates)
+        self.server_log = server_log
         self._tasks = [
             task_from_row(row, f"mcp-{n:04d}", where=f"env.options.tasks.{n}") for n, row in enumerate(tasks)
         ]
@@ -114,6 +122,8 @@ class MCPWorld(EpisodeWorld):
         self._closing = asyncio.Event()
         self._ended: BaseException | None = None
         self._tools: list[Tool] = []
+        self._stderr: TextIO | None = None
+        """Where a stdio server's stderr goes; its tail is quoted when the server fails."""
 
     @property
     def tools(self) -> Sequence[Tool]:
@@ -134,8 +144,9 @@ class MCPWorld(EpisodeWorld):
                 f"MCP server {where} did not start within {self.env.startup_timeout_s:g} s"
             ) from None
         except Exception as exc:
+            tail = self._stderr_tail()
             await self.close()
-            raise EnvironmentFailure(f"MCP server {where} failed to start: {_describe(exc)}") from exc
+            raise EnvironmentFailure(f"MCP server {where} failed to start: {_describe(exc)}{tail}") from exc
         try:
             self._tools = [self._tool(t) for t in tools if t.name != self.env.grade_tool]
         except ValueError as exc:
@@ -168,6 +179,23 @@ class MCPWorld(EpisodeWorld):
         if not done:  # a transport that will not shut down: stop waiting for it
             session.cancel()
             await asyncio.wait({session}, timeout=1.0)
+        stderr, self._stderr = self._stderr, None
+        if stderr is not None:
+            stderr.close()
+
+    def _stderr_tail(self) -> str:
+        """`; its stderr ended: <last line>` for a stdio server that wrote any, else ""."""
+        if self._stderr is None or self._stderr.closed:
+            return ""
+        try:
+            self._stderr.flush()
+            self._stderr.seek(0, os.SEEK_END)
+            size = self._stderr.tell()
+            self._stderr.seek(max(0, size - 4096))
+            lines = [line.strip() for line in self._stderr.read().splitlines() if line.strip()]
+        except (OSError, ValueError):
+            return ""
+        return f"; its stderr ended: {lines[-1][:300]}" if lines else ""
 
     async def call(
         self, name: str, arguments: Mapping[str, Any], meta: Mapping[str, str] | None = None
@@ -191,12 +219,14 @@ class MCPWorld(EpisodeWorld):
             if not request.done():  # the session ended first, or the episode was cancelled
                 request.cancel()
         if request.cancelled() or not request.done():
-            raise EnvironmentFailure(f"{where} closed the session during {name}{self._cause()}")
+            cause = self._cause() + self._stderr_tail()
+            raise EnvironmentFailure(f"{where} closed the session during {name}{cause}")
         exc = request.exception()
         if isinstance(exc, MCPError):
             if exc.code == CONNECTION_CLOSED:
                 raise EnvironmentFailure(
                     f"{where} closed the connection during {name} (the server exited or was killed)"
+                    + self._stderr_tail()
                 ) from None
             raise ToolError(f"{name}: {exc.message[:300]}") from None
         if exc is not None:
@@ -222,7 +252,7 @@ class MCPWorld(EpisodeWorld):
 
     def _target(self) -> Any:
         from mcp import StdioServerParameters
-        from mcp.client.stdio import get_default_environment
+        from mcp.client.stdio import get_default_environment, stdio_client
 
         if isinstance(self.env.server, str):
             return self.env.server
@@ -233,7 +263,12 @@ class MCPWorld(EpisodeWorld):
             # environment (on env.python_path) imports exactly as it does here.
             command = sys.executable
             variables.setdefault("PYTHONPATH", os.pathsep.join(p for p in sys.path if p))
-        return StdioServerParameters(command=command, args=list(args), env=variables)
+        params = StdioServerParameters(command=command, args=list(args), env=variables)
+        if self.env.server_log is not None:
+            self._stderr = open(self.env.server_log, "a+", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        else:
+            self._stderr = tempfile.TemporaryFile("w+", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        return stdio_client(params, errlog=self._stderr)
 
     def _tool(self, listed: Any) -> Tool:
         name = str(listed.name)
@@ -246,7 +281,13 @@ class MCPWorld(EpisodeWorld):
             return await self.call(name, arguments, meta)
 
         schema = dict(listed.input_schema or {"type": "object"})
-        return tool(call_server, name=name, description=listed.description or "", parameters=schema)
+        return tool(
+            call_server,
+            name=name,
+            description=listed.description or "",
+            parameters=schema,
+            gate=name in self.env.gates,
+        )
 
 
 async def _list_tools(client: Any) -> list[Any]:

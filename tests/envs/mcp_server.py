@@ -38,9 +38,17 @@ def calculator(expression: str) -> str:
 
 
 @server.tool()
+def approve(order_id: str) -> str:
+    """Approve an action on an order; refused for B-2."""
+    if order_id == "B-2":
+        raise ToolError("approval refused")
+    return "approved"
+
+
+@server.tool()
 def crash() -> str:
     """Exit the server process in the middle of the call."""
-    sys.stderr.flush()
+    print("test-orders: crashing on purpose", file=sys.stderr, flush=True)
     os._exit(3)
 
 

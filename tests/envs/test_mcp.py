@@ -92,7 +92,7 @@ async def test_tools_come_from_the_server_and_is_error_is_an_error_result(
     episode, provider = await _run(env, script)
     assert episode.stop_reason is StopReason.DONE, episode.error
     offered = {t.name: t.parameters for t in provider.requests[0].tools}
-    assert set(offered) == {"lookup_order", "calculator", "crash", "grade"}
+    assert set(offered) == {"lookup_order", "calculator", "approve", "crash", "grade"}
     assert offered["lookup_order"]["required"] == ["order_id"]
     (ok, ok_error), (bad, bad_error) = _results(episode)
     assert json.loads(ok)["status"] == "shipped"
@@ -132,22 +132,28 @@ async def test_a_server_that_dies_mid_episode_is_an_error_episode(transport: str
     assert episode.error.type == "EnvironmentFailure"
     assert "tool crash" in episode.error.message
     assert "MCP server" in episode.error.message
+    if transport == "stdio":  # the server's own last words are quoted
+        assert "its stderr ended: test-orders: crashing on purpose" in episode.error.message
     assert [c.call_id for c in episode.executed_tool_calls] == ["c1"]
     assert_settled(episode)
 
 
 async def test_a_server_that_cannot_start_is_an_error_episode() -> None:
-    """A command that exits at once, or a URL nothing listens on, is an `error` episode saying
-    the MCP server failed to start."""
+    """A command that exits at once (its stderr's last line quoted), or a URL nothing listens
+    on, is an `error` episode saying the MCP server failed to start."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         closed = f"http://127.0.0.1:{probe.getsockname()[1]}/mcp"
-    for server in (["python", "-c", "import sys; sys.exit(4)"], closed):
+    for server in (["python", "-c", "import no_such_module_zz"], closed):
         episode, _ = await _run(_env(server, startup_timeout_s=20), [text("never asked")])
         assert episode.stop_reason is StopReason.ERROR, server
         assert episode.error is not None
         assert "start: EnvironmentFailure: MCP server" in episode.error.message
         assert "failed to start" in episode.error.message
+        if isinstance(server, list):
+            assert "its stderr ended: ModuleNotFoundError: No module named 'no_such_module_zz'" in (
+                episode.error.message
+            )
 
 
 async def test_no_call_from_a_cut_turn_reaches_the_server() -> None:
@@ -156,6 +162,24 @@ async def test_no_call_from_a_cut_turn_reaches_the_server() -> None:
     episode, _ = await _run(env, [cut(call("lookup_order", {"order_id": "A-1"}, id="c1"))])
     assert episode.stop_reason is StopReason.LENGTH
     assert episode.executed_tool_calls == []
+    assert_settled(episode)
+
+
+async def test_a_failed_gate_call_holds_its_siblings_from_the_server() -> None:
+    """A server tool named in `gates` whose call returns isError holds every other call of the
+    turn: none of them is sent to the server."""
+    env = _env(STDIO, gates=["approve"])
+    script = [
+        calls(
+            call("lookup_order", {"order_id": "A-1"}, id="c1"), call("approve", {"order_id": "B-2"}, id="g1")
+        ),
+        text("Not approved."),
+    ]
+    episode, _provider = await _run(env, script)
+    assert episode.stop_reason is StopReason.DONE
+    assert [(c.call_id, c.is_error) for c in episode.executed_tool_calls] == [("g1", True)]
+    held = next(m for m in episode.messages if m.role == "tool" and m.call_id == "c1")
+    assert held.text.startswith("not executed: the approve call of this turn did not go through")
     assert_settled(episode)
 
 
