@@ -17,7 +17,8 @@ Install the extra: ``pip install 'collector[mcp]'``. Configure it with `[env.opt
   appended to; by default it is kept in a temporary file whose last lines are quoted when
   the server fails, so the cause shows in the episode's error), `startup_timeout_s` (30).
 
-One session per episode: `open` connects (a stdio command starts a process of its own), reads
+One session per episode: `open` connects (a stdio command starts a process of its own, so a
+worker runs up to `ray.episodes_in_flight` server processes at once), reads
 the tools from ``tools/list`` (their input schemas are validated with `jsonschema` before a
 call is sent), and `close` ends the session, whatever way the episode ended. State therefore
 never leaks from one episode to another. Every call carries the episode id and call id in
@@ -175,13 +176,14 @@ class MCPWorld(EpisodeWorld):
         if session is None:
             return
         self._closing.set()
-        done, _ = await asyncio.wait({session}, timeout=self.env.startup_timeout_s)
-        if not done:  # a transport that will not shut down: stop waiting for it
-            session.cancel()
-            await asyncio.wait({session}, timeout=1.0)
-        stderr, self._stderr = self._stderr, None
-        if stderr is not None:
-            stderr.close()
+        try:
+            await asyncio.wait({session}, timeout=self.env.startup_timeout_s)
+        finally:  # also when the caller stops waiting: the session never outlives its episode
+            if not session.done():  # a transport that will not shut down
+                session.cancel()
+            stderr, self._stderr = self._stderr, None
+            if stderr is not None:
+                stderr.close()
 
     def _stderr_tail(self) -> str:
         """`; its stderr ended: <last line>` for a stdio server that wrote any, else ""."""

@@ -516,7 +516,8 @@ async def run_episode(
     try:
         try:
             world = start_world(env, spec.task, run.context)
-            await world.open()
+            async with asyncio.timeout(settings.episode_timeout_s):  # a world that never opens
+                await world.open()
             tools = list(world.tools)
         # Broad on purpose: the environment crashed setting up, an `error` episode.
         except Exception as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -191,3 +192,24 @@ async def test_a_tool_raising_environment_failure_ends_the_episode_as_error() ->
     assert [c.call_id for c in episode.executed_tool_calls] == ["c1"]  # the second never ran
     assert_settled(episode)
     assert env.log[-1] == "close"
+
+
+class _NeverOpens(_World):
+    async def open(self) -> None:
+        await asyncio.Event().wait()
+
+
+class _NeverOpensEnv(ContextEnv):
+    def start(self, task: Task, context: EpisodeContext) -> EpisodeWorld:
+        return _NeverOpens(self.log)
+
+
+async def test_a_world_that_never_opens_is_an_error_episode_not_a_hung_worker() -> None:
+    """`open` is bounded by the episode's time limit; past it the episode ends as `error`."""
+    episode = await run_episode(
+        EpisodeSpec("r", "m", "p", 64, TASK), ScriptedProvider([]), _NeverOpensEnv(),
+        LoopConfig(episode_timeout_s=0.05),
+    )
+    assert episode.stop_reason is StopReason.ERROR
+    assert episode.error is not None
+    assert episode.error.message.startswith("start: TimeoutError")

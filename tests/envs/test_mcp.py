@@ -16,7 +16,7 @@ import pytest
 
 from collector.config import LoopConfig
 from collector.envs.loading import load_environment
-from collector.envs.mcp import MCPEnvironment
+from collector.envs.mcp import MCPEnvironment, MCPWorld
 from collector.episode.loop import EpisodeSpec, run_episode
 from collector.providers.scripted import ScriptedProvider, call, calls, cut, text
 from collector.stop import StopReason
@@ -116,6 +116,20 @@ async def test_one_session_per_episode_and_the_grade_tool_reads_it() -> None:
     assert (first.reward, second.reward, never.reward) == (1.0, 1.0, 0.0)
     pids = {json.loads(e.messages[2].text)["pid"] for e in (first, second)}
     assert len(pids) == 2
+
+
+async def grade_by_asking_the_server(world: MCPWorld, final_text: str | None) -> float:
+    """A `grader` hook: half from the answer, half from the session's state on the server."""
+    from_server = float(await world.call("grade", {"final_text": final_text or ""}))
+    return 0.5 * from_server + (0.5 if world.task.metadata["expected"] in (final_text or "") else 0.0)
+
+
+async def test_a_python_grader_hook_can_ask_the_server() -> None:
+    """`grader = "module:function"` grades with the episode's own session still open."""
+    env = _env(STDIO, grader="tests.envs.test_mcp:grade_by_asking_the_server")
+    looked_up, _ = await _run(env, [calls(call("lookup_order", {"order_id": "A-1"})), text("It is shipped.")])
+    guessed, _ = await _run(env, [text("It is shipped.")], sample=1)
+    assert (looked_up.reward, guessed.reward) == (1.0, 0.5)
 
 
 @pytest.mark.parametrize("transport", ["stdio", "http"])
