@@ -18,13 +18,14 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /app
 
-# Only what the install needs: the package, its metadata, and the shipped configs.
+# Only what the install needs: the package, its metadata, and the shipped configs. The mcp
+# extra too, so configs/mcp_demo.toml runs in the image.
 COPY pyproject.toml README.md ./
 COPY collector ./collector
 COPY configs ./configs
 COPY examples ./examples
 
-RUN pip install . \
+RUN pip install ".[mcp]" \
     && useradd --create-home --uid 1000 collector \
     && mkdir -p /data \
     && chown collector:collector /data
