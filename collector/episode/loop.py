@@ -6,6 +6,12 @@ result. Provider failures (after the adapter's retries) and environment crashes 
 episode as `error`, recorded and marked not trainable. Only cancellation by the caller
 (`asyncio.CancelledError`) propagates.
 
+The world's life. `Environment.start` gets the `EpisodeContext` (`start_world`); the
+world's `open` runs within the episode's time limit, its `close` runs once however the
+episode ended (bounded by the tool timeout), and an async grader is bounded by the tool
+timeout too. A tool raising `EnvironmentFailure` (its world broke: an MCP server died)
+ends the episode as `error`, after the turn's other calls are settled without running.
+
 Order of checks per turn. The order decides which stop reason a turn counts under, so it
 is fixed and tested:
 
@@ -476,20 +482,24 @@ async def _reward(reason: StopReason, world: EpisodeWorld, run: _Episode) -> tup
     """(reward, graded_reward) under the policy of the module docstring."""
     policy = run.settings.reward
     if reason is StopReason.DONE or (reason is StopReason.MAX_STEPS and policy.grade_max_steps):
-        graded = await _grade(world, run.final_text if reason is StopReason.DONE else None, run.redactor)
+        graded = await _grade(world, run.final_text if reason is StopReason.DONE else None, run)
         return graded, graded
     if reason in (StopReason.LENGTH, StopReason.MALFORMED_TOOL_CALL):
         clamp = policy.policy == "grade_then_clamp"
         if clamp or policy.grade_cut_episodes:
-            graded = await _grade(world, None, run.redactor)
+            graded = await _grade(world, None, run)
             return (min(graded, 0.0) if clamp else 0.0), (graded if policy.grade_cut_episodes else None)
     return 0.0, None
 
 
-async def _grade(world: EpisodeWorld, final_text: str | None, redactor: Redactor) -> float:
+async def _grade(world: EpisodeWorld, final_text: str | None, run: _Episode) -> float:
+    redactor = run.redactor
     try:
         result = world.grade(final_text)
-        value = float(await result if inspect.isawaitable(result) else result)
+        if inspect.isawaitable(result):  # an async grader (one asking a server) gets a tool's time
+            async with asyncio.timeout(run.settings.tool_timeout_s):
+                result = await result
+        value = float(result)
     # Broad on purpose: a grader crash is the environment's failure, an `error` episode.
     except Exception as exc:
         raise _env_failure("grade", exc, redactor) from exc

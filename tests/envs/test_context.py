@@ -213,3 +213,27 @@ async def test_a_world_that_never_opens_is_an_error_episode_not_a_hung_worker() 
     assert episode.stop_reason is StopReason.ERROR
     assert episode.error is not None
     assert episode.error.message.startswith("start: TimeoutError")
+
+
+class _NeverGrades(_World):
+    async def grade(self, final_text: str | None) -> float:
+        await asyncio.Event().wait()
+        return 1.0
+
+
+class _NeverGradesEnv(ContextEnv):
+    def start(self, task: Task, context: EpisodeContext) -> EpisodeWorld:
+        return _NeverGrades(self.log)
+
+
+async def test_an_async_grader_that_never_returns_is_an_error_episode() -> None:
+    """An async grader is bounded by the tool timeout; past it the episode ends as `error`."""
+    env = _NeverGradesEnv()
+    episode = await run_episode(
+        EpisodeSpec("r", "m", "p", 64, TASK), ScriptedProvider([text("5")]), env,
+        LoopConfig(tool_timeout_s=0.05),
+    )
+    assert episode.stop_reason is StopReason.ERROR
+    assert episode.error is not None
+    assert episode.error.message.startswith("grade: TimeoutError")
+    assert env.log[-1] == "close"
