@@ -13,9 +13,12 @@ Install the extra: ``pip install 'collector[mcp]'``. Configure it with `[env.opt
   whose result is the reward (hidden from the model). Without either, the reward is 1.0
   when the final answer contains ``metadata["expected"]``, else 0.0;
 - `gates`: names of server tools that are approval gates (a failed call holds its siblings);
-- `env` (variables for a stdio server), `server_log` (a file a stdio server's stderr is
-  appended to; by default it is kept in a temporary file whose last lines are quoted when
-  the server fails, so the cause shows in the episode's error), `startup_timeout_s` (30).
+- `env`: variables for a stdio server (stored with the run's config: never a secret);
+  `pass_env`: names of variables copied from the worker's own environment, the way to hand
+  a stdio server a key without it entering the config;
+- `server_log`: a file a stdio server's stderr is appended to (by default a temporary file
+  whose last line is quoted when the server fails, so the cause shows in the episode's
+  error); `startup_timeout_s` (default 30).
 
 One session per episode: `open` connects (a stdio command starts a process of its own, so a
 worker runs up to `ray.episodes_in_flight` server processes at once), reads
@@ -69,6 +72,7 @@ class MCPEnvironment(Environment):
         startup_timeout_s: float = 30.0,
         gates: Sequence[str] = (),
         server_log: str | None = None,
+        pass_env: Sequence[str] = (),
     ) -> None:
         try:
             importlib.import_module("mcp")
@@ -92,6 +96,7 @@ class MCPEnvironment(Environment):
         self.startup_timeout_s = float(startup_timeout_s)
         self.gates = frozenset(gates)
         self.server_log = server_log
+        self.pass_env = tuple(pass_env)
         self._tasks = [
             task_from_row(row, f"mcp-{n:04d}", where=f"env.options.tasks.{n}") for n, row in enumerate(tasks)
         ]
@@ -259,7 +264,14 @@ class MCPWorld(EpisodeWorld):
         if isinstance(self.env.server, str):
             return self.env.server
         command, *args = self.env.server
-        variables = {**get_default_environment(), **self.env.variables}
+        missing = [name for name in self.env.pass_env if name not in os.environ]
+        if missing:
+            raise EnvironmentFailure(f"env.options.pass_env: {', '.join(missing)} not set on this worker")
+        variables = {
+            **get_default_environment(),
+            **self.env.variables,
+            **{name: os.environ[name] for name in self.env.pass_env},
+        }
         if command == "python":
             # The worker's interpreter and import path: a server module next to the
             # environment (on env.python_path) imports exactly as it does here.

@@ -46,6 +46,12 @@ def approve(order_id: str) -> str:
 
 
 @server.tool()
+def variable(name: str) -> str:
+    """The value of one of this process's environment variables."""
+    return os.environ.get(name, "<unset>")
+
+
+@server.tool()
 def crash() -> str:
     """Exit the server process in the middle of the call."""
     print("test-orders: crashing on purpose", file=sys.stderr, flush=True)

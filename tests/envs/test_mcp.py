@@ -92,7 +92,7 @@ async def test_tools_come_from_the_server_and_is_error_is_an_error_result(
     episode, provider = await _run(env, script)
     assert episode.stop_reason is StopReason.DONE, episode.error
     offered = {t.name: t.parameters for t in provider.requests[0].tools}
-    assert set(offered) == {"lookup_order", "calculator", "approve", "crash", "grade"}
+    assert set(offered) == {"lookup_order", "calculator", "approve", "variable", "crash", "grade"}
     assert offered["lookup_order"]["required"] == ["order_id"]
     (ok, ok_error), (bad, bad_error) = _results(episode)
     assert json.loads(ok)["status"] == "shipped"
@@ -195,6 +195,23 @@ async def test_a_failed_gate_call_holds_its_siblings_from_the_server() -> None:
     held = next(m for m in episode.messages if m.role == "tool" and m.call_id == "c1")
     assert held.text.startswith("not executed: the approve call of this turn did not go through")
     assert_settled(episode)
+
+
+async def test_pass_env_hands_a_stdio_server_a_variable_of_the_worker(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`pass_env` copies a worker variable (a key) into the server's environment by name; a
+    variable the worker lacks fails the episode's start naming it."""
+    monkeypatch.setenv("MCP_TEST_TOKEN", "tok-123")
+    env = _env(STDIO, pass_env=["MCP_TEST_TOKEN"])
+    script = [calls(call("variable", {"name": "MCP_TEST_TOKEN"}, id="c1")), text("done")]
+    episode, _ = await _run(env, script)
+    assert _results(episode) == [("tok-123", False)]
+    assert "tok-123" not in json.dumps(env.variables)
+    monkeypatch.delenv("MCP_TEST_TOKEN")
+    episode, _ = await _run(env, script)
+    assert episode.error is not None
+    assert "pass_env: MCP_TEST_TOKEN not set on this worker" in episode.error.message
 
 
 def test_bad_options_are_one_line_config_errors() -> None:
