@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -237,3 +239,34 @@ async def test_an_async_grader_that_never_returns_is_an_error_episode() -> None:
     assert episode.error is not None
     assert episode.error.message.startswith("grade: TimeoutError")
     assert env.log[-1] == "close"
+
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+async def test_the_readme_example_environment_runs() -> None:
+    """The README's "Your own environment" code runs as shown: context, typed and JSON-schema
+    tools, and the call context joining executed_tool_calls."""
+    section = README_TEXT.split("## Your own environment", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S)
+    assert code is not None
+    namespace: dict[str, Any] = {}
+    exec(compile(code.group(1), "README.md", "exec"), namespace)
+    env = namespace["MyEnv"](2)
+    script = [
+        calls(call("add", {"a": 40, "b": 2}, id="a1"), call("quote", {"zone": "mars"}, id="q1")),
+        text("42"),
+    ]
+    worlds: list[Any] = []
+    start = env.start
+    env.start = lambda task, context: worlds.append(start(task, context)) or worlds[-1]
+    spec = EpisodeSpec("r", "m", "p", 64, env.tasks()[0])
+    episode = await run_episode(spec, ScriptedProvider(script), env, LoopConfig())
+    assert (episode.stop_reason, episode.reward) == (StopReason.DONE, 1.0)
+    assert worlds[0].calls == [(episode.episode_id, "a1")]
+    quote = next(m for m in episode.messages if m.role == "tool" and m.call_id == "q1")
+    assert quote.is_error
+    assert "arguments.zone: not one of the allowed values" in quote.text
+
+
+README_TEXT = README.read_text()
