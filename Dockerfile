@@ -21,7 +21,8 @@ WORKDIR /app
 # Dependencies first, in a layer of their own: it is rebuilt only when pyproject.toml
 # changes, so a code change does not reinstall Ray and pyarrow.
 COPY pyproject.toml ./
-RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
+# The mcp extra too, so configs/mcp_demo.toml runs in the image.
+RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; print('\n'.join(p['dependencies'] + p['optional-dependencies']['mcp']))" \
         > /tmp/requirements.txt \
     && pip install -r /tmp/requirements.txt \
     && rm /tmp/requirements.txt

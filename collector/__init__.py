@@ -26,6 +26,8 @@ _EXPORTS = {
     "EpisodeWorld": "collector.envs.base",
     "Task": "collector.envs.base",
     "Tool": "collector.envs.base",
+    "EpisodeContext": "collector.envs.base",
+    "ToolCallContext": "collector.envs.base",
     "tool": "collector.envs.tools",
     "StopReason": "collector.stop",
     "RunConfig": "collector.config",
@@ -38,11 +40,13 @@ _EXPORTS = {
 __all__ = [
     "PARTITIONING",
     "Environment",
+    "EpisodeContext",
     "EpisodeWorld",
     "RunConfig",
     "StopReason",
     "Task",
     "Tool",
+    "ToolCallContext",
     "__version__",
     "load_config",
     "load_run",
@@ -53,7 +57,7 @@ __all__ = [
 if TYPE_CHECKING:
     from collector.config import RunConfig, load_config
     from collector.data.analysis import PARTITIONING, load_run, truncation_table
-    from collector.envs.base import Environment, EpisodeWorld, Task, Tool
+    from collector.envs.base import Environment, EpisodeContext, EpisodeWorld, Task, Tool, ToolCallContext
     from collector.envs.tools import tool
     from collector.stop import StopReason
 

@@ -151,6 +151,15 @@ class SamplingConfig(_Model):
     """Server-specific request fields (vLLM, llama.cpp), merged into every request body."""
 
 
+class SweepCell(_Model):
+    """One explicit cell of a sweep."""
+
+    model: str
+    """A model name (for the simulator, a preset)."""
+    budget: PositiveInt
+    """Its per-turn output-token cap."""
+
+
 class SweepConfig(_Model):
     models: Annotated[list[str], Field(min_length=1)]
     """Model names. For the simulator these are preset names: the keys of `PRESETS` in
@@ -159,6 +168,33 @@ class SweepConfig(_Model):
     """Per-turn output-token caps to sweep (integers, 1 to 2**63-1)."""
     providers: Annotated[list[ProviderConfig], Field(min_length=1)] | None = None
     """Optional extra sweep axis; when unset, the run's single `provider` is used."""
+    pairing: Literal["product", "zip"] = "product"
+    """How models meet budgets: "product", every model at every budget; "zip", the i-th model
+    at the i-th budget only (equal lengths; a value may then repeat on one axis)."""
+    cells: Annotated[list[SweepCell], Field(min_length=1)] | None = None
+    """Explicit (model, budget) cells to run instead of the product. `models` and `budgets`
+    default to the values the cells use; when given, every cell must use listed values."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _axes_from_cells(cls, data: Any) -> Any:
+        # `cells` alone is a whole sweep: the axes are the values the cells use, in order.
+        if not isinstance(data, Mapping) or not isinstance(data.get("cells"), list):
+            return data
+        cells = [c for c in data["cells"] if isinstance(c, Mapping)]
+        filled = dict(data)
+        for axis, key in (("models", "model"), ("budgets", "budget")):
+            if axis not in filled:
+                filled[axis] = list(dict.fromkeys(c[key] for c in cells if key in c))
+        return filled
+
+    def pairs(self) -> list[tuple[str, int]]:
+        """The (model, budget) cells of the sweep, model-major for a product."""
+        if self.cells is not None:
+            return [(c.model, c.budget) for c in self.cells]
+        if self.pairing == "zip":
+            return list(zip(self.models, self.budgets, strict=True))
+        return [(m, b) for m in self.models for b in self.budgets]
 
     @field_validator("models")
     @classmethod
@@ -171,8 +207,22 @@ class SweepConfig(_Model):
 
     @model_validator(mode="after")
     def _distinct(self) -> SweepConfig:
+        paired = self.cells is not None or self.pairing == "zip"
+        if paired and self.cells is None and len(self.models) != len(self.budgets):
+            raise ValueError(
+                f'pairing = "zip" needs as many models as budgets ({len(self.models)} != {len(self.budgets)})'
+            )
+        if self.cells is not None:
+            for i, cell in enumerate(self.cells):
+                if cell.model not in self.models or cell.budget not in self.budgets:
+                    where = f"cells.{i}: ({cell.model!r}, {cell.budget})"
+                    raise ValueError(f"{where} uses a model or budget not listed")
+        if paired:
+            pairs = self.pairs()
+            if len(set(pairs)) != len(pairs):
+                raise ValueError("a (model, budget) cell is listed twice")
         for axis, values in (("models", self.models), ("budgets", self.budgets)):
-            if len(set(values)) != len(values):
+            if len(set(values)) != len(values) and not (paired and self.cells is None):
                 raise ValueError(f"{axis} lists a value twice")
         if self.providers is not None:
             names = [p.name for p in self.providers]
@@ -272,6 +322,12 @@ class RayConfig(_Model):
     """How long a worker actor may take to be placed and become ready (also a replacement after
     a worker died), and how long `ray.address` may take to answer a TCP connect. Past it the
     run stops with one line instead of waiting forever for room or for the cluster."""
+    temp_dir: str | None = None
+    """Where the embedded local cluster keeps its session, Ray's logs included
+    (`<temp_dir>/session_latest/logs`), e.g. `"runs/demo/ray"` to keep them with the run.
+    Unset: Ray's default `/tmp/ray`, shared by every run on the machine. Ray's sockets live
+    under it, so its absolute path must stay short (at most 43 characters). A cluster joined
+    by address keeps its own. Either way a worker failure names the log directory."""
 
 
 class OutputConfig(_Model):
@@ -472,7 +528,7 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> RunConfig:
 #: do change it: which episodes time out, which tool results are errors; they stay in).
 _SELECTION_ONLY: dict[str, Any] = {
     "samples_per_task": True,
-    "sweep": {"models": True, "budgets": True},
+    "sweep": {"models": True, "budgets": True, "pairing": True, "cells": True},
     "env": {"tasks": True, "python_path": True},
     "ray": True,
     "output": True,

@@ -3,6 +3,7 @@
 The implementation lives with the environments it serves, in `collector.envs.tools`.
 """
 
-from collector.envs.tools import ToolArgumentError, tool
+from collector.envs.base import ToolCallContext
+from collector.envs.tools import ToolArgumentError, ToolError, tool
 
-__all__ = ["ToolArgumentError", "tool"]
+__all__ = ["ToolArgumentError", "ToolCallContext", "ToolError", "tool"]

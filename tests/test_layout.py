@@ -74,7 +74,7 @@ def test_package_root_reexports_the_public_names() -> None:
     """`from collector import tool, load_run, Environment, ...` works for every name in __all__."""
     assert set(collector.__all__) == {
         "Environment", "EpisodeWorld", "Task", "Tool", "tool", "StopReason", "RunConfig", "load_config",
-        "load_run", "truncation_table", "PARTITIONING", "__version__",
+        "load_run", "truncation_table", "PARTITIONING", "__version__", "EpisodeContext", "ToolCallContext",
     }
     for name in collector.__all__:
         assert getattr(collector, name) is not None

@@ -21,7 +21,7 @@ import random
 import re
 from collections.abc import Sequence
 
-from collector.envs.base import Environment, EpisodeWorld, Task, Tool, generated_task_count
+from collector.envs.base import Environment, EpisodeContext, EpisodeWorld, Task, Tool, generated_task_count
 from collector.envs.tools import tool
 from collector.turn import UserMessage
 
@@ -106,7 +106,7 @@ class ArithmeticEnv(Environment):
     def tasks(self) -> Sequence[Task]:
         return self._tasks
 
-    def start(self, task: Task) -> ArithmeticWorld:
+    def start(self, task: Task, context: EpisodeContext | None = None) -> ArithmeticWorld:
         return ArithmeticWorld(_expected(task))
 
     def check_task(self, task: Task) -> str | None:

@@ -1,9 +1,22 @@
 """The environment interface: tasks, tools, and a grader.
 
-An `Environment` lists `Task`s. For each episode the loop calls `Environment.start(task)`
-and gets a fresh `EpisodeWorld`: the tools bound to that episode's own state, and a grader
-that reads the final state. Worlds are never shared between episodes, so concurrent
-episodes cannot see each other's refunds.
+An `Environment` lists `Task`s. For each episode the loop calls
+`Environment.start(task, context)` and gets a fresh `EpisodeWorld`: the tools bound to that
+episode's own state, and a grader that reads the final state. Worlds are never shared
+between episodes, so concurrent episodes cannot see each other's refunds.
+
+`context` is the `EpisodeContext`: which episode this is (episode id, run id, model,
+provider label, budget, sample, seed). The rule that keeps older environments working
+(`start_world`): `start` gets the context when its signature has room for it (a second
+positional parameter, ``*args``, or a keyword named ``context``); a ``start(self, task)``
+is called with the task alone, as before. A tool that declares a parameter annotated
+`ToolCallContext` receives its call's context (the episode's, plus call id and turn
+index) instead of an argument from the model, so an environment's own logs join
+`executed_tool_calls` exactly on (episode_id, call_id).
+
+A world that holds an outside resource (a tool server's session) overrides the async
+`EpisodeWorld.open` and `close`: the loop awaits `open()` right after `start` and
+`close()` once at the end of the episode, however it ended. `grade` may be a coroutine.
 
 A task prompt is a string or a list of chat messages (system and few-shot turns with tool
 calls and results included, as RL datasets store them).
@@ -16,6 +29,8 @@ a file are refused at load time rather than one `error` episode at a time.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -42,6 +57,37 @@ class Task:
     id: str
     prompt: str | list[Message]
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    models: tuple[str, ...] | None = None
+    """The models this task applies to (None: every model of the sweep). A sweep runs the
+    task only in cells of these models; ids of the cells it runs in are unchanged."""
+
+
+@dataclass(slots=True, frozen=True)
+class EpisodeContext:
+    """What an episode is, handed to `Environment.start`: the same values its record holds."""
+
+    episode_id: str
+    run_id: str
+    task_id: str
+    model: str
+    provider: str
+    """The provider's label (the record's `provider` column)."""
+    budget: int
+    """The per-turn output-token cap."""
+    sample: int
+    seed: int
+    env: str = ""
+
+
+@dataclass(slots=True, frozen=True)
+class ToolCallContext:
+    """One tool call's context, for a tool that declares a parameter annotated with this type."""
+
+    episode: EpisodeContext
+    call_id: str
+    """The call's id as stored in `executed_tool_calls.call_id` (after any `_dup` renaming)."""
+    turn_index: int
+    """The turn the call belongs to (`executed_tool_calls.turn_index`)."""
 
 
 ToolFunction = Callable[..., Any] | Callable[..., Awaitable[Any]]
@@ -73,6 +119,8 @@ class Tool:
     inline: bool = False
     """Run a plain (non-async) function on the event loop instead of a worker thread. For
     fast in-memory tools only: an inline function cannot be timed out."""
+    context_parameter: str | None = None
+    """The keyword through which `function` receives its `ToolCallContext` (None: it takes none)."""
 
 
 class EpisodeWorld(ABC):
@@ -83,8 +131,15 @@ class EpisodeWorld(ABC):
     def tools(self) -> Sequence[Tool]: ...
 
     @abstractmethod
-    def grade(self, final_text: str | None) -> float:
+    def grade(self, final_text: str | None) -> float | Awaitable[float]:
         """Reward in [0, 1] from the world's final state (and the final answer, if any)."""
+
+    async def open(self) -> None:  # noqa: B027 - optional hook, a no-op by default
+        """Acquire what the world needs outside the process (a server session); the loop awaits
+        it after `start`, and a failure ends the episode as `error`."""
+
+    async def close(self) -> None:  # noqa: B027 - optional hook, a no-op by default
+        """Release what `open` acquired; awaited once at the end of every episode that opened."""
 
 
 class Environment(ABC):
@@ -94,7 +149,9 @@ class Environment(ABC):
     def tasks(self) -> Sequence[Task]: ...
 
     @abstractmethod
-    def start(self, task: Task) -> EpisodeWorld: ...
+    def start(self, task: Task, context: EpisodeContext) -> EpisodeWorld:
+        """A fresh world for one episode (see `start_world` for environments whose `start`
+        takes the task alone)."""
 
     def check_task(self, task: Task) -> str | None:
         """Why no world can be built for `task` (one line), or None when it can (or is unknown).
@@ -105,3 +162,29 @@ class Environment(ABC):
         nothing. The default accepts every task; override it when `start` can refuse one.
         """
         return None
+
+
+def start_world(env: Environment, task: Task, context: EpisodeContext) -> EpisodeWorld:
+    """`env.start` with the context when its signature has room for it, else with the task alone."""
+    how = _start_takes_context(type(env))
+    if how == "positional":
+        return env.start(task, context)
+    if how == "keyword":
+        return env.start(task, context=context)
+    start: Callable[[Task], EpisodeWorld] = env.start  # type: ignore[assignment]
+    return start(task)
+
+
+@functools.cache
+def _start_takes_context(cls: type[Environment]) -> str:
+    """"positional", "keyword" or "" for `cls.start` (cached: classes do not change shape)."""
+    try:
+        params = list(inspect.signature(cls.start).parameters.values())[1:]  # past `self`
+    except (TypeError, ValueError):
+        return "positional"
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(positional) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in params):
+        return "positional"
+    if any(p.name == "context" or p.kind is p.VAR_KEYWORD for p in params):
+        return "keyword"
+    return ""

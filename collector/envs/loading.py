@@ -4,7 +4,8 @@
 - `spec` is a built-in name (`arithmetic`, `support_desk`) or ``package.module:attr``
   (``attr`` may be dotted) naming an `Environment` instance, an `Environment` subclass, or
   a factory returning one. Classes and factories are called with `options` as keyword
-  arguments; an instance takes no options.
+  arguments; an instance was built before any option could reach it, so options given to
+  one are refused with a line naming the class to use instead (``my_env:UnitPricesEnv``).
 - `options["task_file"]`, when present, is taken out before that call: the tasks then come
   from the JSONL/Parquet file (`collector.envs.tasks`) while worlds and grading stay the
   environment's. The built-ins build each world from the task's metadata or prompt, so any
@@ -22,16 +23,18 @@ being imported, or a constructor that fails. What an environment's `check_task` 
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from collector.envs.base import Environment, EpisodeWorld, Task
+from collector.envs.base import Environment, EpisodeContext, EpisodeWorld, Task, start_world
 from collector.envs.tasks import load_tasks
 from collector.errors import ConfigError
 
 BUILTINS: Mapping[str, str] = {
     "arithmetic": "collector.envs.arithmetic:ArithmeticEnv",
     "support_desk": "collector.envs.support_desk:SupportDeskEnv",
+    "mcp": "collector.envs.mcp:MCPEnvironment",
 }
 
 
@@ -46,8 +49,12 @@ class TaskFileEnvironment(Environment):
     def tasks(self) -> Sequence[Task]:
         return self._tasks
 
-    def start(self, task: Task) -> EpisodeWorld:
-        return self.inner.start(task)
+    def start(self, task: Task, context: EpisodeContext | None = None) -> EpisodeWorld:
+        if context is None:  # called directly, as a one-argument environment
+            legacy: Any = self.inner.start
+            world: EpisodeWorld = legacy(task)
+            return world
+        return start_world(self.inner, task, context)
 
     def check_task(self, task: Task) -> str | None:
         return self.inner.check_task(task)
@@ -105,10 +112,25 @@ def _resolve(target: str, spec: str) -> Any:
     return obj
 
 
+def _class_spec(instance: Environment, spec: str) -> str:
+    """`package.module:Class` for an instance's class: under the name the spec's module exports
+    it by when it does (``my_env:UnitPricesEnv``), else where the class is defined."""
+    cls = type(instance)
+    module_name = BUILTINS.get(spec, spec).partition(":")[0]
+    module = sys.modules.get(module_name)
+    for name, value in sorted(vars(module).items()) if module is not None else ():
+        if value is cls:
+            return f"{module_name}:{name}"
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
 def _instantiate(obj: Any, options: dict[str, Any], spec: str) -> Environment:
     if isinstance(obj, Environment):
         if options:
-            raise ConfigError(f"env.options: {spec!r} is an environment instance and takes no options")
+            raise ConfigError(
+                f"env.options: {spec!r} is an environment instance, built before any option could "
+                f"reach it; name its class or a factory instead: env.name = {_class_spec(obj, spec)!r}"
+            )
         return obj
     if not callable(obj):
         raise ConfigError(f"env.name: {spec!r} is not an Environment, a subclass or a factory")

@@ -40,7 +40,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from collector.envs.base import Environment, EpisodeWorld, Task, Tool, generated_task_count
+from collector.envs.base import Environment, EpisodeContext, EpisodeWorld, Task, Tool, generated_task_count
 from collector.envs.tools import tool
 from collector.turn import UserMessage
 
@@ -251,7 +251,7 @@ class SupportDeskEnv(Environment):
     def tasks(self) -> Sequence[Task]:
         return self._tasks
 
-    def start(self, task: Task) -> SupportDeskWorld:
+    def start(self, task: Task, context: EpisodeContext | None = None) -> SupportDeskWorld:
         kind, params = _params(task)
         return SupportDeskWorld(kind, params, task.id)
 

@@ -1,4 +1,5 @@
-"""Tasks from files: JSONL or Parquet with columns `id`, `prompt`, `metadata`.
+"""Tasks from files: JSONL or Parquet with columns `id`, `prompt`, `metadata` (and an
+optional `models`: the model names the task applies to).
 
 RL datasets store prompts either as a string or as a list of chat messages in the OpenAI
 shape: system and few-shot turns, assistant `tool_calls` with `function.arguments`, and
@@ -95,11 +96,15 @@ def task_from_row(row: Mapping[str, Any], default_id: str, where: str) -> Task:
         raise ConfigError(f"{where}: metadata must be an object")
     task_id = row.get("id")
     task_id = default_id if task_id is None else str(task_id)
+    models = row.get("models")
+    if models is not None and (not isinstance(models, list) or not all(isinstance(m, str) for m in models)):
+        raise ConfigError(f"{where}: models must be a list of model names")
+    only = tuple(models) if models is not None else None
     if isinstance(prompt, str):
-        return Task(task_id, prompt, metadata)
+        return Task(task_id, prompt, metadata, only)
     if not isinstance(prompt, list) or not prompt:
         raise ConfigError(f"{where}: prompt must be a string or a non-empty list of messages")
-    return Task(task_id, messages_from_chat(prompt, where), metadata)
+    return Task(task_id, messages_from_chat(prompt, where), metadata, only)
 
 
 def messages_from_chat(items: list[Any], where: str = "prompt") -> list[Message]:

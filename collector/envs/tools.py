@@ -1,18 +1,24 @@
 """Tools: schemas from typed Python callables, validation before a call, and safe execution.
 
 A `Tool` (collector.envs.base) pairs a JSON Schema with a function. `tool()` builds one from
-a typed callable (each parameter becomes a property; defaults make it optional) or from a
-callable taking one pydantic model (the model's fields are the arguments). The schema and
-the pydantic validator are built once per function and cached, so worlds that bind fresh
-methods per episode pay nothing per episode.
+a typed callable (each parameter becomes a property; defaults make it optional), from a
+callable taking one pydantic model (the model's fields are the arguments), or from a JSON
+Schema given as data (``tool(fn, name=..., parameters=schema)``: tasks from datasets ship
+their tools as JSON; the arguments then reach `fn` as keywords). The schema and the
+validator are built once per function (or per schema) and cached, so worlds that bind
+fresh methods per episode pay nothing per episode.
+
+A parameter annotated `ToolCallContext` is not an argument of the model: it is left out of
+the schema and receives the call's context (episode, call id, turn index).
 
 `run_tool` is the only way the loop runs a tool, and it never raises for the tool's doing:
 
 1. arguments are validated first (pydantic in strict mode, unknown keys rejected): a model
    that sends ``"amount": "1000"`` or a misspelt key is told so, and nothing runs. Strict,
    because coercing a model's mistake into an action is the failure this project exists
-   to prevent. Tools built from a raw schema are checked against a small JSON Schema
-   subset (types, required, properties, additionalProperties, enum);
+   to prevent. Tools built from a JSON Schema are checked with the `jsonschema` package
+   (the schema's own draft, Draft 2020-12 when it names none), the field's standard
+   validator; messages name the failing field and keyword, never the value;
 2. the function runs under a per-tool timeout. Coroutine functions are awaited and
    cancelled at the timeout; plain functions run on the collector's own tool threads
    (`ToolThreads`) unless the tool is marked `inline`, for fast in-memory tools where a
@@ -20,7 +26,11 @@ methods per episode pay nothing per episode.
    while running is abandoned (the model gets an error) and keeps its thread until the
    function returns;
 3. an exception or a timeout becomes an error result naming the tool and the exception
-   type. Only `asyncio.CancelledError` (the job cancelling the episode) passes through.
+   type. Only `asyncio.CancelledError` (the job cancelling the episode) and
+   `collector.errors.EnvironmentFailure` pass through: a tool raises the latter when the
+   world itself is broken (its tool server died), and the loop ends the episode as `error`.
+   A tool that wants to answer with an error result raises `ToolError(message)`: the model
+   reads ``error: {message}``.
 
 Results are strings for the model: a `str` as is, anything else as JSON.
 
@@ -49,16 +59,24 @@ import queue
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, get_type_hints
+from typing import Any, get_args, get_type_hints
 
+import jsonschema
+import jsonschema.exceptions
+import jsonschema.validators
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
-from collector.envs.base import ArgumentValidator, Tool, ToolFunction
+from collector.envs.base import ArgumentValidator, Tool, ToolCallContext, ToolFunction
+from collector.errors import EnvironmentFailure
 from collector.turn import JSONObject, ToolSpec
 
 
 class ToolArgumentError(ValueError):
     """Arguments do not match the tool's schema. The message names fields, never values."""
+
+
+class ToolError(Exception):
+    """Raised by a tool to answer with an error result: the model reads ``error: {message}``."""
 
 
 @dataclass(slots=True, frozen=True)
@@ -73,9 +91,11 @@ class ToolOutcome:
 class _Compiled:
     parameters: JSONObject
     validate: ArgumentValidator
+    context_parameter: str | None = None
 
 
 _CACHE: dict[Any, _Compiled] = {}
+_SCHEMA_CACHE: dict[str, ArgumentValidator] = {}
 
 
 def tool(
@@ -86,13 +106,21 @@ def tool(
     gate: bool = False,
     timeout_s: float | None = None,
     inline: bool = False,
+    parameters: Mapping[str, Any] | None = None,
 ) -> Tool:
-    """A `Tool` from a typed callable (or one taking a single pydantic model).
+    """A `Tool` from a typed callable (or one taking a single pydantic model), or from
+    `parameters`, a JSON Schema given as data, validated with `jsonschema`.
 
     `description` defaults to the first paragraph of the docstring. `gate` marks an
     approval or human-review tool: a failed call to it holds every sibling of its turn.
+    With `parameters` the function's type hints are not read for arguments (it may take
+    ``**arguments``); a schema that is not valid JSON Schema raises `ValueError` here.
     """
-    compiled = _compile(function)
+    if parameters is not None:
+        schema: JSONObject = dict(parameters)
+        compiled = _Compiled(schema, schema_validator(schema), _context_parameter(function))
+    else:
+        compiled = _compile(function)
     doc = inspect.getdoc(function) or ""
     return Tool(
         name=name or function.__name__,
@@ -103,7 +131,57 @@ def tool(
         validator=compiled.validate,
         timeout_s=timeout_s,
         inline=inline,
+        context_parameter=compiled.context_parameter,
     )
+
+
+def schema_validator(schema: Mapping[str, Any]) -> ArgumentValidator:
+    """A validator passing arguments as keywords once they satisfy `schema` (cached per schema).
+
+    Raises `ValueError` naming the problem when `schema` itself is not valid JSON Schema.
+    """
+    schema = dict(schema)
+    key = json.dumps(schema, sort_keys=True, default=str)
+    found = _SCHEMA_CACHE.get(key)
+    if found is not None:
+        return found
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    try:
+        cls.check_schema(schema)
+    except jsonschema.exceptions.SchemaError as exc:
+        where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
+        raise ValueError(f"not a valid JSON Schema at {where}: {exc.message[:200]}") from None
+    checker = cls(schema, format_checker=cls.FORMAT_CHECKER)
+
+    def validate(arguments: JSONObject) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        errors = sorted(checker.iter_errors(arguments), key=lambda e: list(e.absolute_path))
+        if errors:
+            raise ToolArgumentError("; ".join(_schema_problem(e) for e in errors[:5]))
+        return (), dict(arguments) if isinstance(arguments, dict) else {}
+
+    _SCHEMA_CACHE[key] = validate
+    return validate
+
+
+def _schema_problem(error: jsonschema.exceptions.ValidationError) -> str:
+    # jsonschema's own message quotes the value (it may be a secret): name field and keyword.
+    where = ".".join(["arguments", *(str(p) for p in error.absolute_path)])
+    keyword = str(error.validator)
+    instance: Any = error.instance
+    if keyword == "required" and isinstance(instance, dict) and isinstance(error.validator_value, list):
+        missing = [k for k in error.validator_value if k not in instance]
+        return f"{where}.{missing[0] if missing else '?'}: field required"
+    if keyword == "additionalProperties" and isinstance(instance, dict) and isinstance(error.schema, Mapping):
+        properties: Any = error.schema.get("properties", {})
+        known = set(properties)
+        extra = sorted(str(k) for k in instance if k not in known)
+        return f"{where}.{extra[0][:64] if extra else '?'}: unknown argument"
+    if keyword == "type":
+        return f"{where}: expected {error.validator_value}, got {type(error.instance).__name__}"
+    if keyword in ("enum", "const"):
+        return f"{where}: not one of the allowed values"
+    limit = json.dumps(error.validator_value, default=str)
+    return f"{where}: fails {keyword} {limit[:80]}"
 
 
 def tool_specs(tools: Sequence[Tool]) -> list[ToolSpec]:
@@ -121,13 +199,31 @@ def _compile(function: ToolFunction) -> _Compiled:
     return compiled
 
 
+def _context_parameter(function: ToolFunction) -> str | None:
+    """The parameter annotated `ToolCallContext`, if the function declares one."""
+    try:
+        hints = get_type_hints(function)
+    except (NameError, TypeError):
+        return None
+    for name, hint in hints.items():
+        if name != "return" and (hint is ToolCallContext or ToolCallContext in get_args(hint)):
+            return name
+    return None
+
+
 def _build(function: ToolFunction) -> _Compiled:
     signature = inspect.signature(function)
     hints = get_type_hints(function)
-    params = [p for p in signature.parameters.values() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    context = _context_parameter(function)
+    params = [
+        p
+        for p in signature.parameters.values()
+        if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and p.name != context
+    ]
     if len(params) == 1 and _is_model(hints.get(params[0].name)):
         model: type[BaseModel] = hints[params[0].name]
-        return _Compiled(_clean_schema(model.model_json_schema()), _model_validator(model, positional=True))
+        schema = _clean_schema(model.model_json_schema())
+        return _Compiled(schema, _model_validator(model, positional=True), context)
     fields: dict[str, Any] = {}
     for p in params:
         if p.name not in hints:
@@ -140,7 +236,7 @@ def _build(function: ToolFunction) -> _Compiled:
         **fields,
     )
     schema = _clean_schema(args_model.model_json_schema())
-    return _Compiled(schema, _model_validator(args_model, positional=False))
+    return _Compiled(schema, _model_validator(args_model, positional=False), context)
 
 
 def _is_model(annotation: object) -> bool:
@@ -190,48 +286,13 @@ def _clean_schema(schema: JSONObject) -> JSONObject:
     return cleaned
 
 
-# --- A small JSON Schema subset, for tools built from a raw schema without a validator. ---
-
-_TYPES: Mapping[str, tuple[type, ...]] = {
-    "string": (str,),
-    "integer": (int,),
-    "number": (int, float),
-    "boolean": (bool,),
-    "object": (dict,),
-    "array": (list,),
-    "null": (type(None),),
-}
+# --- Tools given by hand as a `Tool` with a schema and no validator. ---
 
 
 def check_schema(schema: Mapping[str, Any], value: Any, where: str = "arguments") -> None:
-    """Raise `ToolArgumentError` when `value` breaks the schema's types, required keys or enum."""
-    expected = schema.get("type")
-    if expected is not None:
-        names = expected if isinstance(expected, list) else [expected]
-        ok = False
-        for type_name in names:
-            types = _TYPES.get(type_name)
-            if types is None:
-                ok = True  # an unknown type keyword is not ours to enforce
-            elif isinstance(value, types) and not (isinstance(value, bool) and bool not in types):
-                ok = True
-        if not ok:
-            raise ToolArgumentError(f"{where}: expected {' or '.join(names)}, got {type(value).__name__}")
-    if "enum" in schema and value not in schema["enum"]:
-        raise ToolArgumentError(f"{where}: not one of the allowed values")
-    if isinstance(value, dict):
-        properties = schema.get("properties", {})
-        for key in schema.get("required", ()):
-            if key not in value:
-                raise ToolArgumentError(f"{where}.{key}: field required")
-        for key, item in value.items():
-            if key in properties:
-                check_schema(properties[key], item, f"{where}.{key}")
-            elif schema.get("additionalProperties") is False:
-                raise ToolArgumentError(f"{where}.{key}: unknown argument")
-    elif isinstance(value, list) and isinstance(schema.get("items"), Mapping):
-        for i, item in enumerate(value):
-            check_schema(schema["items"], item, f"{where}.{i}")
+    """Raise `ToolArgumentError` when `value` breaks `schema` (checked with `jsonschema`)."""
+    del where  # kept for callers; the messages name the field path themselves
+    schema_validator(schema)(value)
 
 
 # --- Threads for plain-function tools. ---
@@ -326,20 +387,30 @@ DEFAULT_TOOL_THREADS = ToolThreads()
 
 
 async def run_tool(
-    tool_: Tool, arguments: JSONObject, timeout_s: float, *, threads: ToolThreads | None = None
+    tool_: Tool,
+    arguments: JSONObject,
+    timeout_s: float,
+    *,
+    threads: ToolThreads | None = None,
+    context: ToolCallContext | None = None,
 ) -> ToolOutcome:
-    """Validate, then run under a timeout. Never raises except on cancellation.
+    """Validate, then run under a timeout. Never raises except on cancellation and
+    `EnvironmentFailure` (see the module docstring).
 
-    Plain functions run on `threads` (default: `DEFAULT_TOOL_THREADS`).
+    Plain functions run on `threads` (default: `DEFAULT_TOOL_THREADS`). A tool with a
+    `context_parameter` receives `context` there.
     """
     try:
         if tool_.validator is not None:
             args, kwargs = tool_.validator(arguments)
         else:
-            check_schema(tool_.parameters, arguments)
-            args, kwargs = (), dict(arguments)
+            args, kwargs = schema_validator(tool_.parameters)(arguments)
     except ToolArgumentError as exc:
         return ToolOutcome(f"error: invalid arguments for {tool_.name}: {exc}; nothing was run", True, False)
+    except ValueError as exc:  # the hand-built Tool's schema itself is broken
+        return ToolOutcome(f"error: {tool_.name} has an invalid schema: {exc}; nothing was run", True, False)
+    if tool_.context_parameter is not None:
+        kwargs[tool_.context_parameter] = context
     limit = tool_.timeout_s if tool_.timeout_s is not None else timeout_s
     function = tool_.function
     deadline = asyncio.timeout(limit)
@@ -358,6 +429,10 @@ async def run_tool(
                     result = await pool.run(functools.partial(function, *args, **kwargs))
     except ToolThreadsExhausted as exc:
         return ToolOutcome(f"error: {tool_.name} was not run: {exc}; nothing was run", True, False)
+    except EnvironmentFailure:
+        raise
+    except ToolError as exc:
+        return ToolOutcome(f"error: {_short(exc)}", True)
     except TimeoutError as exc:
         if deadline.expired():
             return ToolOutcome(f"error: {tool_.name} timed out after {limit:g} s", True)

@@ -6,6 +6,12 @@ result. Provider failures (after the adapter's retries) and environment crashes 
 episode as `error`, recorded and marked not trainable. Only cancellation by the caller
 (`asyncio.CancelledError`) propagates.
 
+The world's life. `Environment.start` gets the `EpisodeContext` (`start_world`); the
+world's `open` runs within the episode's time limit, its `close` runs once however the
+episode ended (bounded by the tool timeout), and an async grader is bounded by the tool
+timeout too. A tool raising `EnvironmentFailure` (its world broke: an MCP server died)
+ends the episode as `error`, after the turn's other calls are settled without running.
+
 Order of checks per turn. The order decides which stop reason a turn counts under, so it
 is fixed and tested:
 
@@ -76,7 +82,9 @@ Reward policy (`LoopConfig.reward`):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import inspect
 import json
 import math
 import time
@@ -93,7 +101,15 @@ from collector.data.record import (
     TurnRecord,
     episode_id,
 )
-from collector.envs.base import Environment, EpisodeWorld, Task, Tool
+from collector.envs.base import (
+    Environment,
+    EpisodeContext,
+    EpisodeWorld,
+    Task,
+    Tool,
+    ToolCallContext,
+    start_world,
+)
 from collector.envs.tools import run_tool, tool_specs
 from collector.episode.redact import Redactor
 from collector.errors import EnvironmentFailure, ProtocolViolation, ProviderError
@@ -125,6 +141,7 @@ UNPARSED_NOTICE = (
 MALFORMED_END = "not executed: the arguments were not a valid JSON object; the episode ended at this turn"
 SIBLING_END = "not executed: another call of this turn had malformed arguments; the episode ended"
 TIMED_OUT = "not executed: the episode's time limit expired"
+ENV_FAILED = "not executed: the environment failed; the episode ended"
 
 
 def _duplicate(original: str) -> str:
@@ -183,6 +200,20 @@ class EpisodeSpec:
             eid = episode_id(self.run_id, self.task.id, self.sample, self.model, self.budget)
             object.__setattr__(self, "episode_id", eid)
 
+    def context(self, env_name: str) -> EpisodeContext:
+        """What `Environment.start` is told about this episode."""
+        return EpisodeContext(
+            episode_id=self.episode_id,
+            run_id=self.run_id,
+            task_id=self.task.id,
+            model=self.model,
+            provider=self.provider_kind,
+            budget=self.budget,
+            sample=self.sample,
+            seed=self.seed,
+            env=self.env_name or env_name,
+        )
+
 
 class _Failure(Exception):
     """Ends the episode as `error` with an already secret-free record."""
@@ -213,6 +244,7 @@ class _Episode:
     """The mutable state of one running episode: history, records, counters."""
 
     __slots__ = (
+        "context",
         "duplicates",
         "executed",
         "final_text",
@@ -245,6 +277,7 @@ class _Episode:
         self.results: dict[str, ToolResultMessage] = {}
         self.duplicates: dict[str, str] = {}
         """This turn's renamed calls: new id -> the id it repeated."""
+        self.context: EpisodeContext | None = None
 
     def add_turn(self, turn: Turn, cap: int) -> TurnRecord:
         index = len(self.turns)
@@ -360,7 +393,24 @@ class _Episode:
     async def execute(self, call: ToolCall, tool_: Tool) -> bool:
         """Run one call; True when its result is an error."""
         assert call.arguments is not None
-        outcome = await run_tool(tool_, call.arguments, self.settings.tool_timeout_s)
+        context = None
+        if tool_.context_parameter is not None and self.context is not None:
+            context = ToolCallContext(self.context, call.id, self.open_index)
+        try:
+            outcome = await run_tool(tool_, call.arguments, self.settings.tool_timeout_s, context=context)
+        except EnvironmentFailure as exc:
+            # The world broke under the call (its tool server died): the call was sent, so it
+            # is recorded as run, and the episode ends as `error` naming the cause.
+            self.executed.append(
+                ExecutedToolCall(
+                    turn_index=self.open_index,
+                    call_id=call.id,
+                    name=call.name,
+                    arguments_json=self.redactor.arguments_json(call.arguments),
+                    is_error=True,
+                )
+            )
+            raise _env_failure(f"tool {call.name[:64]}", exc, self.redactor) from exc
         if outcome.ran:
             self.executed.append(
                 ExecutedToolCall(
@@ -462,23 +512,28 @@ async def _drive(
     return StopReason.MAX_STEPS
 
 
-def _reward(reason: StopReason, world: EpisodeWorld, run: _Episode) -> tuple[float, float | None]:
+async def _reward(reason: StopReason, world: EpisodeWorld, run: _Episode) -> tuple[float, float | None]:
     """(reward, graded_reward) under the policy of the module docstring."""
     policy = run.settings.reward
     if reason is StopReason.DONE or (reason is StopReason.MAX_STEPS and policy.grade_max_steps):
-        graded = _grade(world, run.final_text if reason is StopReason.DONE else None, run.redactor)
+        graded = await _grade(world, run.final_text if reason is StopReason.DONE else None, run)
         return graded, graded
     if reason in (StopReason.LENGTH, StopReason.MALFORMED_TOOL_CALL):
         clamp = policy.policy == "grade_then_clamp"
         if clamp or policy.grade_cut_episodes:
-            graded = _grade(world, None, run.redactor)
+            graded = await _grade(world, None, run)
             return (min(graded, 0.0) if clamp else 0.0), (graded if policy.grade_cut_episodes else None)
     return 0.0, None
 
 
-def _grade(world: EpisodeWorld, final_text: str | None, redactor: Redactor) -> float:
+async def _grade(world: EpisodeWorld, final_text: str | None, run: _Episode) -> float:
+    redactor = run.redactor
     try:
-        value = float(world.grade(final_text))
+        result = world.grade(final_text)
+        if inspect.isawaitable(result):  # an async grader (one asking a server) gets a tool's time
+            async with asyncio.timeout(run.settings.tool_timeout_s):
+                result = await result
+        value = float(result)
     # Broad on purpose: a grader crash is the environment's failure, an `error` episode.
     except Exception as exc:
         raise _env_failure("grade", exc, redactor) from exc
@@ -501,9 +556,14 @@ async def run_episode(
     error: EpisodeError | None = None
     reward, graded = 0.0, None
     offered = "[]"  # the tools column: none were offered when the environment failed to start
+    offered = "[]"  # the tools column: none were offered when the environment failed to start
+    run.context = spec.context(env.name)
+    world: EpisodeWorld | None = None
     try:
         try:
-            world = env.start(spec.task)
+            world = start_world(env, spec.task, run.context)
+            async with asyncio.timeout(settings.episode_timeout_s):  # a world that never opens
+                await world.open()
             tools = list(world.tools)
             offered = tools_json(tool_specs(tools))
         # Broad on purpose: the environment crashed setting up, an `error` episode.
@@ -518,9 +578,16 @@ async def run_episode(
                 raise
             run.settle(TIMED_OUT)
             reason = StopReason.TIMEOUT
-        reward, graded = _reward(reason, world, run)
+        reward, graded = await _reward(reason, world, run)
     except _Failure as failure:
+        run.settle(ENV_FAILED)  # a tool's world broke mid-turn: its calls are settled once
         reason, error, reward, graded = StopReason.ERROR, failure.error, 0.0, None
+    finally:
+        if world is not None:
+            # Bounded, and never the episode's outcome: a world that cannot close is its own leak.
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(settings.tool_timeout_s):
+                    await world.close()
     episode = Episode(
         episode_id=spec.episode_id,
         run_id=spec.run_id,

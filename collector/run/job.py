@@ -94,6 +94,9 @@ BATCH_SLACK_S = 60.0
 OBJECT_STORE_BYTES = 256 * 1024 * 1024
 #: Rejections that fail every episode alike (key, permission, model name): fatal for the run.
 FATAL_REJECTIONS = frozenset({401, 403, 404})
+#: Ray's socket paths under `ray.temp_dir` (`session_<date>_<time>_<pid>/sockets/plasma_store`)
+#: must fit AF_UNIX's 107 bytes: this much is left for the directory itself.
+RAY_TEMP_DIR_MAX = 43
 #: `str(ProviderError)` ends with the status; `EpisodeError` keeps only type and message.
 _STATUS_SUFFIX = re.compile(r"\(HTTP (\d{3})\)$")
 
@@ -212,8 +215,37 @@ class _LocalTokenNotice(logging.Filter):
         return not record.getMessage().startswith("Token authentication is enabled for this Ray cluster")
 
 
+def ray_temp_dir(cfg: RunConfig) -> str | None:
+    """`ray.temp_dir` as the absolute path Ray needs, or a one-line ConfigError if too long."""
+    if cfg.ray.temp_dir is None:
+        return None
+    path = str(Path(cfg.ray.temp_dir).resolve())
+    if len(path.encode()) > RAY_TEMP_DIR_MAX:
+        raise ConfigError(
+            f"ray.temp_dir: {path} is {len(path.encode())} bytes; Ray's socket paths under it allow at "
+            f"most {RAY_TEMP_DIR_MAX} (choose a shorter directory)"
+        )
+    return path
+
+
+def ray_logs_dir() -> str | None:
+    """The log directory of the Ray session this process is connected to, if it can be told."""
+    try:
+        node = ray._private.worker._global_node  # no public API names the session's log dir
+        return str(node.get_logs_dir_path()) if node is not None else None
+    except Exception:  # noqa: BLE001 - only a hint for messages; never worth failing the run
+        return None
+
+
+def _with_logs(message: str) -> str:
+    logs = ray_logs_dir()
+    return f"{message} (Ray logs: {logs})" if logs else f"{message} (see Ray's logs)"
+
+
 @contextlib.contextmanager
-def ray_session(address: str | None, workers: int, start_timeout_s: float = 60.0) -> Iterator[None]:
+def ray_session(
+    address: str | None, workers: int, start_timeout_s: float = 60.0, temp_dir: str | None = None
+) -> Iterator[None]:
     """Connect to Ray for the run; shut down only what this call started."""
     if ray.is_initialized():
         yield
@@ -231,6 +263,7 @@ def ray_session(address: str | None, workers: int, start_timeout_s: float = 60.0
                     include_dashboard=False,
                     object_store_memory=OBJECT_STORE_BYTES,
                     logging_level=logging.WARNING,  # Ray's start-up chatter would bury the progress line
+                    _temp_dir=temp_dir,
                 )
             finally:
                 notice.removeFilter(quiet)
@@ -351,7 +384,7 @@ def _worker_failure(exc: ray.exceptions.RayTaskError, what: str) -> CollectorErr
     cause = cause if isinstance(cause, BaseException) else exc
     if isinstance(cause, CollectorError):
         return cause
-    return CollectorError(f"{what}: {type(cause).__name__}: {cause}")
+    return CollectorError(_with_logs(f"{what}: {type(cause).__name__}: {cause}"))
 
 
 def _alive_nodes() -> set[str]:
@@ -430,7 +463,7 @@ class _Driver:
             return  # another failed call of the same dead actor already replaced it
         limit = RESTARTS_PER_WORKER * len(self.slots)
         if self.result.worker_restarts >= limit:
-            raise CollectorError(f"workers died {self.result.worker_restarts} times; giving up (Ray logs)")
+            raise CollectorError(_with_logs(f"workers died {self.result.worker_restarts} times; giving up"))
         self.result.worker_restarts += 1
         with contextlib.suppress(Exception):  # the actor may already be gone: nothing to kill
             ray.kill(slot.actor, no_restart=True)
@@ -451,7 +484,7 @@ class _Driver:
             raise _worker_failure(exc, "a worker failed to start") from None
         except ray.exceptions.RayError as exc:
             # The actor could not be placed or died while starting (resources, a lost node).
-            raise CollectorError(f"a worker could not start: {type(exc).__name__}") from None
+            raise CollectorError(_with_logs(f"a worker could not start: {type(exc).__name__}")) from None
         for slot in self.slots:
             slot.starting = None
         self.nodes_at_start = _alive_nodes()
@@ -700,6 +733,7 @@ def _run_job(
     check_run_config(cfg)
     plan = plan_work(cfg)
     address = resolve_address(address, cfg)
+    temp_dir = ray_temp_dir(cfg) if address is None else None
     if address is None:
         # Local workers share this machine and inherit this environment: check keys and
         # reachability before starting Ray (5-10 s), not after. Workers check again anyway.
@@ -735,7 +769,7 @@ def _run_job(
         driver.queue.extend(todo)
         if address is not None:
             driver.address = address
-        session = ray_session(address, cfg.ray.workers, cfg.ray.start_timeout_s)
+        session = ray_session(address, cfg.ray.workers, cfg.ray.start_timeout_s, temp_dir)
         with provider_urls(plan.providers, cfg.seed) as urls, session:
             reinstall_signals()  # ray.init replaced them
             try:

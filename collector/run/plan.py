@@ -2,7 +2,10 @@
 
 The driver and `collector validate` both call `plan_work`; the worker receives `WorkItem`s.
 A work item is one episode to run: a cell of the sweep (model x budget [x provider]), a task
-and a sample, with its deterministic `episode_id` and per-episode seed. Because ids depend
+and a sample, with its deterministic `episode_id` and per-episode seed. The cells are the
+product of models and budgets, or the pairs a sweep lists (`sweep.cells`, `sweep.pairing =
+"zip"`); a task that names its models (`Task.models`) runs only in their cells. Either way
+an episode's id depends on its own cell alone, so the ids a product sweep always had stay. Because ids depend
 only on the config, a rerun enumerates the same ids and resume is a set difference against
 the ids already committed.
 
@@ -22,7 +25,7 @@ import hashlib
 import itertools
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from collector.config import MAX_EPISODES, MAX_TASKS, ProviderConfig, RunConfig, config_fingerprint, run_id
@@ -53,14 +56,39 @@ class Plan:
     fingerprint: str
     providers: list[ProviderConfig]
     task_ids: list[str]
+    task_models: dict[str, frozenset[str]] = field(default_factory=dict)
+    """The models a task names as the ones it applies to (tasks that name none are absent)."""
     _items: list[WorkItem] | None = None
+
+    def _applies(self, task_id: str, model: str, id_model: str) -> bool:
+        models = self.task_models.get(task_id)
+        return models is None or model in models or id_model in models
+
+    def _id_model(self, provider: ProviderConfig, model: str) -> str:
+        # With several providers the same model name can appear under each: the provider's
+        # label keeps their episode ids apart.
+        return model if len(self.providers) == 1 else f"{provider.name}/{model}"
+
+    @property
+    def full_size(self) -> int:
+        """Episodes of the full sweep, before tasks restricted to their models are applied."""
+        cells = len(self.providers) * len(self.cfg.sweep.pairs())
+        return self.cfg.samples_per_task * len(self.task_ids) * cells
 
     @property
     def size(self) -> int:
-        """How many episodes the plan holds, without enumerating them."""
-        sweep = self.cfg.sweep
-        cells = len(self.providers) * len(sweep.models) * len(sweep.budgets)
-        return self.cfg.samples_per_task * len(self.task_ids) * cells
+        """How many episodes the plan holds, without enumerating them (counted per task and
+        cell only when some task names its models)."""
+        if not self.task_models:
+            return self.full_size
+        pairs = self.cfg.sweep.pairs()
+        per_sample = sum(
+            self._applies(task_id, model, self._id_model(provider, model))
+            for task_id in self.task_models
+            for provider in self.providers
+            for model, _ in pairs
+        ) + (len(self.task_ids) - len(self.task_models)) * len(self.providers) * len(pairs)
+        return self.cfg.samples_per_task * per_sample
 
     @property
     def items(self) -> list[WorkItem]:
@@ -72,10 +100,15 @@ class Plan:
     def describe(self) -> str:
         """A few human lines: the sweep's shape and its identity."""
         sweep = self.cfg.sweep
-        axes = [f"{len(sweep.models)} model(s)", f"{len(sweep.budgets)} budget(s)"]
+        if sweep.cells is not None or sweep.pairing == "zip":
+            axes = [f"{len(sweep.pairs())} (model, budget) cell(s)"]
+        else:
+            axes = [f"{len(sweep.models)} model(s)", f"{len(sweep.budgets)} budget(s)"]
         if len(self.providers) > 1:
             axes.append(f"{len(self.providers)} providers")
         axes += [f"{len(self.task_ids)} task(s)", f"{self.cfg.samples_per_task} sample(s)"]
+        if self.size != self.full_size:
+            axes[-1] += " (tasks restricted to their models)"
         kinds = ", ".join(
             p.name + ("" if p.kind != "sim" else f" ({p.sim_transport})") for p in self.providers
         )
@@ -138,7 +171,8 @@ def plan_work(cfg: RunConfig, env: Environment | None = None) -> Plan:
     tasks = select_tasks(cfg, env)
     providers = list(cfg.sweep.providers) if cfg.sweep.providers else [cfg.provider]
     rid = run_id(cfg)
-    plan = Plan(cfg, rid, config_fingerprint(cfg), providers, [t.id for t in tasks])
+    task_models = {t.id: frozenset(t.models) for t in tasks if t.models is not None}
+    plan = Plan(cfg, rid, config_fingerprint(cfg), providers, [t.id for t in tasks], task_models)
     if plan.size > MAX_EPISODES:
         raise ConfigError(
             f"the sweep plans {plan.size:,} episodes ({len(tasks):,} tasks), more than {MAX_EPISODES:,}; "
@@ -149,14 +183,13 @@ def plan_work(cfg: RunConfig, env: Environment | None = None) -> Plan:
 
 def _enumerate(plan: Plan) -> Iterator[WorkItem]:
     cfg, rid, providers = plan.cfg, plan.run_id, plan.providers
+    cells = cfg.sweep.pairs()
     for sample in range(cfg.samples_per_task):
         for task_id in plan.task_ids:
             for p_index, provider in enumerate(providers):
-                for model in cfg.sweep.models:
-                    # With several providers the same model name can appear under each: the
-                    # provider's label keeps their episode ids apart.
-                    id_model = model if len(providers) == 1 else f"{provider.name}/{model}"
-                    for budget in cfg.sweep.budgets:
-                        eid = episode_id(rid, task_id, sample, id_model, budget)
-                        seed = episode_seed(cfg.seed, eid)
-                        yield WorkItem(eid, model, budget, p_index, task_id, sample, seed)
+                for model, budget in cells:
+                    id_model = plan._id_model(provider, model)
+                    if not plan._applies(task_id, model, id_model):
+                        continue  # the task names the models it applies to
+                    eid = episode_id(rid, task_id, sample, id_model, budget)
+                    yield WorkItem(eid, model, budget, p_index, task_id, sample, episode_seed(cfg.seed, eid))

@@ -87,6 +87,20 @@ def test_example_environment_outside_the_package(monkeypatch: pytest.MonkeyPatch
     assert len(env.tasks()) == 4
 
 
+def test_options_for_an_instance_name_the_class_to_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Options given to an exported instance are refused in one line naming the exported class,
+    and that name takes the same options."""
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    monkeypatch.delitem(sys.modules, "my_env", raising=False)
+    with pytest.raises(ConfigError) as info:
+        load_environment("my_env:environment", {"num_tasks": 3})
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith("env.options: 'my_env:environment' is an environment instance")
+    assert message.endswith("env.name = 'my_env:UnitPricesEnv'")
+    assert len(load_environment("my_env:UnitPricesEnv", {"num_tasks": 3}).tasks()) == 3
+
+
 def test_jsonl_tasks_with_chat_prompts(tmp_path: Path) -> None:
     """JSONL rows load with string or chat-message prompts, few-shot tool calls included."""
     file = tmp_path / "tasks.jsonl"
@@ -240,3 +254,16 @@ class _AnyTask(Environment):
 
     def start(self, task: Task) -> EpisodeWorld:
         raise NotImplementedError
+
+
+def test_task_file_rows_name_the_models_they_apply_to(tmp_path: Path) -> None:
+    """A `models` column restricts a task to those models; a non-list is a one-line error."""
+    prompt = "What is 2 + 3? Use the calculator tool, then reply with the number only."
+    file = tmp_path / "tasks.jsonl"
+    file.write_text(json.dumps({"id": "a", "prompt": prompt, "models": ["sim-terse"]}) + "\n"
+                    + json.dumps({"id": "b", "prompt": prompt}) + "\n")
+    first, second = load_tasks(file)
+    assert (first.models, second.models) == (("sim-terse",), None)
+    file.write_text(json.dumps({"id": "a", "prompt": prompt, "models": "sim-terse"}) + "\n")
+    with pytest.raises(ConfigError, match="row 1: models must be a list of model names"):
+        load_tasks(file)

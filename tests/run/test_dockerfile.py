@@ -66,7 +66,8 @@ def test_dependencies_install_in_a_layer_before_the_source() -> None:
 
 
 def test_dependency_layer_lists_exactly_the_project_dependencies(tmp_path: Path) -> None:
-    """The one-liner that writes requirements.txt in the image yields pyproject's dependencies."""
+    """The one-liner that writes requirements.txt in the image yields pyproject's dependencies and
+    the mcp extra's (configs/mcp_demo.toml runs in the image)."""
     run = next(line for line in instruction("RUN") if "tomllib" in line)
     one_liner = re.search(r'python -c "(.+?)" \\?$', run) or re.search(r'python -c "(.+)"', run)
     assert one_liner is not None
@@ -74,7 +75,8 @@ def test_dependency_layer_lists_exactly_the_project_dependencies(tmp_path: Path)
     out = subprocess.run([sys.executable, "-c", one_liner.group(1)], cwd=tmp_path, capture_output=True,
                          text=True, check=True)
     with open(ROOT / "pyproject.toml", "rb") as f:
-        assert out.stdout.split("\n")[:-1] == tomllib.load(f)["project"]["dependencies"]
+        project = tomllib.load(f)["project"]
+    assert out.stdout.split("\n")[:-1] == project["dependencies"] + project["optional-dependencies"]["mcp"]
 
 
 def test_dockerignore_keeps_the_venv_and_runs_out_of_the_context() -> None:

@@ -180,3 +180,31 @@ def test_replacement_that_cannot_be_placed_stops_the_run(
     counts = committed_id_counts(tmp_path / "run")
     assert set(counts) == {item.episode_id for item in plan_work(cfg).items}
     assert set(counts.values()) == {1}
+
+
+def test_a_worker_failure_says_where_rays_logs_are(tmp_path: Path) -> None:
+    """A worker that fails starting stops the run with one line naming the session's log
+    directory, which holds the workers' logs."""
+    cfg = small_config(
+        tmp_path / "run",
+        env__name="workerfail_env:WorkerOnlyFailure",
+        env__python_path=[str(Path(__file__).parent)],
+    )
+    with pytest.raises(CollectorError) as info:
+        run_job(cfg, show_progress=False)
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith("a worker failed to start: RuntimeError: tasks cannot be listed on this worker")
+    logs = Path(message.rsplit("(Ray logs: ", 1)[1].rstrip(")"))
+    assert logs.is_dir()
+    assert any(logs.glob("worker-*.err"))
+
+
+def test_ray_temp_dir_too_long_for_rays_sockets_is_one_line() -> None:
+    """A `ray.temp_dir` longer than Ray's socket paths allow is refused before Ray starts."""
+    from collector.run.job import ray_temp_dir
+
+    cfg = small_config(Path("/tmp/x"), ray__temp_dir="/tmp/" + "d" * 60)
+    with pytest.raises(ConfigError, match=r"^ray.temp_dir: /tmp/d+ is 65 bytes; Ray's socket paths"):
+        ray_temp_dir(cfg)
+    assert ray_temp_dir(small_config(Path("/tmp/x"), ray__temp_dir="/tmp/r")) == "/tmp/r"

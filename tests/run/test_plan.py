@@ -7,8 +7,9 @@ from collections.abc import Iterator, Sequence
 
 import pytest
 
-from collector.config import RunConfig
+from collector.config import RunConfig, config_from_dict
 from collector.data.record import episode_id
+from collector.envs.arithmetic import ArithmeticEnv
 from collector.envs.base import MAX_GENERATED_TASKS, Environment, EpisodeWorld, Task
 from collector.errors import ConfigError
 from collector.run import plan as plan_mod
@@ -119,3 +120,76 @@ def test_builtin_environments_bound_the_tasks_they_generate(env: str) -> None:
     too_many = {"name": env, "options": {"num_tasks": MAX_GENERATED_TASKS + 1}}
     with pytest.raises(ConfigError, match=r"env\.options\.num_tasks: must be an integer from 1 to 10,000"):
         plan_work(cfg(env=too_many))
+def test_ids_of_an_existing_config_are_pinned() -> None:
+    """The demo config's run id, episode ids and seeds never change: committed runs resume."""
+    import hashlib
+
+    from collector.config import load_config
+
+    plan = plan_work(load_config("configs/demo.toml", ["env.options={num_tasks=5}"]))
+    listing = "\n".join(f"{i.episode_id} {i.seed}" for i in plan.items)
+    assert plan.run_id == "demo-0b944764"
+    assert len(plan.items) == 180
+    assert (plan.items[0].episode_id, plan.items[0].seed) == ("ebfd39dda1e11f23d8f7ddd5", 1539487983)
+    assert hashlib.sha256(listing.encode()).hexdigest() == (
+        "c8c835f606a83e0539e63c51b413ad30954d62692269ad25a6451d246354dfc0"
+    )
+
+
+def _ids(plan: object) -> dict[tuple[str, int, str, int], str]:
+    return {(i.model, i.budget, i.task_id, i.sample): i.episode_id for i in plan.items}  # type: ignore[attr-defined]
+
+
+def test_paired_sweeps_run_only_their_cells_with_the_product_ids() -> None:
+    """`pairing = "zip"` and explicit `cells` run exactly the listed (model, budget) cells, each
+    episode under the id (and run id) the full product gives it, so resume works across them."""
+    product = plan_work(cfg())
+    zipped = plan_work(cfg(sweep={"models": ["a", "b"], "budgets": [16, 32], "pairing": "zip"}))
+    cells = plan_work(cfg(sweep={"cells": [{"model": "b", "budget": 16}, {"model": "a", "budget": 32}]}))
+    assert zipped.run_id == cells.run_id == product.run_id
+    full = _ids(product)
+    assert {(m, b) for m, b, _, _ in _ids(zipped)} == {("a", 16), ("b", 32)}
+    assert {(m, b) for m, b, _, _ in _ids(cells)} == {("b", 16), ("a", 32)}
+    for plan in (zipped, cells):
+        assert len(plan.items) == 2 * 3 * 2
+        assert all(full[key] == eid for key, eid in _ids(plan).items())
+    assert cells.cfg.sweep.models == ["b", "a"]  # the axes default to what the cells use
+    assert "2 (model, budget) cell(s)" in cells.describe()
+
+
+class _NamedModelsEnv(Environment):
+    name = "named"
+
+    def tasks(self) -> list[Task]:
+        base = ArithmeticEnv(num_tasks=3).tasks()
+        return [base[0], Task(base[1].id, base[1].prompt, base[1].metadata, ("b",)), base[2]]
+
+    def start(self, task: Task, context: object = None) -> EpisodeWorld:
+        raise AssertionError("not started when planning")
+
+
+def test_tasks_that_name_their_models_run_only_in_those_cells() -> None:
+    """A task with `models` is planned only in cells of those models; its ids do not change."""
+    full = _ids(plan_work(cfg()))
+    plan = plan_work(cfg(), _NamedModelsEnv())
+    restricted = [key for key in _ids(plan) if key[2] == "arith-0001"]
+    assert restricted
+    assert {m for m, _, _, _ in restricted} == {"b"}
+    assert len(plan.items) == 2 * 2 * 2 * 2 + 2 * 2
+    assert all(full[key] == eid for key, eid in _ids(plan).items())
+
+
+@pytest.mark.parametrize(
+    ("sweep", "message"),
+    [
+        ({"models": ["a", "b"], "budgets": [16], "pairing": "zip"}, "as many models as budgets"),
+        ({"models": ["a"], "budgets": [16], "cells": [{"model": "z", "budget": 16}]}, "cells.0"),
+        ({"cells": [{"model": "a", "budget": 16}, {"model": "a", "budget": 16}]}, "listed twice"),
+    ],
+)
+def test_bad_paired_sweeps_are_one_line_errors(sweep: dict[str, object], message: str) -> None:
+    """A zip of unequal axes, a cell outside the listed axes, a repeated cell: one line each."""
+    with pytest.raises(ConfigError, match=message) as info:
+        config_from_dict({"sweep": sweep}, "x.toml")
+    assert str(info.value).startswith("x.toml: sweep")
+    assert "\n" not in str(info.value)
