@@ -188,6 +188,11 @@ class LoopConfig(_Model):
     """Wall time per tool call before its result is an error. In the fingerprint: it shapes the data."""
     episode_output_budget: PositiveInt | None = None
     """Optional cap on output tokens across the whole episode, beside the per-turn cap."""
+    retry_cut_answers: bool = False
+    """Opt-in: when a turn with no tool call (a final answer) is cut by the cap and `length`
+    is not in stop_on, add a user message asking for a shorter reply and call the model again
+    (up to max_consecutive_faults). Off by default: the episode ends as `length`, since that
+    message is a turn the task never had."""
     reward: RewardConfig = RewardConfig()
     """What reward cut, malformed and max_steps episodes get."""
     redaction: RedactionConfig = RedactionConfig()

@@ -132,6 +132,17 @@ class Turn:
     logprobs: list[float] | None = None
     response_id: str | None = None
     """The provider's id for this response (`chatcmpl-…`, `resp_…`, `msg_…`), for tracing."""
+    # --- what answered, and what was not shown (issue 15) ---
+    response_model: str | None = None
+    """The model the reply says answered (`model`, Gemini `modelVersion`): llama-server answers
+    any name with its own alias, hosted APIs with a dated snapshot (`gpt-4o-2024-08-06`)."""
+    system_fingerprint: str | None = None
+    """Chat Completions `system_fingerprint` where the server sends one."""
+    reasoning: bool = False
+    """The reply carried reasoning the record does not keep (`reasoning_content`, thinking
+    blocks, thought parts, reasoning items): output that was visible, just not stored."""
+    retries: tuple[str, ...] = ()
+    """Causes of the requests retried before this reply (`collector.providers.http.retry_cause`)."""
 
     @property
     def is_length(self) -> bool:

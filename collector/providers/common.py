@@ -138,6 +138,9 @@ def finish_turn(
     token_ids: list[int] | None = None,
     logprobs: list[float] | None = None,
     response_id: str | None = None,
+    response_model: str | None = None,
+    system_fingerprint: str | None = None,
+    reasoning: bool = False,
 ) -> Turn:
     """Apply the length checks in their documented order and build the `Turn`."""
     signals: list[LengthSignal] = []
@@ -169,4 +172,7 @@ def finish_turn(
         token_ids=token_ids,
         logprobs=logprobs,
         response_id=response_id,
+        response_model=response_model if isinstance(response_model, str) else None,
+        system_fingerprint=system_fingerprint if isinstance(system_fingerprint, str) else None,
+        reasoning=reasoning,
     )
