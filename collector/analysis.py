@@ -14,6 +14,7 @@ from collector.data.analysis import (
     run_dataset,
     stop_reason_mix,
     truncation_table,
+    turn_truncation_table,
 )
 
 __all__ = [
@@ -27,4 +28,5 @@ __all__ = [
     "run_dataset",
     "stop_reason_mix",
     "truncation_table",
+    "turn_truncation_table",
 ]

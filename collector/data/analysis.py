@@ -38,6 +38,7 @@ from collector.data.manifest import committed_shard_paths
 from collector.data.record import Episode, MessageRecord, ToolCallRecord
 from collector.data.shards import ShardError, describe_exception, episodes_from_table, read_shard
 from collector.data.stats import aggregate, read_committed, run_dataset
+from collector.data.turnstats import aggregate_turns
 from collector.errors import OutputError
 
 __all__ = [
@@ -51,6 +52,7 @@ __all__ = [
     "run_dataset",
     "stop_reason_mix",
     "truncation_table",
+    "turn_truncation_table",
 ]
 
 #: The Hive partitioning of a run dir with the same types as the columns inside the files.
@@ -82,8 +84,18 @@ def truncation_table(
 
     `source` is a run dir or an already loaded (and perhaps filtered) episode table.
     """
-    needed = [*by, "stop_reason", "is_truncated", "reward", "wasted_output_tokens", "output_tokens"]
+    needed = [*by, "stop_reason", "is_truncated", "reward", "wasted_output_tokens", "output_tokens",
+              "retries"]
     return aggregate(_table(source, needed), by, target).to_arrow()
+
+
+def turn_truncation_table(
+    source: RunOrTable, by: Sequence[str] = ("model", "budget"), target: float | None = None
+) -> pa.Table:
+    """`collector stats --per turn` as Arrow: turns cut / turns per `by` group, by turn index
+    (``turn_index``) and by kind (``turn_kind``: call or answer), with Wilson 95% bounds."""
+    needed = [*by, "turns", *(("budget",) if target is not None else ())]
+    return aggregate_turns(_table(source, needed), by, target).to_arrow()
 
 
 def stop_reason_mix(source: RunOrTable, by: Sequence[str] = ("model", "budget")) -> pa.Table:

@@ -104,6 +104,8 @@ class JobResult:
     warnings: list[str] = field(default_factory=list)
     retried_errors: int = 0
     """`error` episodes of earlier runs forgotten to be run again (`retry_errors`)."""
+    retries: Counter[str] = field(default_factory=Counter)
+    """Retried requests of this run's committed episodes, per cause (`Episode.retries`)."""
 
     def summary(self) -> str:
         parts = [f"{self.run_dir}: {self.already + self.committed}/{self.planned} episodes committed"]
@@ -116,6 +118,10 @@ class JobResult:
             parts.append(f"{self.worker_restarts} worker(s) replaced, {self.redispatched} episodes re-run")
         if self.duplicates_dropped:
             parts.append(f"{self.duplicates_dropped} duplicates dropped")
+        if self.retries or self.counts.get(StopReason.ERROR.value):
+            causes = ", ".join(f"{cause}: {n}" for cause, n in sorted(self.retries.items()))
+            retried = f"{sum(self.retries.values())} requests retried" + (f" ({causes})" if causes else "")
+            parts.append(f"{retried}, {self.counts.get(StopReason.ERROR.value, 0)} episodes ended as error")
         return "; ".join(parts)
 
 
@@ -450,6 +456,7 @@ class _Driver:
         self.result.committed += written
         self.result.duplicates_dropped += len(batch) - written
         self.result.counts.update(str(e.stop_reason) for e in batch)
+        self.result.retries.update(cause for e in batch for cause in e.retries)
         if self.on_commit is not None:
             busy = sorted((s for s in self.slots if s.outstanding), key=lambda s: -s.outstanding)
             self.on_commit(

@@ -217,6 +217,12 @@ PRESETS: dict[str, ModelPreset] = {
             leak_families=("swallowed",),
         ),
         ModelPreset(
+            name="sim-rambler",
+            description="A base model: short calls that fit small budgets, then an answer that rambles on.",
+            preamble=LengthDist(zero_prob=0.5, median=6.0, sigma=0.8),
+            answer_preamble=LengthDist(zero_prob=0.0, median=400.0, sigma=0.3),
+        ),
+        ModelPreset(
             name="sim-slow",
             description="Like sim-terse without errors, with about 50 ms of latency: for benchmarks.",
             preamble=LengthDist(zero_prob=0.35, median=10.0, sigma=0.9),
