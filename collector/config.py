@@ -84,6 +84,11 @@ class ProviderConfig(_Model):
     """How failed model calls are retried (not in the fingerprint)."""
     label: str | None = None
     """Stored in the `provider` column; defaults to the kind. Must differ between swept providers."""
+    allow_model_alias: bool = False
+    """Skip the check, before the sweep, that this server serves each model of `sweep.models`
+    (its `/models` list, or the `model` of one small reply). For a server that answers every
+    name with its own alias on purpose (llama-server's `-a`); the reply's model is still
+    recorded per turn. Not in the fingerprint."""
 
     @model_validator(mode="after")
     def _real_needs_url(self) -> ProviderConfig:
@@ -398,7 +403,7 @@ _SELECTION_ONLY: dict[str, Any] = {
     "ray": True,
     "output": True,
 }
-_PROVIDER_TRANSPORT_ONLY = {"request_timeout_s", "retry", "api_key_env", "http_client"}
+_PROVIDER_TRANSPORT_ONLY = {"request_timeout_s", "retry", "api_key_env", "http_client", "allow_model_alias"}
 
 
 def _provider_identity(provider: ProviderConfig) -> dict[str, Any]:

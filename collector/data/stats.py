@@ -539,7 +539,7 @@ def _table(result: StatsResult) -> str:
         for g in result.groups:
             for cause, n in g.retries.items():
                 total[cause] = total.get(cause, 0) + n
-        footer += f"; {_retried(total)} requests retried"
+        footer += f"; {_retried(total).replace(' (', ' requests retried (', 1)}"
     out.append(footer)
     if result.target is not None:
         out.extend(target_lines(result.picks, result.target, "truncation", "episodes"))

@@ -54,7 +54,7 @@ import re
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +66,7 @@ from collector.data.record import Episode
 from collector.data.shards import read_shard
 from collector.data.store import RunStore
 from collector.errors import CollectorError, ConfigError, QuotaExhausted, RequestRejected
+from collector.run.modelcheck import check_models
 from collector.run.plan import Plan, WorkItem, plan_work
 from collector.run.progress import Progress
 from collector.run.simlaunch import provider_urls
@@ -299,7 +300,7 @@ class _Driver:
         assert self.setup is not None
         slot.generation += 1
         name = f"w{slot.index}.{slot.generation}"
-        setup = WorkerSetup(self.setup.cfg, self.setup.run_id, self.setup.base_urls, name)
+        setup = replace(self.setup, name=name)
         # SPREAD: on a cluster, one worker per node before doubling up (scaling is per node).
         slot.actor = _RemoteWorker.options(
             num_cpus=self.cfg.ray.cpus_per_worker, scheduling_strategy="SPREAD"
@@ -532,6 +533,9 @@ def run_job(
             read_api_key(provider, "in this shell")
         for url in {p.base_url for p in plan.providers if p.kind != "sim" and p.base_url}:
             asyncio.run(probe(url))
+        # The served model is the asked one (collector.run.modelcheck), once, before Ray.
+        asyncio.run(check_models(plan.providers, [p.base_url or "" for p in plan.providers],
+                                 cfg.sweep.models, "in this shell"))
     with RunStore.open(
         cfg.output.path, plan.fingerprint, resolved_config(cfg), cfg.output.format, cfg.output.rows_per_shard
     ) as store:
@@ -559,7 +563,9 @@ def run_job(
         driver.queue.extend(todo)
         with provider_urls(plan.providers, cfg.seed) as urls, ray_session(address, cfg.ray.workers):
             try:
-                driver.start_workers(WorkerSetup(with_absolute_paths(cfg), plan.run_id, urls))
+                remote = address is not None  # there, each worker checks the served models itself
+                driver.start_workers(WorkerSetup(with_absolute_paths(cfg), plan.run_id, urls,
+                                                 check_models=remote))
                 # The clock starts once workers are ready: the rate shown is collection speed.
                 if show_progress:
                     driver.progress = Progress(result.planned, already=result.already)
