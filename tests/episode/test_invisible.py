@@ -68,3 +68,4 @@ async def test_empty_answer_with_something_behind_it_stays_an_answer(field: str)
     ep, _, _ = await run([empty])
     assert ep.stop_reason is StopReason.DONE
     assert not ep.turns[0].invisible_output
+
