@@ -23,7 +23,9 @@ adapters check them in this order and record every one that applies:
    have no terminal event, so they never carry it. A stream that *ends before* its terminal
    event is not a length turn: it is a dropped stream, retried and, past the retries,
    `ProviderUnavailable`;
-4. `UNCLOSED_TEMPLATE`: the text holds an opened but unclosed chat-template tool-call block.
+4. `UNCLOSED_TEMPLATE`: the text holds an opened but unclosed chat-template tool-call block,
+   unless the server says the turn stopped naturally with fewer output tokens than the cap
+   (a stop sequence matched inside the call): that turn is an unparsed tool call, not a cut.
 
 The raw finish reason is kept beside the derived `finish_class`, never replaced by it.
 """

@@ -136,7 +136,10 @@ def render(req: ParsedRequest, gen: Generation) -> dict[str, Any]:
         message["tool_calls"] = []
         reason = "length"
     elif swallowed(gen):
-        message["content"] = gen.text + hermes_block(gen)
+        # The stop word matched inside the first call: its block, unclosed, stays in content.
+        first = gen.calls[0]
+        message["content"] = gen.text + '<tool_call>\n{"name": ' + json.dumps(first.name) + ', "arguments": '
+        message["content"] += first.arguments
         message["tool_calls"] = []
     elif gen.calls:
         message["tool_calls"] = [

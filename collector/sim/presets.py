@@ -32,10 +32,10 @@ LeakFamily = Literal["trailing", "wrapped", "concatenated", "hermes_content", "s
 - ``concatenated``: the arguments, `<tool_call|>`, then a second JSON fragment;
 - ``hermes_content``: vLLM non-streaming truncation: when a call is cut, the raw Hermes block
   lands in `content` with `tool_calls: []` and `finish_reason: "length"`;
-- ``swallowed``: llama-server when its tool-call parser gives up on a whole (uncut) call turn,
-  as when a stop word matched inside the call: unstreamed, the raw Hermes block lands in
-  `content` with `tool_calls: []` and `finish_reason: "stop"`; streamed, the markup it held
-  back while waiting to parse is dropped: no content, no call, `"stop"`, the tokens counted.
+- ``swallowed``: llama-server when a stop word matched inside the (first) call of an uncut
+  call turn: unstreamed, the Hermes block up to there, unclosed, lands in `content` with
+  `tool_calls: []` and `finish_reason: "stop"`; streamed, the markup it held back while
+  waiting to parse is dropped: no content, no call, `"stop"`, the tokens still counted.
 The last two apply to Chat Completions only; the first three to string-argument transports
 (Chat Completions, Responses).
 """
