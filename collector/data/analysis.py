@@ -74,6 +74,9 @@ def load_run(
 def _table(source: RunOrTable, columns: Sequence[str]) -> pa.Table:
     if isinstance(source, pa.Table):
         return source
+    # Columns a newer schema added (`retries`) are read only where the shards hold them.
+    if "retries" in columns and "retries" not in run_dataset(source).schema.names:
+        columns = [c for c in columns if c != "retries"]
     return load_run(source, columns=sorted(set(columns)))
 
 

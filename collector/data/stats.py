@@ -296,6 +296,12 @@ def _blame(run_dir: str | Path, paths: Sequence[Path], columns: list[str] | None
     return OutputError(f"{run_dir}: {describe_exception(error)}")
 
 
+def _if_stored(run_dir: str | Path, *columns: str) -> list[str]:
+    """Those of `columns` the run's shards hold: a schema-2 Parquet run has no `retries`."""
+    names = set(run_dataset(run_dir).schema.names)
+    return [c for c in columns if c in names]
+
+
 def read_columns(run_dir: str | Path, columns: list[str]) -> pa.Table:
     """Some columns of every committed episode, the fastest way the shards allow."""
     return _read(run_dir, columns)
@@ -484,7 +490,7 @@ def compute_stats(
     if target is not None and not 0.0 <= target <= 1.0:
         raise ConfigError(f"target must be between 0 and 1 (got {target})")
     wanted = sorted({*by, "stop_reason", *_MEASURES, *(("model", "budget") if target is not None else ())})
-    table = _read(run_dir, [*wanted, "retries"])
+    table = _read(run_dir, [*wanted, *_if_stored(run_dir, "retries")])
     if default and pc.count_distinct(table.column("provider")).as_py() <= 1:
         by = ("model", "budget")
     return aggregate(table, by, target)

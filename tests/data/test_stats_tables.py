@@ -135,3 +135,20 @@ def test_per_turn_table_separates_the_call_from_the_answer(
     assert "m, answer turns: none of the 2 budgets measured (16 to 48) meets 10.0%" in table
     arrow = turn_truncation_table(run)
     assert arrow.column("turn_kind").to_pylist()[2:4] == ["call", "answer"]
+
+
+def test_a_parquet_run_without_the_retries_column_still_reads(tmp_path: Path) -> None:
+    """Shards written before schema 3 (no `retries`) still give the table, with no retries counted."""
+    import pyarrow.parquet as pq
+
+    from collector.data.manifest import committed_shard_paths
+    from collector.data.stats import compute_stats
+
+    run = tmp_path / "run"
+    with RunStore.open(run, "fp", {}, "parquet", 64) as st:
+        st.commit([make_episode(S.DONE, model="m", budget=64, task=f"t{i}") for i in range(3)])
+    for path in committed_shard_paths(run):
+        pq.write_table(pq.read_table(path).drop_columns(["retries"]), path)
+    rows = compute_stats(run).rows()
+    assert [(r["episodes"], r["retries"]) for r in rows] == [(3, 0)]
+    assert truncation_table(run).column("retries").to_pylist() == [0]
