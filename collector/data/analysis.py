@@ -214,6 +214,12 @@ def render_transcript(ep: Episode) -> str:
             notes.append(f"{t.malformed_calls} malformed")
         if t.unparsed_tool_call:
             notes.append("unparsed tool call in text")
+        if t.invisible_output:
+            notes.append("invisible output (tokens spent, nothing shown)")
+        if t.retries:
+            notes.append("retried: " + ",".join(t.retries))
+        if t.response_model and t.response_model != ep.model:
+            notes.append(f"answered by {t.response_model}")
         if t.discarded:
             notes.append("discarded")
         finish = f"{t.finish_class} ({t.raw_finish_reason})"
