@@ -392,7 +392,7 @@ def aggregate(table: pa.Table, by: Sequence[str], target: float | None = None) -
         elif reason == StopReason.DONE:
             g.done += n
     _count_retries(table, by, groups)
-    ordered = sorted(groups.values(), key=lambda g: tuple(_sort_key(g.key[c]) for c in by))
+    ordered = sorted(groups.values(), key=lambda g: tuple(sort_key(g.key[c]) for c in by))
     result = StatsResult(by=by, groups=ordered, target=target)
     if target is not None:
         if "budget" in by:
@@ -423,8 +423,8 @@ def _count_retries(table: pa.Table, by: Sequence[str], groups: dict[tuple[Any, .
             g.retries[cause] = g.retries.get(cause, 0) + row["count_all"]
 
 
-def _sort_key(value: Any) -> tuple[int, Any]:
-    # None sorts first; numbers numerically; everything else as text.
+def sort_key(value: Any) -> tuple[int, Any]:
+    """Row order of a group value: None first, numbers numerically, everything else as text."""
     if value is None:
         return (0, "")
     if isinstance(value, int | float):
@@ -618,6 +618,7 @@ __all__ = [
     "read_columns",
     "read_committed",
     "run_dataset",
+    "sort_key",
     "target_lines",
     "wilson_interval",
 ]

@@ -40,6 +40,7 @@ from collector.data.stats import (
     groupable_columns,
     pick_budgets,
     read_columns,
+    sort_key,
     target_lines,
     wilson_interval,
 )
@@ -137,19 +138,19 @@ def _flat_turns(table: pa.Table, by: Sequence[str]) -> pa.Table:
 
 
 def _count(flat: pa.Table, by: Sequence[str], axis: str) -> list[TurnGroup]:
-    other = "turn_kind" if axis == "turn_index" else "turn_index"
     counted = flat.group_by([*by, axis]).aggregate([([], "count_all"), ("cut", "sum")])
     groups = []
     for row in counted.to_pylist():
-        key = {**{c: row[c] for c in by}, axis: row[axis], other: None}
-        key = {**{c: key[c] for c in by}, "turn_index": key["turn_index"], "turn_kind": key["turn_kind"]}
+        key: dict[str, Any] = {c: row[c] for c in by}
+        key["turn_index"] = row["turn_index"] if axis == "turn_index" else None
+        key["turn_kind"] = row["turn_kind"] if axis == "turn_kind" else None
         groups.append(TurnGroup(key=key, turns=row["count_all"], cut=row["cut_sum"] or 0))
     return groups
 
 
 def _order(g: TurnGroup, by: Sequence[str]) -> tuple[Any, ...]:
-    keys = tuple((0, "") if g.key[c] is None else (1, g.key[c]) if isinstance(g.key[c], int | float)
-                 else (2, str(g.key[c])) for c in by)
+    """The episode table's order of the `by` values, then index rows, then call, then answer."""
+    keys = tuple(sort_key(g.key[c]) for c in by)
     index = g.key["turn_index"]
     position = (0, index) if index is not None else (1, KINDS.index(g.key["turn_kind"]))
     return (*keys, position)
