@@ -169,7 +169,9 @@ def aggregate_turns(table: pa.Table, by: Sequence[str], target: float | None = N
         source = groups if "budget" in by else aggregate_turns(table, (*by, "budget")).groups
         keys = [*(c for c in by if c != "budget"), "turn_index", "turn_kind"]
         rated = [g for g in source if "budget" in g.key]
-        result.picks = pick_budgets(rated, target, [*keys, "budget"])
+        picks = pick_budgets(rated, target, [*keys, "budget"])
+        rest = [c for c in by if c != "budget"]
+        result.picks = sorted(picks, key=lambda p: _order(TurnGroup(key=p.key), rest))  # as the rows
     return result
 
 
