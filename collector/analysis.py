@@ -17,6 +17,7 @@ from collector.data.analysis import (
     run_dataset,
     stop_reason_mix,
     truncation_table,
+    turn_truncation_table,
 )
 
 __all__ = [
@@ -33,4 +34,5 @@ __all__ = [
     "run_dataset",
     "stop_reason_mix",
     "truncation_table",
+    "turn_truncation_table",
 ]

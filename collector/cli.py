@@ -7,7 +7,7 @@ command ran and found a problem (`check` with violations).
 
     collector run CONFIG|--demo [--set k=v ...] [--address ADDR] [--target X]
     collector init DIR
-    collector stats RUN_DIR [--by COL,...] [--target X] [--format table|csv|json]
+    collector stats RUN_DIR [--by COL,...] [--target X] [--format table|csv|json] [--per episode|turn]
     collector episodes RUN_DIR [--where COL=VALUE ...] [--model M] [--budget N] [--limit N]
                        [--format table|json]
     collector show RUN_DIR EPISODE_ID [--format text|json]
@@ -40,7 +40,7 @@ EXIT_CLOSED_PIPE = 128 + signal.SIGPIPE
 
 def _by(values: list[str] | None) -> tuple[str, ...]:
     if not values:
-        return ("model", "budget")
+        return ()  # the default grouping: model x budget, by provider too when there are several
     columns = (col.strip() for value in values for col in value.split(",") if col.strip())
     # A column named twice (`--by model,model`, or in two `--by`) is grouped by once.
     return tuple(dict.fromkeys(columns))
@@ -68,7 +68,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     cfg = load_config(_run_config_path(args), args.set)
     result = run_job(cfg, address=args.address, show_progress=not args.quiet, retry_errors=args.retry_errors)
     print(result.summary(), file=sys.stderr)
-    stats = compute_stats(result.run_dir, by=("model", "budget"), target=args.target)
+    stats = compute_stats(result.run_dir, target=args.target)
     print(format_stats(stats, "table"))
     return EXIT_OK
 
@@ -97,6 +97,12 @@ def _cmd_init(args: argparse.Namespace) -> int:
 def _cmd_stats(args: argparse.Namespace) -> int:
     from collector.data.stats import compute_stats, format_stats
 
+    if args.per == "turn":
+        from collector.data.turnstats import compute_turn_stats, format_turn_stats
+
+        turns = compute_turn_stats(args.run_dir, by=_by(args.by), target=args.target)
+        print(format_turn_stats(turns, args.format))
+        return EXIT_OK
     stats = compute_stats(args.run_dir, by=_by(args.by), target=args.target)
     print(format_stats(stats, args.format))
     return EXIT_OK
@@ -262,6 +268,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     target(p)
     p.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    p.add_argument(
+        "--per",
+        choices=("episode", "turn"),
+        default="episode",
+        help="episode: share of episodes with a cut turn; turn: turns cut / turns, by turn index and kind",
+    )
     p.set_defaults(func=_cmd_stats)
 
     p = sub.add_parser("episodes", help="list the committed episodes of a run directory (ids first)")

@@ -114,6 +114,11 @@ class ProviderConfig(_Model):
     """How failed model calls are retried (not in the fingerprint)."""
     label: str | None = None
     """Stored in the `provider` column; defaults to the kind. Must differ between swept providers."""
+    allow_model_alias: bool = False
+    """Skip the check, before the sweep, that this server serves each model of `sweep.models`
+    (its `/models` list, or the `model` of one small reply). For a server that answers every
+    name with its own alias on purpose (llama-server's `-a`); the reply's model is still
+    recorded per turn. Not in the fingerprint."""
 
     @model_validator(mode="after")
     def _real_needs_url(self) -> ProviderConfig:
@@ -287,6 +292,11 @@ class LoopConfig(_Model):
     max_argument_bytes: PositiveInt = 1024 * 1024
     """A tool call whose arguments are longer than this (UTF-8 bytes; 1 MiB) ends the episode
     as `error` (ProtocolViolation), and no call of its turn runs."""
+    retry_cut_answers: bool = False
+    """Opt-in: when a turn with no tool call (a final answer) is cut by the cap and `length`
+    is not in stop_on, add a user message asking for a shorter reply and call the model again
+    (up to max_consecutive_faults). Off by default: the episode ends as `length`, since that
+    message is a turn the task never had."""
     reward: RewardConfig = RewardConfig()
     """What reward cut, malformed and max_steps episodes get."""
     redaction: RedactionConfig = RedactionConfig()
@@ -537,7 +547,8 @@ _SELECTION_ONLY: dict[str, Any] = {
 #: default, so a run directory written before they existed still resumes.
 _LATER_LOOP_FIELDS = ("max_tool_calls_per_turn", "max_argument_bytes")
 _PROVIDER_TRANSPORT_ONLY = {
-    "request_timeout_s", "request_deadline_s", "max_reply_bytes", "retry", "api_key_env", "http_client"
+    "request_timeout_s", "request_deadline_s", "max_reply_bytes", "retry", "api_key_env", "http_client",
+    "allow_model_alias",
 }
 
 

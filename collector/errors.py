@@ -43,6 +43,8 @@ class ProviderError(CollectorError):
     retryable: bool = False
     retry_after_s: float | None = None
     """The server's requested wait (`retry-after-ms`, `retry-after`, Gemini `RetryInfo`), if any."""
+    retries: tuple[str, ...] = ()
+    """Causes of the retries spent before this failure escaped (`collector.providers.http`)."""
 
     def __init__(self, message: str, status: int | None = None, retry_after_s: float | None = None) -> None:
         super().__init__(message, status, retry_after_s)

@@ -23,7 +23,9 @@ adapters check them in this order and record every one that applies:
    have no terminal event, so they never carry it. A stream that *ends before* its terminal
    event is not a length turn: it is a dropped stream, retried and, past the retries,
    `ProviderUnavailable`;
-4. `UNCLOSED_TEMPLATE`: the text holds an opened but unclosed chat-template tool-call block.
+4. `UNCLOSED_TEMPLATE`: the text holds an opened but unclosed chat-template tool-call block,
+   unless the server says the turn stopped naturally with fewer output tokens than the cap
+   (a stop sequence matched inside the call): that turn is an unparsed tool call, not a cut.
 
 The raw finish reason is kept beside the derived `finish_class`, never replaced by it.
 """
@@ -132,6 +134,17 @@ class Turn:
     logprobs: list[float] | None = None
     response_id: str | None = None
     """The provider's id for this response (`chatcmpl-…`, `resp_…`, `msg_…`), for tracing."""
+    # --- what answered, and what was not shown (issue 15) ---
+    response_model: str | None = None
+    """The model the reply says answered (`model`, Gemini `modelVersion`): llama-server answers
+    any name with its own alias, hosted APIs with a dated snapshot (`gpt-4o-2024-08-06`)."""
+    system_fingerprint: str | None = None
+    """Chat Completions `system_fingerprint` where the server sends one."""
+    reasoning: bool = False
+    """The reply carried reasoning the record does not keep (`reasoning_content`, thinking
+    blocks, thought parts, reasoning items): output that was visible, just not stored."""
+    retries: tuple[str, ...] = ()
+    """Causes of the requests retried before this reply (`collector.providers.http.retry_cause`)."""
 
     @property
     def is_length(self) -> bool:

@@ -33,6 +33,7 @@ from collector.data.manifest import committed_shard_paths
 from collector.data.record import Episode, MessageRecord, ToolCallRecord
 from collector.data.shards import SCHEMA, ShardError, describe_exception, episodes_from_table, read_shard
 from collector.data.stats import aggregate, read_committed, run_dataset
+from collector.data.turnstats import aggregate_turns
 from collector.errors import OutputError
 
 __all__ = [
@@ -49,6 +50,7 @@ __all__ = [
     "run_dataset",
     "stop_reason_mix",
     "truncation_table",
+    "turn_truncation_table",
 ]
 
 #: model: string, budget: int64, Hive flavour: the columns' types, for run dirs of the earlier
@@ -71,6 +73,9 @@ def load_run(
 def _table(source: RunOrTable, columns: Sequence[str]) -> pa.Table:
     if isinstance(source, pa.Table):
         return source
+    # Columns a newer schema added (`retries`) are read only where the shards hold them.
+    if "retries" in columns and "retries" not in run_dataset(source).schema.names:
+        columns = [c for c in columns if c != "retries"]
     return load_run(source, columns=sorted(set(columns)))
 
 
@@ -81,8 +86,18 @@ def truncation_table(
 
     `source` is a run dir or an already loaded (and perhaps filtered) episode table.
     """
-    needed = [*by, "stop_reason", "is_truncated", "reward", "wasted_output_tokens", "output_tokens"]
+    needed = [*by, "stop_reason", "is_truncated", "reward", "wasted_output_tokens", "output_tokens",
+              "retries"]
     return aggregate(_table(source, needed), by, target).to_arrow()
+
+
+def turn_truncation_table(
+    source: RunOrTable, by: Sequence[str] = ("model", "budget"), target: float | None = None
+) -> pa.Table:
+    """`collector stats --per turn` as Arrow: turns cut / turns per `by` group, by turn index
+    (``turn_index``) and by kind (``turn_kind``: call or answer), with Wilson 95% bounds."""
+    needed = [*by, "turns", *(("budget",) if target is not None else ())]
+    return aggregate_turns(_table(source, needed), by, target).to_arrow()
 
 
 def stop_reason_mix(source: RunOrTable, by: Sequence[str] = ("model", "budget")) -> pa.Table:
@@ -300,6 +315,12 @@ def render_transcript(ep: Episode) -> str:
             notes.append(f"{t.malformed_calls} malformed")
         if t.unparsed_tool_call:
             notes.append("unparsed tool call in text")
+        if t.invisible_output:
+            notes.append("invisible output (tokens spent, nothing shown)")
+        if t.retries:
+            notes.append("retried: " + ",".join(t.retries))
+        if t.response_model and t.response_model != ep.model:
+            notes.append(f"answered by {t.response_model}")
         if t.discarded:
             notes.append("discarded")
         finish = f"{t.finish_class} ({t.raw_finish_reason})"

@@ -21,7 +21,9 @@ from collector.stop import StopReason
 #: Bumped whenever a column is added, removed or changes meaning. Stored in file metadata.
 SCHEMA_VERSION = 3
 """2: `messages.raw_text` added; `trainable` false for `timeout` episodes too.
-3: the chat-template block: `system_prompt`, `chat`, `tools` (version-2 shards stay readable)."""
+3: the chat-template block: `system_prompt`, `chat`, `tools`; and `turns.response_model`,
+`turns.system_fingerprint`, `turns.invisible_output`, `turns.retries` and the episode's
+`retries` (version-2 shards stay readable)."""
 
 
 def episode_id(run_id: str, task_id: str, sample: int, model: str, budget: int) -> str:
@@ -66,6 +68,17 @@ class TurnRecord:
     """True when the turn's output was thrown away: it was cut, or it ended the episode as
     malformed, so nothing from it ran. Its output tokens count as wasted."""
     unparsed_tool_call: bool = False
+    # --- issue 15 (data truth): who answered, what was invisible, what was retried ---
+    response_model: str | None = None
+    """The model the reply says answered (`model`, Gemini `modelVersion`), as sent."""
+    system_fingerprint: str | None = None
+    """Chat Completions `system_fingerprint`, where the server sends one."""
+    invisible_output: bool = False
+    """Output tokens were spent with nothing visible (no text, no call, no refusal, no
+    reasoning) while tools were offered: a call the server swallowed, never a final answer."""
+    retries: list[str] = field(default_factory=list)
+    """One cause per retried request of this turn: `429`, `5xx`, `timeout`, `dropped`
+    (a stream or connection that broke off), `other` (a 200 reply not in the wire format...)."""
 
     def __post_init__(self) -> None:
         self.output_tokens = clamp_tokens(self.output_tokens)
@@ -194,6 +207,10 @@ class Episode:
     """Every message of `messages` in the OpenAI chat shape, system prompt first."""
     tools: str = "[]"
     """The tool schemas offered to the model: a JSON list in the OpenAI function format."""
+    # --- issue 15: every retried request of the episode, the failed last call's included ---
+    retries: list[str] = field(default_factory=list)
+    """Causes as in `TurnRecord.retries`, over all turns plus the retries of a model call that
+    failed for good (an `error` episode's last call has no turn to hold them)."""
 
     @property
     def is_truncated(self) -> bool:

@@ -9,7 +9,15 @@ Per group (model x budget by default, any scalar columns with `by`):
 - ``malformed_rate``, ``done_rate``: shares ending as `malformed_tool_call` / `done`;
 - ``error_rate``: share ending as `error`, over *all* episodes;
 - ``mean_reward``; ``wasted_output_tokens`` (total spent on cut or discarded turns) and
-  ``wasted_fraction`` of all output tokens.
+  ``wasted_fraction`` of all output tokens;
+- ``length_rate``, ``max_steps_rate``, ``timeout_rate``: the other stop reasons, so that the
+  shares of every reason add up (the table shows a column for each one that occurs);
+- ``retries`` and ``retries_<cause>`` (`429`, `5xx`, `timeout`, `dropped`, `other`): requests
+  retried in the group's episodes, and ``errors``: episodes that ended as `error`. A rate
+  measured through a provider storm says so.
+
+With more than one provider in the run, the default grouping is provider x model x budget:
+a sweep over providers is never pooled into one row.
 
 Why errors leave the other denominators: an `error` episode is the provider's or the
 environment's failure, not the model's behaviour at that budget; one that failed on its
@@ -22,7 +30,9 @@ and is defined at 0 and n successes.
 
 With a `target`, per model (per `by` group without `budget`): the smallest budget whose
 truncation rate is at or under it (``budget``), and the smallest whose *upper* 95% bound is
-(``budget_confident``), the one to pick when a surprise costs more than tokens.
+(``budget_confident``), the one to pick when a surprise costs more than tokens. Every
+format carries them: json as ``picks``, csv and Arrow as the columns ``target``,
+``target_budget`` and ``target_budget_confident`` on each row of the group.
 
 Speed: only the needed columns are read (Arrow shards memory-mapped in a few threads, a
 pyarrow dataset for Parquet or mixed schemas), and
@@ -37,13 +47,14 @@ import io
 import json
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.ipc as ipc
 
@@ -58,6 +69,10 @@ Z95 = 1.959963984540054
 StatsFormat = Literal["table", "csv", "json"]
 
 _MEASURES = ["is_truncated", "reward", "wasted_output_tokens", "output_tokens"]
+#: Retry causes counted per group (`collector.providers.http.retry_cause`), in column order.
+RETRY_CAUSES = ("429", "5xx", "timeout", "dropped", "other")
+#: Stop reasons with a rate of their own beside truncated / malformed / done / error.
+_OTHER_REASONS = (StopReason.LENGTH, StopReason.MAX_STEPS, StopReason.TIMEOUT)
 
 
 def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
@@ -89,6 +104,18 @@ class GroupStats:
     reward_sum: float = 0.0
     wasted_output_tokens: int = 0
     output_tokens: int = 0
+    reasons: dict[str, int] = field(default_factory=dict)
+    """Episodes per stop reason (errors included)."""
+    retries: dict[str, int] = field(default_factory=dict)
+    """Retried requests per cause (`RETRY_CAUSES`)."""
+
+    def reason_rate(self, reason: StopReason) -> float:
+        """Share of the valid episodes that ended with `reason`."""
+        return self.reasons.get(reason.value, 0) / self.valid if self.valid else math.nan
+
+    @property
+    def retried(self) -> int:
+        return sum(self.retries.values())
 
     @property
     def truncation_rate(self) -> float:
@@ -132,9 +159,13 @@ class GroupStats:
             "malformed_rate": self.malformed_rate,
             "done_rate": self.done_rate,
             "error_rate": self.error_rate,
+            **{f"{r.value}_rate": self.reason_rate(r) for r in _OTHER_REASONS},
             "mean_reward": self.mean_reward,
             "wasted_output_tokens": self.wasted_output_tokens,
             "wasted_fraction": self.wasted_fraction,
+            "errors": self.errors,
+            "retries": self.retried,
+            **{f"retries_{c}": self.retries.get(c, 0) for c in RETRY_CAUSES},
         }
 
 
@@ -147,6 +178,16 @@ class BudgetPick:
     """Smallest budget whose truncation rate is at or under the target (None: none is)."""
     budget_confident: int | None
     """Smallest budget whose Wilson 95% upper bound is at or under the target."""
+    budgets: list[int] = field(default_factory=list)
+    """The budgets measured (with at least one valid episode), ascending."""
+    best_budget: int | None = None
+    """The budget with the lowest truncation rate (the largest among ties): what came closest."""
+    best_rate: float = math.nan
+    """The truncation rate at `best_budget`."""
+    budget_rate: float = math.nan
+    """The truncation rate measured at `budget`."""
+    confident_upper: float = math.nan
+    """The Wilson 95% upper bound at `budget_confident`."""
 
 
 @dataclass(slots=True)
@@ -163,15 +204,30 @@ class StatsResult:
         return sum(g.episodes for g in self.groups)
 
     def rows(self) -> list[dict[str, Any]]:
-        return [g.as_dict() for g in self.groups]
+        """One flat dict per group; with a target, each carries its own group's pick."""
+        rows = [g.as_dict() for g in self.groups]
+        if self.target is None:
+            return rows
+        for g, row in zip(self.groups, rows, strict=True):
+            pick = next((p for p in self.picks if all(g.key.get(k) == v for k, v in p.key.items())), None)
+            row["target"] = self.target
+            row["target_budget"] = pick.budget if pick is not None else None
+            row["target_budget_confident"] = pick.budget_confident if pick is not None else None
+        return rows
+
+    def columns(self) -> list[str]:
+        """The names of `rows()`' keys, also when there are no rows."""
+        names = [*self.by, *GroupStats(key={}).as_dict()]
+        if self.target is not None:
+            names += ["target", "target_budget", "target_budget_confident"]
+        return names
 
     def to_arrow(self) -> pa.Table:
         """The table as Arrow (for pandas, polars, the notebook)."""
         rows = self.rows()
         if rows:
             return pa.Table.from_pylist(rows)
-        names = [*self.by, *GroupStats(key={}).as_dict()]
-        return pa.table({n: pa.array([], pa.float64()) for n in names})
+        return pa.table({n: pa.array([], pa.float64()) for n in self.columns()})
 
 
 def groupable_columns() -> list[str]:
@@ -238,6 +294,17 @@ def _blame(run_dir: str | Path, paths: Sequence[Path], columns: list[str] | None
         except ShardError as e:
             return e
     return OutputError(f"{run_dir}: {describe_exception(error)}")
+
+
+def _if_stored(run_dir: str | Path, *columns: str) -> list[str]:
+    """Those of `columns` the run's shards hold: a schema-2 Parquet run has no `retries`."""
+    names = set(run_dataset(run_dir).schema.names)
+    return [c for c in columns if c in names]
+
+
+def read_columns(run_dir: str | Path, columns: list[str]) -> pa.Table:
+    """Some columns of every committed episode, the fastest way the shards allow."""
+    return _read(run_dir, columns)
 
 
 def _read(run_dir: str | Path, columns: list[str]) -> pa.Table:
@@ -314,6 +381,7 @@ def aggregate(table: pa.Table, by: Sequence[str], target: float | None = None) -
         n = row["count_all"]
         reason = row["stop_reason"]
         g.episodes += n
+        g.reasons[reason] = g.reasons.get(reason, 0) + n
         g.wasted_output_tokens += row["wasted_output_tokens_sum"] or 0
         g.output_tokens += row["output_tokens_sum"] or 0
         if reason == StopReason.ERROR:
@@ -326,7 +394,8 @@ def aggregate(table: pa.Table, by: Sequence[str], target: float | None = None) -
             g.malformed += n
         elif reason == StopReason.DONE:
             g.done += n
-    ordered = sorted(groups.values(), key=lambda g: tuple(_sort_key(g.key[c]) for c in by))
+    _count_retries(table, by, groups)
+    ordered = sorted(groups.values(), key=lambda g: tuple(sort_key(g.key[c]) for c in by))
     result = StatsResult(by=by, groups=ordered, target=target)
     if target is not None:
         if "budget" in by:
@@ -337,8 +406,28 @@ def aggregate(table: pa.Table, by: Sequence[str], target: float | None = None) -
     return result
 
 
-def _sort_key(value: Any) -> tuple[int, Any]:
-    # None sorts first; numbers numerically; everything else as text.
+def _count_retries(table: pa.Table, by: Sequence[str], groups: dict[tuple[Any, ...], GroupStats]) -> None:
+    """Add the `retries` list column's causes to each group (a table without it adds nothing)."""
+    if "retries" not in table.column_names:
+        return
+    retries = table.column("retries").combine_chunks()
+    if len(retries) == 0 or retries.null_count == len(retries):
+        return
+    causes = pc.list_flatten(retries)
+    if len(causes) == 0:
+        return
+    rows = pc.list_parent_indices(retries)
+    flat = pa.table({c: pc.take(table.column(c), rows) for c in by}).append_column("cause", causes)
+    counted = flat.group_by([*by, "cause"]).aggregate([([], "count_all")])
+    for row in counted.to_pylist():
+        g = groups.get(tuple(row[c] for c in by))
+        if g is not None:
+            cause = row["cause"] if row["cause"] in RETRY_CAUSES else "other"
+            g.retries[cause] = g.retries.get(cause, 0) + row["count_all"]
+
+
+def sort_key(value: Any) -> tuple[int, Any]:
+    """Row order of a group value: None first, numbers numerically, everything else as text."""
     if value is None:
         return (0, "")
     if isinstance(value, int | float):
@@ -346,30 +435,57 @@ def _sort_key(value: Any) -> tuple[int, Any]:
     return (2, str(value))
 
 
-def pick_budgets(groups: Sequence[GroupStats], target: float, by: Sequence[str]) -> list[BudgetPick]:
+class Rated(Protocol):
+    """A row `pick_budgets` can choose from: the episode table's or the per-turn table's."""
+
+    @property
+    def key(self) -> dict[str, Any]: ...
+    @property
+    def valid(self) -> int: ...
+    @property
+    def truncation_rate(self) -> float: ...
+    @property
+    def truncation_interval(self) -> tuple[float, float]: ...
+
+
+def pick_budgets(groups: Sequence[Rated], target: float, by: Sequence[str]) -> list[BudgetPick]:
     """Per `by` group without budget: the smallest budget at or under `target` (point and upper bound)."""
     rest = [c for c in by if c != "budget"]
-    per: dict[tuple[Any, ...], list[GroupStats]] = {}
+    per: dict[tuple[Any, ...], list[Rated]] = {}
     for g in groups:
         per.setdefault(tuple(g.key[c] for c in rest), []).append(g)
     picks = []
     for key, gs in per.items():
         gs = sorted((g for g in gs if g.valid), key=lambda g: g.key["budget"])
-        point = next((g.key["budget"] for g in gs if g.truncation_rate <= target), None)
-        sure = next((g.key["budget"] for g in gs if g.truncation_interval[1] <= target), None)
-        picks.append(BudgetPick(key=dict(zip(rest, key, strict=True)), budget=point, budget_confident=sure))
+        point = next((g for g in gs if g.truncation_rate <= target), None)
+        sure = next((g for g in gs if g.truncation_interval[1] <= target), None)
+        best = min(reversed(gs), key=lambda g: g.truncation_rate, default=None)
+        picks.append(BudgetPick(
+            key=dict(zip(rest, key, strict=True)),
+            budget=point.key["budget"] if point is not None else None,
+            budget_confident=sure.key["budget"] if sure is not None else None,
+            budgets=[g.key["budget"] for g in gs],
+            best_budget=best.key["budget"] if best is not None else None,
+            best_rate=best.truncation_rate if best is not None else math.nan,
+            budget_rate=point.truncation_rate if point is not None else math.nan,
+            confident_upper=sure.truncation_interval[1] if sure is not None else math.nan,
+        ))
     return picks
 
 
 def compute_stats(
-    run_dir: str | Path, by: Sequence[str] = ("model", "budget"), target: float | None = None
+    run_dir: str | Path, by: Sequence[str] = (), target: float | None = None
 ) -> StatsResult:
     """The statistics table of a run's committed episodes, grouped `by` scalar columns.
+
+    Empty `by` is the default grouping: model x budget, with provider first when the run
+    holds more than one provider (a provider sweep is never pooled).
 
     Raises ConfigError for a `by` column that is not a scalar shard column or a target
     outside [0, 1], OutputError when `run_dir` is not a run directory.
     """
-    by = tuple(by) or ("model", "budget")
+    default = not tuple(by)
+    by = tuple(by) or ("provider", "model", "budget")
     allowed = groupable_columns()
     for c in by:
         if c not in allowed:
@@ -377,7 +493,10 @@ def compute_stats(
     if target is not None and not 0.0 <= target <= 1.0:
         raise ConfigError(f"target must be between 0 and 1 (got {target})")
     wanted = sorted({*by, "stop_reason", *_MEASURES, *(("model", "budget") if target is not None else ())})
-    return aggregate(_read(run_dir, wanted), by, target)
+    table = _read(run_dir, [*wanted, *_if_stored(run_dir, "retries")])
+    if default and pc.count_distinct(table.column("provider")).as_py() <= 1:
+        by = ("model", "budget")
+    return aggregate(table, by, target)
 
 
 # --- formatting ---------------------------------------------------------------------------
@@ -391,16 +510,30 @@ def _num(x: float, digits: int = 3) -> str:
     return "-" if math.isnan(x) else f"{x:.{digits}f}"
 
 
+def _retried(retries: dict[str, int]) -> str:
+    total = sum(retries.values())
+    if not total:
+        return "0"
+    return f"{total} (" + ", ".join(f"{c}: {retries[c]}" for c in RETRY_CAUSES if retries.get(c)) + ")"
+
+
 def _table(result: StatsResult) -> str:
-    headers = [*result.by, "episodes", "truncated", "95% CI", "malformed", "done", "error",
-               "reward", "wasted tok", "wasted"]
+    # A column for every stop reason that occurs, so the shares visibly add up; retries only
+    # when some request was retried (then per cell, by cause).
+    extra = [r for r in _OTHER_REASONS if any(g.reasons.get(r.value) for g in result.groups)]
+    retried = any(g.retried for g in result.groups)
+    headers = [*result.by, "episodes", "truncated", "95% CI", "malformed", "done",
+               *(r.value for r in extra), "error", "reward", "wasted tok", "wasted",
+               *(["retried"] if retried else [])]
     lines = []
     for g in result.groups:
         low, high = g.truncation_interval
         ci = "-" if math.isnan(low) else f"[{100 * low:.1f}, {100 * high:.1f}]"
+        error = _pct(g.error_rate) + (f" ({g.errors})" if g.errors else "")
         lines.append([*(str(g.key[c]) for c in result.by), str(g.episodes), _pct(g.truncation_rate), ci,
-                      _pct(g.malformed_rate), _pct(g.done_rate), _pct(g.error_rate), _num(g.mean_reward),
-                      str(g.wasted_output_tokens), _pct(g.wasted_fraction)])
+                      _pct(g.malformed_rate), _pct(g.done_rate), *(_pct(g.reason_rate(r)) for r in extra),
+                      error, _num(g.mean_reward), str(g.wasted_output_tokens), _pct(g.wasted_fraction),
+                      *([_retried(g.retries)] if retried else [])])
     widths = [max(len(h), *(len(r[i]) for r in lines)) if lines else len(h) for i, h in enumerate(headers)]
     nkeys = len(result.by)
 
@@ -409,18 +542,47 @@ def _table(result: StatsResult) -> str:
                          for i, (c, w) in enumerate(zip(cells, widths, strict=True))).rstrip()
 
     out = [fmt(headers), fmt(["-" * w for w in widths]), *(fmt(r) for r in lines)]
-    out.append(f"{result.episodes} episodes; rates except error are over episodes that did not end in error")
+    footer = f"{result.episodes} episodes; rates except error are over episodes that did not end in error"
+    if retried:
+        total: dict[str, int] = {}
+        for g in result.groups:
+            for cause, n in g.retries.items():
+                total[cause] = total.get(cause, 0) + n
+        footer += f"; {_retried(total).replace(' (', ' requests retried (', 1)}"
+    out.append(footer)
     if result.target is not None:
-        out.append(f"smallest budget with truncation at or under {_pct(result.target)} "
-                   "(point estimate; 95% upper bound):")
-        for p in result.picks:
-            name = ", ".join(str(v) for v in p.key.values()) or "all"
-            out.append(f"  {name}: {_or_none(p.budget)}; {_or_none(p.budget_confident)}")
+        out.extend(target_lines(result.picks, result.target, "truncation", "episodes"))
     return "\n".join(out)
 
 
-def _or_none(budget: int | None) -> str:
-    return "none of the budgets" if budget is None else str(budget)
+def _name(key: dict[str, Any]) -> str:
+    return ", ".join(str(v) for v in key.values()) or "all"
+
+
+def target_lines(picks: Sequence[BudgetPick], target: float, what: str, of: str,
+                 label: Callable[[dict[str, Any]], str] = _name) -> list[str]:
+    """The `--target` answer in words: what was asked, then per group what was found."""
+    want = _pct(target)
+    out = [f"target: {what} at or under {want} of {of}; the smallest budget that meets it:"]
+    for p in picks:
+        name = label(p.key)
+        if p.budget is None:
+            if not p.budgets:
+                out.append(f"  {name}: no budget measured (no episode that did not end in error)")
+                continue
+            span = f"{p.budgets[0]} to {p.budgets[-1]}" if len(p.budgets) > 1 else str(p.budgets[0])
+            out.append(f"  {name}: none of the {len(p.budgets)} budgets measured ({span}) meets {want}; "
+                       f"the lowest {what} is {_pct(p.best_rate)}, at budget {p.best_budget}")
+            continue
+        found = f"  {name}: budget {p.budget} (measured {_pct(p.budget_rate)})"
+        if p.budget_confident is None:
+            found += (f"; none meets it with 95% confidence (every upper bound is above {want}: "
+                      "more episodes per budget would narrow the interval)")
+        else:
+            found += (f"; with 95% confidence, budget {p.budget_confident} "
+                      f"(upper bound {_pct(p.confident_upper)})")
+        out.append(found)
+    return out
 
 
 def _clean(value: Any) -> Any:
@@ -434,8 +596,7 @@ def format_stats(result: StatsResult, fmt: StatsFormat = "table") -> str:
     rows = [{k: _clean(v) for k, v in r.items()} for r in result.rows()]
     if fmt == "csv":
         buf = io.StringIO()
-        names = [*result.by, *GroupStats(key={}).as_dict()]
-        writer = csv.DictWriter(buf, fieldnames=names, lineterminator="\n")
+        writer = csv.DictWriter(buf, fieldnames=result.columns(), lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)
         return buf.getvalue().rstrip("\n")
@@ -443,7 +604,7 @@ def format_stats(result: StatsResult, fmt: StatsFormat = "table") -> str:
         payload: dict[str, Any] = {"by": list(result.by), "rows": rows}
         if result.target is not None:
             payload["target"] = result.target
-            payload["picks"] = [asdict(p) for p in result.picks]
+            payload["picks"] = [{k: _clean(v) for k, v in asdict(p).items()} for p in result.picks]
         return json.dumps(payload, indent=1)
     raise ConfigError(f"unknown stats format {fmt!r} (expected table, csv or json)")
 
@@ -456,7 +617,11 @@ __all__ = [
     "compute_stats",
     "format_stats",
     "groupable_columns",
+    "pick_budgets",
+    "read_columns",
     "read_committed",
     "run_dataset",
+    "sort_key",
+    "target_lines",
     "wilson_interval",
 ]

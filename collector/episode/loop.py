@@ -30,12 +30,20 @@ is fixed and tested:
 2. length check (`Turn.is_length`, any length signal). Nothing from a cut turn ever runs,
    whatever its calls look like (an Anthropic `input` or Gemini `args` may parse perfectly
    and still be cut). Every call of the turn is settled with a result starting
-   ``not executed: cut by the output-token limit``. With `length` in `stop_on`, or after
-   `max_consecutive_faults` cut turns in a row, the episode ends as `length`; otherwise the
-   loop goes on and the model is asked for a shorter call.
+   ``not executed: cut by the output-token limit``. A cut turn with no tool call (nor one
+   left unparsed in its text), a cut final answer, ends the episode as `length` whatever
+   `stop_on` says: asking again would put a turn the task never had into the data (peers
+   label such an episode `length` too); `loop.retry_cut_answers` opts in to a notice asking
+   for a shorter reply instead. Otherwise, with `length` in `stop_on`, or after
+   `max_consecutive_faults` cut turns in a row, the episode ends as `length`; else the loop
+   goes on and the model is asked for a shorter call.
 3. argument status (`ToolCall.status`, set by the adapters). A turn with no calls whose
    text holds an unparsed chat-template call, or that Gemini ended with
-   `MALFORMED_FUNCTION_CALL`, counts as malformed, never as a final answer. With
+   `MALFORMED_FUNCTION_CALL`, counts as malformed, never as a final answer. So does an
+   *invisible* turn (`TurnRecord.invisible_output`): output tokens spent with no text, no
+   call, no refusal and no reasoning while tools were offered, as when a server held back
+   tool-call markup in a stream and then dropped it (the same generation unstreamed shows
+   the block in its text). With
    `malformed_tool_call` in `stop_on`, or after `max_consecutive_faults` malformed turns in
    a row, the episode ends as `malformed_tool_call` and nothing from the turn runs.
    Otherwise a malformed call gets an error result naming the problem (never echoing the
@@ -118,6 +126,7 @@ from collector.stop import StopReason
 from collector.turn import (
     ArgStatus,
     AssistantMessage,
+    FinishClass,
     Message,
     SamplingParams,
     ToolCall,
@@ -134,6 +143,10 @@ __all__ = ["EpisodeSpec", "run_episode"]
 CUT = "not executed: cut by the output-token limit"
 CUT_RETRY = CUT + "; send the call again with shorter arguments"
 CUT_TEXT_NOTICE = "Your last reply was cut by the output-token limit. Reply again, more briefly."
+INVISIBLE_NOTICE = (
+    "Your last reply arrived empty, though it used output tokens; nothing was run. "
+    "If you meant to call a tool, send the call again; otherwise give your answer as text."
+)
 UNPARSED_NOTICE = (
     "Your last reply held a tool call written as text that could not be read; nothing was run. "
     "Send it again as a tool call with a complete JSON object."
@@ -156,6 +169,19 @@ _NOT_TRAINABLE = frozenset({StopReason.ERROR, StopReason.TIMEOUT})
 #: Raw finish reasons meaning "the model tried to call a tool and the server could not read
 #: it" on turns that carry no call at all (Gemini drops the call and says so).
 _FAILED_CALL_REASONS = frozenset({"MALFORMED_FUNCTION_CALL"})
+
+
+def _invisible(turn: Turn, calls: list[ToolCall]) -> bool:
+    """Output tokens spent on nothing the record can show (step 3 of the check order)."""
+    return (
+        turn.usage.output_tokens > 0
+        and not turn.is_length
+        and not turn.text
+        and not calls
+        and turn.refusal is None
+        and not turn.reasoning
+        and turn.finish_class is not FinishClass.CONTENT_FILTER
+    )
 
 
 def _malformed(call: ToolCall) -> str:
@@ -255,6 +281,7 @@ class _Episode:
         "records",
         "redactor",
         "results",
+        "retries",
         "settings",
         "tool_errors",
         "turns",
@@ -278,10 +305,13 @@ class _Episode:
         self.duplicates: dict[str, str] = {}
         """This turn's renamed calls: new id -> the id it repeated."""
         self.context: EpisodeContext | None = None
+        self.retries: list[str] = []
+        """Causes of every retried request of the episode (`Episode.retries`)."""
 
-    def add_turn(self, turn: Turn, cap: int) -> TurnRecord:
+    def add_turn(self, turn: Turn, cap: int, tools_offered: bool = False) -> TurnRecord:
         index = len(self.turns)
         calls = self.unique_ids(turn.tool_calls)
+        unparsed = turn.unparsed_tool_call or (not calls and turn.raw_finish_reason in _FAILED_CALL_REASONS)
         record = TurnRecord(
             index=index,
             raw_finish_reason=turn.raw_finish_reason,
@@ -296,9 +326,13 @@ class _Episode:
             num_tool_calls=len(calls),
             malformed_calls=sum(1 for c in calls if c.status is ArgStatus.MALFORMED),
             discarded=False,
-            unparsed_tool_call=turn.unparsed_tool_call
-            or (not calls and turn.raw_finish_reason in _FAILED_CALL_REASONS),
+            unparsed_tool_call=unparsed,
+            response_model=turn.response_model,
+            system_fingerprint=turn.system_fingerprint,
+            invisible_output=tools_offered and not unparsed and _invisible(turn, calls),
+            retries=list(turn.retries),
         )
+        self.retries.extend(turn.retries)
         self.turns.append(record)
         self.output_used += turn.usage.output_tokens
         message = AssistantMessage(turn.text, calls)
@@ -466,6 +500,7 @@ async def _drive(
         try:  # 1
             turn = await provider.complete(request)
         except ProviderError as exc:
+            run.retries.extend(exc.retries)
             raise _Failure(EpisodeError(type(exc).__name__, str(exc))) from exc
         # Broad on purpose: an adapter bug must cost one episode, not a worker's whole batch.
         except Exception as exc:
@@ -473,14 +508,19 @@ async def _drive(
         over = _over_limits(turn, settings)
         if over is not None:
             raise _Failure(EpisodeError(ProtocolViolation.__name__, f"turn {len(run.turns)}: {over}"))
-        record = run.add_turn(turn, cap)
+        record = run.add_turn(turn, cap, bool(specs))
         calls = run.open_calls  # the turn's calls, repeated ids renamed
 
         if turn.is_length:  # 2
             cut_streak += 1
             bad_streak = 0
             record.discarded = True
-            ending = StopReason.LENGTH in stop_on or cut_streak >= max_faults
+            cut_answer = not calls and not record.unparsed_tool_call
+            ending = (
+                StopReason.LENGTH in stop_on
+                or cut_streak >= max_faults
+                or (cut_answer and not settings.retry_cut_answers)
+            )
             run.settle(CUT if ending else CUT_RETRY)
             if ending:
                 return StopReason.LENGTH
@@ -489,7 +529,8 @@ async def _drive(
             continue
         cut_streak = 0
 
-        if record.malformed_calls or (record.unparsed_tool_call and not calls):  # 3
+        invisible = record.invisible_output
+        if record.malformed_calls or ((record.unparsed_tool_call or invisible) and not calls):  # 3
             bad_streak += 1
             if StopReason.MALFORMED_TOOL_CALL in stop_on or bad_streak >= max_faults:
                 record.discarded = True
@@ -499,7 +540,7 @@ async def _drive(
                 run.settle(SIBLING_END)
                 return StopReason.MALFORMED_TOOL_CALL
             if not calls:
-                run.notice(UNPARSED_NOTICE)
+                run.notice(INVISIBLE_NOTICE if invisible else UNPARSED_NOTICE)
                 continue
         else:
             bad_streak = 0
@@ -611,5 +652,6 @@ async def run_episode(
         system_prompt=system_prompt(run.records),
         chat=chat_messages(run.records),
         tools=offered,
+        retries=run.retries,
     )
     return redactor.finish(episode)  # no credential the run was given, anywhere in the record

@@ -59,6 +59,7 @@ __all__ = ["ANTHROPIC_VERSION", "AnthropicProvider", "build_anthropic_body"]
 ANTHROPIC_VERSION = "2023-06-01"
 """The `anthropic-version` header: the one every docs example sends."""
 
+_THINKING = frozenset({"thinking", "redacted_thinking"})
 _PARSE_ERRORS = (KeyError, TypeError, AttributeError, IndexError, ValueError)
 _FINISH = {
     "end_turn": FinishClass.STOP,
@@ -152,6 +153,8 @@ def _turn(
     elapsed: float,
     response_id: str | None,
     stream_cut: bool = False,
+    model: str | None = None,
+    reasoning: bool = False,
 ) -> Turn:
     refusal = None
     if stop_reason == "refusal":
@@ -169,6 +172,8 @@ def _turn(
         stream_cut=stream_cut,
         refusal=refusal,
         response_id=response_id,
+        response_model=model,
+        reasoning=reasoning,
     )
 
 
@@ -226,6 +231,8 @@ class AnthropicProvider:
                 cap,
                 elapsed,
                 payload.get("id"),
+                model=payload.get("model"),
+                reasoning=any(b.get("type") in _THINKING for b in payload["content"]),
             )
         except _PARSE_ERRORS:
             raise self._http.protocol_error("reply is not an Anthropic message") from None
@@ -253,7 +260,9 @@ class AnthropicProvider:
 class _AnthropicStream:
     """Blocks by index (text pieces, or a tool_use with its json fragments), reason and usage."""
 
-    __slots__ = ("blocks", "input_tokens", "output_tokens", "response_id", "stop_details", "stop_reason")
+    __slots__ = (
+        "blocks", "input_tokens", "model", "output_tokens", "response_id", "stop_details", "stop_reason"
+    )
 
     def __init__(self) -> None:
         # index -> [type, block_start, pieces, closed]
@@ -263,6 +272,7 @@ class _AnthropicStream:
         self.input_tokens = 0
         self.output_tokens = 0
         self.response_id: str | None = None
+        self.model: str | None = None
 
     def feed(self, data: Any, http: Http) -> bool:
         """Apply one event; True at `message_stop`."""
@@ -297,6 +307,7 @@ class _AnthropicStream:
         elif kind == "message_start":
             message = data["message"]
             self.response_id = message.get("id")
+            self.model = message.get("model")
             u = message.get("usage") or {}
             self.input_tokens = _input_tokens(u)
             self.output_tokens = as_int(u.get("output_tokens"))
@@ -334,4 +345,6 @@ class _AnthropicStream:
             elapsed,
             self.response_id,
             stream_cut=cut,
+            model=self.model,
+            reasoning=any(b[0] in _THINKING for b in self.blocks.values()),
         )

@@ -228,6 +228,9 @@ class ChatProvider:
             token_ids=list(token_ids) if isinstance(token_ids, list) else None,
             logprobs=logprobs or None,
             response_id=payload.get("id"),
+            response_model=payload.get("model"),
+            system_fingerprint=payload.get("system_fingerprint"),
+            reasoning=bool(message.get("reasoning_content") or message.get("reasoning")),
         )
 
     async def _stream_once(self, body: bytes, cap: int, extra: Headers) -> Turn:
@@ -254,7 +257,19 @@ class ChatProvider:
 class _ChatStream:
     """Accumulates chunks of choice 0: text, per-index call fragments, finish reason, usage."""
 
-    __slots__ = ("calls", "finish", "logprobs", "refusal", "response_id", "text", "token_ids", "usage")
+    __slots__ = (
+        "calls",
+        "fingerprint",
+        "finish",
+        "logprobs",
+        "model",
+        "reasoning",
+        "refusal",
+        "response_id",
+        "text",
+        "token_ids",
+        "usage",
+    )
 
     def __init__(self) -> None:
         self.text: list[str] = []
@@ -265,6 +280,9 @@ class _ChatStream:
         self.logprobs: list[float] = []
         self.token_ids: list[int] = []
         self.response_id: str | None = None
+        self.model: str | None = None
+        self.fingerprint: str | None = None
+        self.reasoning = False
 
     def feed(self, chunk: Any, http: Http) -> None:
         # Called once per token on real servers: the common chunk (one choice, one short delta)
@@ -273,6 +291,8 @@ class _ChatStream:
             raise http.stream_error(chunk)
         if self.response_id is None and isinstance(chunk.get("id"), str):
             self.response_id = chunk["id"]
+            self.model = chunk.get("model")
+            self.fingerprint = chunk.get("system_fingerprint")
         usage = chunk.get("usage")
         if usage and isinstance(usage, dict):
             self.usage = _usage(usage)
@@ -290,6 +310,8 @@ class _ChatStream:
                 refusal = delta.get("refusal")
                 if refusal and isinstance(refusal, str):
                     self.refusal.append(refusal)
+                if delta.get("reasoning_content") or delta.get("reasoning"):
+                    self.reasoning = True
             logprobs = choice.get("logprobs")
             if logprobs:
                 _logprobs_of(logprobs, self.logprobs)
@@ -339,4 +361,7 @@ class _ChatStream:
             token_ids=self.token_ids or None,
             logprobs=self.logprobs or None,
             response_id=self.response_id,
+            response_model=self.model,
+            system_fingerprint=self.fingerprint,
+            reasoning=self.reasoning,
         )

@@ -9,7 +9,12 @@ the order documented in `collector.turn` and records every one that holds:
 3. STREAM_CUT      the terminal event arrived with the output left open (a tool call never
                    closed, or no finish reason); a stream without its terminal event never
                    gets here: the adapter raises `ProviderUnavailable` and it is retried;
-4. UNCLOSED_TEMPLATE  the text holds an opened, unclosed chat-template tool-call block.
+4. UNCLOSED_TEMPLATE  the text holds an opened, unclosed chat-template tool-call block,
+                   unless the turn ended naturally (finish `stop`) with its output tokens
+                   counted and under the cap: then a stop sequence or the end-of-turn token
+                   cut the block, not the cap, and it is an unparsed tool call, not a cut
+                   (llama-server with a stop word that matched inside a call: streamed,
+                   the same generation arrives empty; both must end alike).
 
 Keeping this in one function means the four transports cannot disagree about what "cut" is.
 """
@@ -138,6 +143,9 @@ def finish_turn(
     token_ids: list[int] | None = None,
     logprobs: list[float] | None = None,
     response_id: str | None = None,
+    response_model: str | None = None,
+    system_fingerprint: str | None = None,
+    reasoning: bool = False,
 ) -> Turn:
     """Apply the length checks in their documented order and build the `Turn`."""
     signals: list[LengthSignal] = []
@@ -147,7 +155,8 @@ def finish_turn(
         signals.append(LengthSignal.CAP_REACHED)
     if stream_cut:
         signals.append(LengthSignal.STREAM_CUT)
-    if text and unclosed_template(text) is not None:
+    stopped_short = mapped is FinishClass.STOP and 0 < usage.output_tokens < max_output_tokens
+    if text and not stopped_short and unclosed_template(text) is not None:
         signals.append(LengthSignal.UNCLOSED_TEMPLATE)
     # Stored as string columns: a server's finish reason of any other JSON type is kept as text.
     if raw_finish_reason is not None:
@@ -169,4 +178,7 @@ def finish_turn(
         token_ids=token_ids,
         logprobs=logprobs,
         response_id=response_id,
+        response_model=response_model if isinstance(response_model, str) else None,
+        system_fingerprint=system_fingerprint if isinstance(system_fingerprint, str) else None,
+        reasoning=reasoning,
     )

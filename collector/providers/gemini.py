@@ -154,7 +154,8 @@ def build_gemini_body(request: TurnRequest) -> JSONObject:
 class _Reply:
     """Parts of candidate 0 gathered over one body or many stream chunks."""
 
-    __slots__ = ("block_reason", "calls", "finish", "logprobs", "response_id", "text", "usage")
+    __slots__ = ("block_reason", "calls", "finish", "logprobs", "model", "reasoning", "response_id", "text",
+                 "usage")
 
     def __init__(self) -> None:
         self.text: list[str] = []
@@ -164,12 +165,16 @@ class _Reply:
         self.usage = Usage()
         self.logprobs: list[float] = []
         self.response_id: str | None = None
+        self.model: str | None = None
+        self.reasoning = False
 
     def feed(self, chunk: Any, http: Http) -> None:
         if chunk.get("error"):
             raise http.stream_error(chunk)
         if isinstance(chunk.get("responseId"), str):
             self.response_id = chunk["responseId"]
+        if isinstance(chunk.get("modelVersion"), str):
+            self.model = chunk["modelVersion"]
         u = chunk.get("usageMetadata")
         if isinstance(u, dict):
             # Running totals: overwrite.
@@ -196,6 +201,8 @@ class _Reply:
                 self.calls.append(call)
             elif isinstance(part.get("text"), str) and not part.get("thought"):
                 self.text.append(part["text"])
+            elif part.get("thought"):
+                self.reasoning = True
         result = candidate.get("logprobsResult")
         if isinstance(result, dict):
             for entry in result.get("chosenCandidates") or ():
@@ -231,6 +238,8 @@ class _Reply:
             incomplete_reason=self.block_reason,
             logprobs=self.logprobs or None,
             response_id=self.response_id,
+            response_model=self.model,
+            reasoning=self.reasoning,
         )
 
 

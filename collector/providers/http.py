@@ -66,8 +66,17 @@ from collector.errors import (
 )
 from collector.providers.base import Endpoint, basic_authorization
 from collector.providers.sse import SSEDecoder, SSEEvent
+from collector.turn import Turn
 
-__all__ = ["PATH_MARK", "Http", "Sleep", "classify_error_body", "classify_http_error", "parse_retry_after"]
+__all__ = [
+    "PATH_MARK",
+    "Http",
+    "Sleep",
+    "classify_error_body",
+    "classify_http_error",
+    "parse_retry_after",
+    "retry_cause",
+]
 
 #: How a 404's message names the URL path that was not found: `... [path /chat/completions]`.
 PATH_MARK = "[path "
@@ -377,25 +386,54 @@ class Http:
         return result, time.perf_counter() - started
 
     async def retrying(self, attempt: Callable[[], Awaitable[T]]) -> T:
-        """Run `attempt` until it succeeds, fails for good, or the retries are spent."""
+        """Run `attempt` until it succeeds, fails for good, or the retries are spent.
+
+        The cause of every retry (`retry_cause`) goes on the returned `Turn` or on the error
+        that escapes (`ProviderError.retries`), so the record says what a rate went through.
+        """
         policy = self._policy
         retries = 0
+        causes: list[str] = []
         while True:
             try:
-                return await attempt()
+                result = await attempt()
             except ProviderError as exc:
+                exc.retries = tuple(causes)
                 if not exc.retryable or retries >= policy.max_retries:
                     raise
                 wait = exc.retry_after_s
                 if wait is not None and wait > policy.max_retry_after_s:
-                    raise ProviderUnavailable(
+                    too_long = ProviderUnavailable(
                         f"{self._dialect}: server asked to wait {wait:.0f}s, over the limit", exc.status
-                    ) from exc
+                    )
+                    too_long.retries = tuple(causes)
+                    raise too_long from exc
                 if wait is None:
                     cap = min(policy.max_backoff_s, policy.initial_backoff_s * (2**retries))
                     wait = cap * (0.5 + 0.5 * self._rng.random())
                 retries += 1
+                causes.append(retry_cause(exc))
                 await self._sleep(wait)
+            else:
+                if isinstance(result, Turn):
+                    result.retries = tuple(causes)
+                return result
+
+
+def retry_cause(exc: ProviderError) -> str:
+    """The cause a retry is counted under: `429`, `5xx`, `timeout`, `dropped` or `other`."""
+    status = exc.status
+    if isinstance(exc, ProtocolViolation):
+        return "other"  # a 200 reply that is not the wire format
+    if status == 429:
+        return "429"
+    if status == 408 or (status is None and "Timeout" in exc.message):
+        return "timeout"
+    if status is not None:
+        return "5xx" if status >= 500 else "other"
+    if "transport error" in exc.message or "stream ended" in exc.message:
+        return "dropped"
+    return "5xx"  # a transient error event inside a stream: the server's failure, in band
 
 
 async def _events(

@@ -138,7 +138,9 @@ class _Reply:
         "incomplete",
         "item_cut",
         "logprobs",
+        "model",
         "open_calls",
+        "reasoning",
         "refusal",
         "response_id",
         "status",
@@ -157,9 +159,13 @@ class _Reply:
         self.item_cut = False
         self.open_calls = False
         self.response_id: str | None = None
+        self.model: str | None = None
+        self.reasoning = False
 
     def add_item(self, item: Any, with_text: bool = True) -> None:
         kind = item.get("type")
+        if kind == "reasoning":
+            self.reasoning = True
         if kind == "function_call":
             if item.get("status") == "incomplete":
                 self.item_cut = True
@@ -181,6 +187,8 @@ class _Reply:
         self.usage = _usage(response.get("usage"))
         if isinstance(response.get("id"), str):
             self.response_id = response["id"]
+        if isinstance(response.get("model"), str):
+            self.model = response["model"]
 
     def turn(self, cap: int, elapsed: float, stream_cut: bool = False) -> Turn:
         status, reason = self.status, self.incomplete
@@ -205,6 +213,8 @@ class _Reply:
             refusal="".join(self.refusal) or None,
             logprobs=self.logprobs or None,
             response_id=self.response_id,
+            response_model=self.model,
+            reasoning=self.reasoning,
         )
 
 

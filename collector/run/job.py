@@ -63,7 +63,7 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +77,7 @@ from collector.data.store import CommitIncomplete, RunStore
 from collector.errors import CollectorError, ConfigError, OutputError, QuotaExhausted, RequestRejected
 from collector.providers.http import PATH_MARK
 from collector.run.clusterprobe import probe_cluster
+from collector.run.modelcheck import check_models
 from collector.run.plan import Plan, WorkItem, plan_work
 from collector.run.progress import Progress
 from collector.run.simlaunch import provider_urls
@@ -121,6 +122,8 @@ class JobResult:
     warnings: list[str] = field(default_factory=list)
     retried_errors: int = 0
     """`error` episodes of earlier runs forgotten to be run again (`retry_errors`)."""
+    retries: Counter[str] = field(default_factory=Counter)
+    """Retried requests of this run's committed episodes, per cause (`Episode.retries`)."""
 
     def summary(self) -> str:
         parts = [f"{self.run_dir}: {self.already + self.committed}/{self.planned} episodes committed"]
@@ -133,6 +136,10 @@ class JobResult:
             parts.append(f"{self.worker_restarts} worker(s) replaced, {self.redispatched} episodes re-run")
         if self.duplicates_dropped:
             parts.append(f"{self.duplicates_dropped} duplicates dropped")
+        if self.retries or self.counts.get(StopReason.ERROR.value):
+            causes = ", ".join(f"{cause}: {n}" for cause, n in sorted(self.retries.items()))
+            retried = f"{sum(self.retries.values())} requests retried" + (f" ({causes})" if causes else "")
+            parts.append(f"{retried}, {self.counts.get(StopReason.ERROR.value, 0)} episodes ended as error")
         return "; ".join(parts)
 
 
@@ -449,7 +456,7 @@ class _Driver:
         assert self.setup is not None
         slot.generation += 1
         name = f"w{slot.index}.{slot.generation}"
-        setup = WorkerSetup(self.setup.cfg, self.setup.run_id, self.setup.base_urls, name)
+        setup = replace(self.setup, name=name)
         # SPREAD: on a cluster, one worker per node before doubling up (scaling is per node).
         slot.actor = _RemoteWorker.options(
             num_cpus=self.cfg.ray.cpus_per_worker, scheduling_strategy="SPREAD"
@@ -652,6 +659,7 @@ class _Driver:
         self.result.committed += written
         self.result.duplicates_dropped += len(batch) - written
         self.result.counts.update(str(e.stop_reason) for e in batch)
+        self.result.retries.update(cause for e in batch for cause in e.retries)
         if self.on_commit is not None:
             busy = sorted((s for s in self.slots if s.outstanding), key=lambda s: -s.outstanding)
             self.on_commit(
@@ -742,6 +750,9 @@ def _run_job(
         routes = {(p.base_url, p.http_client) for p in plan.providers if p.kind != "sim" and p.base_url}
         for url, client in routes:
             asyncio.run(probe(url, http_client=client))
+        # The served model is the asked one (collector.run.modelcheck), once, before Ray.
+        asyncio.run(check_models(plan.providers, [p.base_url or "" for p in plan.providers],
+                                 cfg.sweep.models, "in this shell"))
     with RunStore.open(
         cfg.output.path, plan.fingerprint, resolved_config(cfg), cfg.output.format, cfg.output.rows_per_shard
     ) as store:
@@ -773,7 +784,9 @@ def _run_job(
         with provider_urls(plan.providers, cfg.seed) as urls, session:
             reinstall_signals()  # ray.init replaced them
             try:
-                driver.start_workers(WorkerSetup(with_absolute_paths(cfg), plan.run_id, urls))
+                remote = address is not None  # there, each worker checks the served models itself
+                driver.start_workers(WorkerSetup(with_absolute_paths(cfg), plan.run_id, urls,
+                                                 check_models=remote))
                 # The clock starts once workers are ready: the rate shown is collection speed.
                 if show_progress:
                     driver.progress = Progress(result.planned, already=result.already)

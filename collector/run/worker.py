@@ -59,6 +59,9 @@ class WorkerSetup:
     base_urls: tuple[str, ...]
     """Per entry of `Plan.providers`; for the simulator, the loopback URL of this run's server."""
     name: str = "worker"
+    check_models: bool = False
+    """Check the served models here (`collector.run.modelcheck`): on a remote cluster, where
+    the driver may have no route to the providers; a local run checks once, in the driver."""
 
 
 def endpoint_for(provider: ProviderConfig, base_url: str, api_key: str | None) -> Endpoint:
@@ -225,6 +228,10 @@ class EpisodeWorker:
         routes = {(url, p.http_client) for p, url in zip(providers, self.setup.base_urls, strict=True)}
         for url, client in sorted(routes):
             await probe(url, http_client=client)
+        if self.setup.check_models:
+            from collector.run.modelcheck import check_models
+
+            await check_models(providers, self.setup.base_urls, cfg.sweep.models, where)
         self._env = load_env(cfg)
         self._tasks = {t.id: t for t in select_tasks(cfg, self._env)}
         self._clients = http_clients(providers, self.in_flight)

@@ -105,7 +105,14 @@ def hermes_block(gen: Generation) -> str:
     return "".join(out)
 
 
+def swallowed(gen: Generation) -> bool:
+    """The server's parser gave up on this whole call turn (the `swallowed` leak)."""
+    return gen.leak == "swallowed" and bool(gen.calls) and not gen.cut
+
+
 def finish_reason(gen: Generation) -> str:
+    if swallowed(gen):
+        return "stop"
     if gen.cut:
         return "tool_calls" if gen.hidden_cut else "length"
     return "tool_calls" if gen.calls else "stop"
@@ -128,6 +135,12 @@ def render(req: ParsedRequest, gen: Generation) -> dict[str, Any]:
         message["content"] = gen.text + hermes_block(gen)
         message["tool_calls"] = []
         reason = "length"
+    elif swallowed(gen):
+        # The stop word matched inside the first call: its block, unclosed, stays in content.
+        first = gen.calls[0]
+        message["content"] = gen.text + '<tool_call>\n{"name": ' + json.dumps(first.name) + ', "arguments": '
+        message["content"] += first.arguments
+        message["tool_calls"] = []
     elif gen.calls:
         message["tool_calls"] = [
             {"id": "call_" + c.call_id, "type": "function",
@@ -159,7 +172,7 @@ def render_stream(req: ParsedRequest, gen: Generation) -> list[str]:
     text = gen.text
     for i in range(0, len(text), PIECE):
         chunk({"content": text[i:i + PIECE]})
-    for c in gen.calls:
+    for c in [] if swallowed(gen) else gen.calls:  # held back, then dropped
         chunk({"tool_calls": [{"index": c.index, "id": "call_" + c.call_id, "type": "function",
                                "function": {"name": c.name, "arguments": ""}}]})
         args = shown_arguments(c, gen.leak)

@@ -24,15 +24,20 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Literal
 
-LeakFamily = Literal["trailing", "wrapped", "concatenated", "hermes_content"]
+LeakFamily = Literal["trailing", "wrapped", "concatenated", "hermes_content", "swallowed"]
 """Chat-template delimiter leaks (provider-protocols.md section 6):
 
 - ``trailing``: Gemma 4's closer `<tool_call|>` left after the JSON arguments;
 - ``wrapped``: Hermes `<tool_call>` ... `</tool_call>` around the JSON arguments;
 - ``concatenated``: the arguments, `<tool_call|>`, then a second JSON fragment;
 - ``hermes_content``: vLLM non-streaming truncation: when a call is cut, the raw Hermes block
-  lands in `content` with `tool_calls: []` and `finish_reason: "length"`.
-The first three apply to string-argument transports (Chat Completions, Responses).
+  lands in `content` with `tool_calls: []` and `finish_reason: "length"`;
+- ``swallowed``: llama-server when a stop word matched inside the (first) call of an uncut
+  call turn: unstreamed, the Hermes block up to there, unclosed, lands in `content` with
+  `tool_calls: []` and `finish_reason: "stop"`; streamed, the markup it held back while
+  waiting to parse is dropped: no content, no call, `"stop"`, the tokens still counted.
+The last two apply to Chat Completions only; the first three to string-argument transports
+(Chat Completions, Responses).
 """
 
 ArgStyle = Literal["compact", "spaced"]
@@ -202,6 +207,20 @@ PRESETS: dict[str, ModelPreset] = {
             answer_preamble=LengthDist(zero_prob=0.5, median=8.0, sigma=0.8),
             malformed_prob=0.2,
             error_rate=0.05,
+        ),
+        ModelPreset(
+            name="sim-swallow",
+            description="llama-server-style: call markup left in content, or swallowed whole in streams.",
+            preamble=_NO_TEXT,
+            answer_preamble=_NO_TEXT,
+            leak_prob=1.0,
+            leak_families=("swallowed",),
+        ),
+        ModelPreset(
+            name="sim-rambler",
+            description="A base model: short calls that fit small budgets, then an answer that rambles on.",
+            preamble=LengthDist(zero_prob=0.5, median=6.0, sigma=0.8),
+            answer_preamble=LengthDist(zero_prob=0.0, median=400.0, sigma=0.3),
         ),
         ModelPreset(
             name="sim-slow",

@@ -142,3 +142,17 @@ def test_public_names(module: ModuleType) -> None:
     assert {"committed_shard_paths", "read_manifest"} <= set(manifest.__all__)
     assert {"check_run", "CheckReport"} <= set(check.__all__)
     assert {"compute_stats", "format_stats"} <= set(stats.__all__)
+
+
+def test_show_names_invisible_turns_retries_and_the_served_model() -> None:
+    """`collector show` says when a turn was invisible, which requests were retried, and who answered."""
+    ep = make_episode(StopReason.MALFORMED_TOOL_CALL, model="gemma3-27om")
+    ep.turns[0].retries = ["429", "5xx"]
+    ep.turns[0].response_model = "gemma3-270m"
+    ep.turns[1].invisible_output = True
+    lines = analysis.render_transcript(ep).splitlines()
+    turn0 = next(line for line in lines if line.startswith("   0  "))
+    turn1 = next(line for line in lines if line.startswith("   1  "))
+    assert "retried: 429,5xx" in turn0
+    assert "answered by gemma3-270m" in turn0
+    assert "invisible output" in turn1

@@ -1,4 +1,4 @@
-"""The truncation analysis notebook runs headless over a small run and renders its four figures."""
+"""The truncation analysis notebook runs headless over a small run and renders its five figures."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def small_run(run: Path) -> None:
 
 
 def test_notebook_renders_its_figures(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Executed headless with RUN_DIR set, every cell runs and the four figure cells each emit a PNG."""
+    """Executed headless with RUN_DIR set, every cell runs and the five figure cells each emit a PNG."""
     run = tmp_path / "run"
     small_run(run)
     monkeypatch.setenv("RUN_DIR", str(run))
@@ -52,7 +52,7 @@ def test_notebook_renders_its_figures(tmp_path: Path, monkeypatch: pytest.Monkey
         for o in c.outputs
         if o.output_type == "display_data" and "image/png" in o.get("data", {})
     ]
-    assert len(pngs) == 4
+    assert len(pngs) == 5  # the per-turn figure among them
     assert all(p.startswith(PNG_MAGIC) and len(p) > 5_000 for p in pngs)
     first = "".join(o.get("text", "") for o in code_cells[0].outputs if o.output_type == "stream")
     assert "120 episodes, 2 models, budgets [64, 128, 256]" in first

@@ -130,12 +130,13 @@ def test_formats(tmp_path: Path) -> None:
     table = format_stats(result, "table")
     assert "62.5%" in table
     assert "[30.6, 86.3]" in table
-    assert "a: 256; 256" in table
+    assert "a: budget 256 (measured 0.0%); with 95% confidence, budget 256 (upper bound 27.8%)" in table
     rows = list(csv.DictReader(io.StringIO(format_stats(result, "csv"))))
     assert float(rows[0]["truncation_rate"]) == pytest.approx(0.625)
     payload = json.loads(format_stats(result, "json"))
     assert payload["rows"][0]["truncated"] == 5
-    assert payload["picks"][1] == {"key": {"model": "b"}, "budget": 64, "budget_confident": None}
+    pick = payload["picks"][1]
+    assert (pick["key"], pick["budget"], pick["budget_confident"]) == ({"model": "b"}, 64, None)
     only_errors = compute_stats(_hand_run(tmp_path / "x"), by=("stop_reason",))
     rows_json = json.loads(format_stats(only_errors, "json"))["rows"]
     err = next(r for r in rows_json if r["stop_reason"] == "error")

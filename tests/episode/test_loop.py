@@ -89,9 +89,26 @@ async def test_consecutive_cut_turns_end_as_length() -> None:
     assert _log(env) == []
 
 
-async def test_cut_text_turn_without_calls_gets_a_notice() -> None:
-    """A cut final answer (no calls) with length not in stop_on is followed by a user notice."""
+async def test_cut_final_answer_ends_the_episode_whatever_stop_on_says() -> None:
+    """A cut turn with no tool call ends the episode as length even with stop_on = []: no injected turn."""
     ep, provider, _ = await run([cut(text="The answer is"), text("done")], stop_on=[])
+    assert ep.stop_reason is StopReason.LENGTH
+    assert provider.remaining == 1  # the model was not called again
+    assert [m.role for m in ep.messages] == ["user", "assistant"]
+    assert ep.turns[0].discarded
+    assert ep.reward == 0.0
+
+
+async def test_cut_call_without_length_in_stop_on_still_goes_on() -> None:
+    """A cut turn *with* a call keeps today's behaviour under stop_on = []: settled with an error, loop on."""
+    script = [cut(call("refund", REFUND_CUT, id="c1")), text("done")]
+    ep, _, _ = await run(script, stop_on=[])
+    assert ep.stop_reason is StopReason.DONE
+
+
+async def test_cut_text_turn_is_asked_again_only_when_opted_in() -> None:
+    """With loop.retry_cut_answers a cut final answer is followed by a user notice and another call."""
+    ep, provider, _ = await run([cut(text="The answer is"), text("done")], stop_on=[], retry_cut_answers=True)
     assert ep.stop_reason is StopReason.DONE
     assert provider.requests[1].messages[-1].text == loop_module.CUT_TEXT_NOTICE  # type: ignore[union-attr]
 

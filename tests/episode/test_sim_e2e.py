@@ -327,7 +327,8 @@ async def test_secrets_never_reach_the_record(sim: Harness) -> None:
 @pytest.mark.parametrize("budget", [1, 2, 3])
 async def test_empty_cut_turns_replay_when_the_episode_goes_on(sim: Harness, budget: int) -> None:
     """A cut turn with no text and no call stays in the record, is not replayed, and the episode goes on."""
-    episode, world, _ = await sim.episode(REFUND, "sim-perfect", budget, stop_on=[])
+    # Going on after a cut turn without a call is the opt-in (a cut final answer ends the episode).
+    episode, world, _ = await sim.episode(REFUND, "sim-perfect", budget, stop_on=[], retry_cut_answers=True)
     assert episode.stop_reason is StopReason.LENGTH  # the consecutive-fault cap, not an error
     assert world.refunds == []
     assert len(episode.turns) > 1

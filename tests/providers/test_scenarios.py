@@ -143,13 +143,20 @@ async def test_chat_stream_done_without_finish_reason(make: MakeProvider) -> Non
 
 
 @pytest.mark.parametrize("stream", MODES)
-async def test_hermes_block_in_content(make: MakeProvider, stream: bool) -> None:
-    """A Hermes block left in chat content is an unparsed call; left open it is a length turn too."""
+@pytest.mark.parametrize(
+    ("finish", "out_tokens", "cut"), [("stop", 5, False), ("stop", 0, True), ("length", 64, True)]
+)
+async def test_hermes_block_in_content(
+    make: MakeProvider, stream: bool, finish: str, out_tokens: int, cut: bool
+) -> None:
+    """A Hermes block left open in chat content is an unparsed call, and a length turn unless the
+    server stopped naturally under the cap (a stop word matched inside the call: not the cap's doing)."""
     text = '<tool_call>\n{"name": "refund", "arguments": {"order_id": "A-1001", "amount": 10'
     provider, _, _ = await make(
-        "chat", chat(Fab(text=text, out_tokens=5), stream, finish="stop"), stream=stream
+        "chat", chat(Fab(text=text, out_tokens=out_tokens), stream, finish=finish), stream=stream
     )
     turn = await provider.complete(request(cap=64))
     assert turn.unparsed_tool_call
-    assert turn.length_signals == (LengthSignal.UNCLOSED_TEMPLATE,)
+    assert (LengthSignal.UNCLOSED_TEMPLATE in turn.length_signals) is cut
+    assert turn.is_length is cut
     assert turn.tool_calls == []
