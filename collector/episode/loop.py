@@ -86,6 +86,7 @@ from collector.data.record import (
 from collector.envs.base import Environment, EpisodeWorld, Task, Tool
 from collector.envs.tools import run_tool, tool_specs
 from collector.episode.redact import Redactor
+from collector.episode.tokens import TokenTracker, holds_secret, withhold
 from collector.errors import EnvironmentFailure, ProviderError
 from collector.providers.base import Provider
 from collector.stop import StopReason
@@ -212,6 +213,7 @@ class _Episode:
         "redactor",
         "results",
         "settings",
+        "tokens",
         "tool_errors",
         "turns",
     )
@@ -233,6 +235,7 @@ class _Episode:
         self.results: dict[str, ToolResultMessage] = {}
         self.duplicates: dict[str, str] = {}
         """This turn's renamed calls: new id -> the id it repeated."""
+        self.tokens = TokenTracker(False, None)
 
     def add_turn(self, turn: Turn, cap: int) -> TurnRecord:
         index = len(self.turns)
@@ -254,6 +257,7 @@ class _Episode:
             unparsed_tool_call=turn.unparsed_tool_call
             or (not calls and turn.raw_finish_reason in _FAILED_CALL_REASONS),
         )
+        self.tokens.fill(record, turn)
         self.turns.append(record)
         self.output_used += turn.usage.output_tokens
         message = AssistantMessage(turn.text, calls)
@@ -464,6 +468,7 @@ async def run_episode(
     params = spec.sampling
     if params.seed is None:
         params = dataclasses.replace(params, seed=spec.seed)
+    run.tokens = TokenTracker(params.token_ids, params.temperature)
     error: EpisodeError | None = None
     reward, graded = 0.0, None
     try:
@@ -485,6 +490,9 @@ async def run_episode(
         reward, graded = _reward(reason, world, run)
     except _Failure as failure:
         reason, error, reward, graded = StopReason.ERROR, failure.error, 0.0, None
+    captured = any(t.output_token_ids is not None or t.prompt_token_ids is not None for t in run.turns)
+    if captured and holds_secret(redactor, run.history):
+        withhold(run.turns)  # token ids would decode to what the record redacts (tokens.py)
     return Episode(
         episode_id=spec.episode_id,
         run_id=spec.run_id,

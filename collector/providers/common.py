@@ -138,6 +138,7 @@ def finish_turn(
     token_ids: list[int] | None = None,
     logprobs: list[float] | None = None,
     response_id: str | None = None,
+    prompt_token_ids: list[int] | None = None,
 ) -> Turn:
     """Apply the length checks in their documented order and build the `Turn`."""
     signals: list[LengthSignal] = []
@@ -168,5 +169,6 @@ def finish_turn(
         refusal=refusal,
         token_ids=token_ids,
         logprobs=logprobs,
+        prompt_token_ids=prompt_token_ids,
         response_id=response_id,
     )
