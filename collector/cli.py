@@ -11,6 +11,7 @@ command ran and found a problem (`check` with violations).
     collector validate CONFIG [--set k=v ...]
     collector check RUN_DIR
     collector sim [--host H] [--port N] [--seed S]
+    collector trainer-view RUN_DIR OUT [--mode sequence|stepwise]
 """
 
 from __future__ import annotations
@@ -119,6 +120,17 @@ def _cmd_sim(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_trainer_view(args: argparse.Namespace) -> int:
+    from collector.data.trainer import trainer_table, write_view
+
+    view = trainer_table(args.run_dir, args.mode)
+    write_view(view, args.out)
+    left_out = ", ".join(f"{n} {why}" for why, n in sorted(view.skipped.items())) or "none"
+    print(f"{args.out}: {len(view.rows)} rows from {view.episodes} episodes ({args.mode}); "
+          f"left out: {left_out}", file=sys.stderr)
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="collector",
@@ -189,6 +201,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8787, help="0 lets the OS pick a free port")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=_cmd_sim)
+
+    p = sub.add_parser("trainer-view", help="write a run's captured tokens as token-level training samples")
+    p.add_argument("run_dir")
+    p.add_argument("out", help="the Parquet file to write")
+    p.add_argument("--mode", choices=("sequence", "stepwise"), default="sequence",
+                   help="one row per prefix-consistent episode (default), or one per turn")
+    p.set_defaults(func=_cmd_trainer_view)
     return parser
 
 

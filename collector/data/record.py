@@ -57,16 +57,17 @@ class TurnRecord:
     unparsed_tool_call: bool = False
 
     # --- Token capture (schema 3; `sampling.token_ids`, collector.episode.tokens) -----------
-    # What the model sampled, token by token, as the server returned it. Version-2 shards
-    # lack these fields and read back with the defaults (nothing captured).
-    tokens_requested: bool = False
+    # What the model sampled, token by token, as the server returned it. Every field is
+    # nullable so that version-2 shards (which lack them) cast to this schema: read back from
+    # one, each field is None or its default (nothing captured).
+    tokens_requested: bool | None = False
     """Token ids were asked for (`sampling.token_ids`). With `output_token_ids` None and
     `tokens_withheld` false: asked for, and the server did not return them."""
     output_token_ids: list[int] | None = None
     """The sampled output token ids, exactly as returned (None: not returned, or withheld)."""
     output_logprobs: list[float] | None = None
     """One log-probability per output token (NaN where the server sent an entry without one)."""
-    prompt_ids_offset: int = 0
+    prompt_ids_offset: int | None = 0
     """`prompt_token_ids` starts at this position of the turn's full prompt: the tokens before
     it are the first `prompt_ids_offset` of the previous turn's prompt + output ids (0 on the
     first turn, or when the previous turn has no ids). Avoids O(turns^2) storage."""
@@ -81,7 +82,7 @@ class TurnRecord:
     """This turn's prompt ids start with the previous turn's prompt + output ids. False: the
     server re-rendered history; the episode is not one sequence. None: not known (first
     turn, or ids missing)."""
-    tokens_withheld: bool = False
+    tokens_withheld: bool | None = False
     """The episode held a value the redactor hides, so its token ids were dropped (README,
     "What is never stored")."""
 

@@ -9,7 +9,8 @@ and put whatever came back on the `Turn`. Here, per turn, at record time:
   prompt shares with the previous turn's prompt + output, `prompt_token_ids` the rest.
   `prefix_consistent` is true when the whole previous sequence is shared: the server
   rendered history exactly as it sampled it, so the episode can be trained as one
-  sequence. The full prompt of turn k is ``(prompt_k-1 + output_k-1)[:offset_k] + delta_k``.
+  sequence. The full prompt of turn k is ``(prompt_k-1 + output_k-1)[:offset_k] + delta_k``
+  (`collector.data.trainer.full_prompts`).
 
 Redaction. Token ids decode back to whatever the model wrote and whatever the tools
 returned, a secret included, and no key-based redaction can reach inside them. So the rule
@@ -28,7 +29,7 @@ from collector.data.record import TurnRecord
 from collector.episode.redact import Redactor
 from collector.turn import AssistantMessage, Message, SystemMessage, ToolResultMessage, Turn, UserMessage
 
-__all__ = ["TokenTracker", "common_prefix", "full_prompts", "holds_secret", "withhold"]
+__all__ = ["TokenTracker", "common_prefix", "holds_secret", "withhold"]
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -74,23 +75,6 @@ class TokenTracker:
         record.prompt_ids_offset = offset
         record.prompt_token_ids = prompt[offset:]
         self.previous = prompt + ids if ids is not None else None
-
-
-def full_prompts(turns: Sequence[TurnRecord]) -> list[list[int] | None]:
-    """Each turn's whole prompt rebuilt from the stored deltas (None where it cannot be)."""
-    out: list[list[int] | None] = []
-    previous: list[int] | None = None
-    for t in turns:
-        if t.prompt_token_ids is None or (t.prompt_ids_offset > 0 and previous is None):
-            out.append(None)
-            previous = None
-            continue
-        assert previous is not None or t.prompt_ids_offset == 0
-        head = previous[: t.prompt_ids_offset] if previous is not None else []
-        prompt = head + list(t.prompt_token_ids)
-        out.append(prompt)
-        previous = prompt + list(t.output_token_ids) if t.output_token_ids is not None else None
-    return out
 
 
 def holds_secret(redactor: Redactor, history: Sequence[Message]) -> bool:
