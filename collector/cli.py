@@ -121,13 +121,18 @@ def _cmd_sim(args: argparse.Namespace) -> int:
 
 
 def _cmd_trainer_view(args: argparse.Namespace) -> int:
-    from collector.data.trainer import trainer_table, write_view
+    from collector.data.trainer import token_summary, trainer_table, write_view
 
     view = trainer_table(args.run_dir, args.mode)
     write_view(view, args.out)
     left_out = ", ".join(f"{n} {why}" for why, n in sorted(view.skipped.items())) or "none"
     print(f"{args.out}: {len(view.rows)} rows from {view.episodes} episodes ({args.mode}); "
           f"left out: {left_out}", file=sys.stderr)
+    t = token_summary(args.run_dir)
+    print(f"token capture: {t['turns_with_ids']} of {t['turns']} turns with ids, "
+          f"{t['turns_not_returned']} asked for and not returned, {t['turns_withheld']} withheld, "
+          f"{t['turns_count_mismatch']} miscounted; prefix-consistent: {t['prefix_consistent']} "
+          f"of {t['multi_turn_with_prompt_ids']} multi-turn episodes with prompt ids", file=sys.stderr)
     return EXIT_OK
 
 

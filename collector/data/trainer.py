@@ -217,11 +217,16 @@ def write_view(view: TrainerView, out_path: str | Path) -> None:
         raise OutputError(f"cannot write {out}: {e.strerror or e}") from e
 
 
+_SUMMARY_KEYS = ("episodes", "turns", "turns_requested", "turns_with_ids", "turns_withheld",
+                 "turns_not_returned", "turns_count_mismatch", "multi_turn_with_prompt_ids",
+                 "prefix_consistent")
+
+
 def token_summary(run_dir: str | Path) -> dict[str, Any]:
     """Token capture in numbers: turns asked / returned / withheld / miscounted, and the share
     of multi-turn episodes with ids whose every turn is prefix-consistent."""
     table = read_committed(run_dir, ["turns"])
-    out: Counter[str] = Counter()
+    out: Counter[str] = Counter(dict.fromkeys(_SUMMARY_KEYS, 0))
     for turns in table.column("turns").to_pylist():
         out["episodes"] += 1
         for t in turns:

@@ -185,7 +185,12 @@ def test_cli_trainer_view(token_run: Path, tmp_path: Path, capsys: pytest.Captur
     """`collector trainer-view RUN OUT` writes the file and its row count; a bad run dir: one line, exit 2."""
     out = tmp_path / "v.parquet"
     assert main(["trainer-view", str(token_run), str(out), "--mode", "stepwise"]) == 0
-    assert f"{pq.read_metadata(out).num_rows} rows" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"{pq.read_metadata(out).num_rows} rows" in err
+    episodes = load_episodes(token_run)
+    faithful = sum(1 for e in episodes if e.model == "sim-terse" and e.num_turns > 1)
+    multi = sum(1 for e in episodes if e.num_turns > 1)
+    assert f"prefix-consistent: {faithful} of {multi} multi-turn" in err
     assert main(["trainer-view", str(tmp_path / "nope"), str(out)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
