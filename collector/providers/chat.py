@@ -18,6 +18,7 @@ that did not parse) / one `tool` message per call id. The output cap goes in
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -26,7 +27,7 @@ from typing import Any
 
 import httpx
 
-from collector.errors import ProviderError, ProviderUnavailable
+from collector.errors import ProviderError, ProviderUnavailable, RequestRejected
 from collector.providers.base import Endpoint
 from collector.providers.common import (
     as_int,
@@ -207,8 +208,25 @@ class ChatProvider:
         self._url = endpoint.base_url.rstrip("/") + "/chat/completions"
         self._cap_field = endpoint.cap_field or "max_completion_tokens"
         self._streaming = endpoint.streaming
+        self._capture_refused = False
+        """The server refused the token-capture fields once: they are no longer sent."""
 
     async def complete(self, request: TurnRequest) -> Turn:
+        params = request.params
+        if params.token_ids and self._capture_refused:
+            request = dataclasses.replace(request, params=dataclasses.replace(params, token_ids=False))
+        try:
+            return await self._complete(request)
+        except RequestRejected as exc:
+            # llama.cpp refuses logprobs on a streamed request with tools (HTTP 400 "logprobs is
+            # not supported with tools + stream"). Token capture must not fail the run: ask
+            # again without it, and from now on; the turn records ids asked for, not returned.
+            if not (request.params.token_ids and "logprobs" in str(exc)):
+                raise
+            self._capture_refused = True
+            return await self.complete(request)
+
+    async def _complete(self, request: TurnRequest) -> Turn:
         body = encode_body(build_chat_body(request, self._cap_field, self._streaming))
         cap = request.max_output_tokens
         extra = request.params.extra_headers

@@ -166,6 +166,9 @@ async def _reply(sim: _Simulator, request: Request, dialect: Dialect, parse: Par
         return error_response(dialect, exc.status, exc.message, param=exc.param)
     preset = sim.presets[req.model]
     req.preset = preset
+    refused = chat_wire.refusal(req) if dialect == "chat" else None
+    if refused is not None:
+        return error_response(dialect, refused.status, refused.message)
     headers = request.headers
     if path_model is not None:
         body.pop("model")

@@ -88,6 +88,14 @@ def parse(body: dict[str, Any]) -> ParsedRequest:
                          logprobs=body.get("logprobs") is True)
 
 
+def refusal(req: ParsedRequest) -> SimError | None:
+    """What this server refuses once the model is known: llama.cpp's logprobs + tools + stream."""
+    preset = req.preset
+    if preset is not None and preset.token_wire == "llamacpp" and req.stream and req.logprobs and req.tools:
+        return SimError(400, "logprobs is not supported with tools + stream")
+    return None
+
+
 def shown_arguments(call: SimCall, leak: LeakFamily | None) -> str:
     """The argument string as the (possibly leaky) gateway shows it."""
     args = call.arguments

@@ -144,7 +144,8 @@ class ModelPreset:
     token_wire: TokenWire = "vllm"
     """vLLM (`return_token_ids`: top-level / first-chunk `prompt_token_ids`, per-choice
     `token_ids`), SGLang (per-choice ids, non-streaming only) or llama.cpp (ids only inside
-    `logprobs.content[].id`, no prompt ids)."""
+    `logprobs.content[].id`, no prompt ids; a streamed request with tools and `logprobs` is a
+    400 "logprobs is not supported with tools + stream", as the real server answers)."""
     rerender_history: bool = False
     """The template re-renders replayed assistant turns (a whitespace token, re-serialized
     arguments), so a turn's prompt ids do not start with the previous prompt + output."""

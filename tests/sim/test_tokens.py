@@ -92,7 +92,7 @@ async def test_sglang_ids_are_per_choice_and_absent_from_streams(client: httpx.A
 
 
 async def test_llamacpp_ids_ride_in_logprobs_only(client: httpx.AsyncClient) -> None:
-    """llama.cpp shape: no id fields; each logprobs entry carries its token `id`, streamed or not."""
+    """llama.cpp shape: no id fields, each logprobs entry carries its `id`; streamed with tools: a 400."""
     body = chat_body("sim-llamacpp", REFUND, 64, logprobs=True, return_token_ids=True)
     reply = await _post(client, body)
     choice = reply["choices"][0]
@@ -100,7 +100,12 @@ async def test_llamacpp_ids_ride_in_logprobs_only(client: httpx.AsyncClient) -> 
     assert "prompt_token_ids" not in reply
     ids = [e["id"] for e in choice["logprobs"]["content"]]
     assert len(ids) == reply["usage"]["completion_tokens"]
-    assert _stream_logprob_ids(await _stream(client, body)) == ids
+    no_tools = {k: v for k, v in body.items() if k != "tools"}
+    assert _stream_logprob_ids(await _stream(client, no_tools)) == [
+        e["id"] for e in (await _post(client, no_tools))["choices"][0]["logprobs"]["content"]]
+    refused = await client.post("/v1/chat/completions", json={**body, "stream": True})
+    assert refused.status_code == 400
+    assert "logprobs is not supported with tools + stream" in refused.text
 
 
 async def test_stream_dropping_preset_sends_no_ids_in_streams(client: httpx.AsyncClient) -> None:
