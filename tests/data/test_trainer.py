@@ -127,6 +127,18 @@ async def test_a_discarded_turn_mid_sequence_is_masked() -> None:
     assert found > 0
 
 
+async def test_withheld_episodes_are_left_out_and_named() -> None:
+    """An episode whose ids were withheld (it held a secret) is left out of the view, counted as such."""
+    from tests.episode.test_tokens import _scripted
+
+    secret = await _scripted({"order_id": "A-1", "amount": 5, "password": "hunter2"})
+    clean = await _scripted({"order_id": "A-1", "amount": 5})
+    view = trainer_rows(_rows([secret, dataclasses.replace(clean, episode_id="clean")]))
+    assert view.skipped == {"withheld_redacted": 1}
+    assert [r["episode_id"] for r in view.rows] == ["clean"]
+    assert "hunter2" not in repr(view.rows)
+
+
 def _commit(run: Path, episodes: list[Episode], fmt: str = "arrow") -> None:
     with RunStore.open(run, "fp", {}, fmt, 7) as store:  # type: ignore[arg-type]
         store.commit(episodes)

@@ -93,6 +93,16 @@ async def test_dropped_stream_ids_are_recorded_as_asked_not_returned(client: htt
                 assert t.token_counts_ok is None
 
 
+async def test_sglang_ids_are_read_per_choice(client: httpx.AsyncClient) -> None:
+    """SGLang's per-choice prompt and output ids are stored, and its faithful history is prefix-consistent."""
+    episodes = await collect(client, "sim-sglang", 256, False)
+    for ep in episodes:
+        assert all(t.prompt_token_ids and t.token_counts_ok for t in ep.turns)
+    later = [t for ep in episodes for t in ep.turns[1:]]
+    assert later
+    assert all(t.prefix_consistent is True for t in later)
+
+
 @pytest.mark.parametrize("kind", ["responses", "anthropic", "gemini"])
 async def test_wires_without_ids_record_asked_not_returned(client: httpx.AsyncClient, kind: str) -> None:
     """On wires with no token ids the switch costs nothing: episodes finish, turns say not returned."""
