@@ -16,6 +16,7 @@ command ran and found a problem (`check` with violations).
     collector schema
     collector export RUN_DIR OUT [--format chat-jsonl|parquet] [--where COL OP VALUE ...]
     collector sim [--host H] [--port N] [--seed S]
+    collector trainer-view RUN_DIR OUT [--mode sequence|stepwise]
 
 A closed stdout (`collector stats RUN | head`) ends the command quietly with exit code 141,
 as a command killed by SIGPIPE would. An interrupted run (Ctrl-C or SIGTERM) commits what
@@ -210,6 +211,22 @@ def _cmd_sim(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_trainer_view(args: argparse.Namespace) -> int:
+    from collector.data.trainer import token_summary, trainer_table, write_view
+
+    view = trainer_table(args.run_dir, args.mode)
+    write_view(view, args.out)
+    left_out = ", ".join(f"{n} {why}" for why, n in sorted(view.skipped.items())) or "none"
+    print(f"{args.out}: {len(view.rows)} rows from {view.episodes} episodes ({args.mode}); "
+          f"left out: {left_out}", file=sys.stderr)
+    t = token_summary(args.run_dir)
+    print(f"token capture: {t['turns_with_ids']} of {t['turns']} turns with ids, "
+          f"{t['turns_not_returned']} asked for and not returned, {t['turns_withheld']} withheld, "
+          f"{t['turns_count_mismatch']} miscounted; prefix-consistent: {t['prefix_consistent']} "
+          f"of {t['multi_turn_with_prompt_ids']} multi-turn episodes with prompt ids", file=sys.stderr)
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="collector",
@@ -333,6 +350,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--seed", type=int, default=0, help="the simulator's base seed (default: %(default)s)")
     p.set_defaults(func=_cmd_sim)
+
+    p = sub.add_parser("trainer-view", help="write a run's captured tokens as token-level training samples")
+    p.add_argument("run_dir")
+    p.add_argument("out", help="the Parquet file to write")
+    p.add_argument("--mode", choices=("sequence", "stepwise"), default="sequence",
+                   help="one row per prefix-consistent episode (default), or one per turn")
+    p.set_defaults(func=_cmd_trainer_view)
     return parser
 
 

@@ -152,6 +152,11 @@ class SamplingConfig(_Model):
     """Ask for token log-probabilities, where the wire format supports them."""
     top_logprobs: int | None = None
     """With `logprobs`: alternatives per token."""
+    token_ids: bool = False
+    """Token capture: ask each server for the sampled token ids, the prompt token ids and the
+    output logprobs (chat wire: vLLM/SGLang `return_token_ids`, SGLang `return_prompt_token_ids`,
+    and `logprobs`, which carries llama.cpp's ids). A server that ignores it does not fail the
+    run: the turn records that ids were asked for and not returned. Stored per turn in `turns`."""
     extra_body: dict[str, object] = {}
     """Server-specific request fields (vLLM, llama.cpp), merged into every request body."""
 

@@ -131,7 +131,12 @@ class Turn:
     """The text holds a chat-template tool-call block the server did not parse into a call."""
     refusal: str | None = None
     token_ids: list[int] | None = None
+    """The sampled output token ids, where the server returned them (vLLM/SGLang `token_ids`,
+    llama.cpp `logprobs.content[].id`)."""
     logprobs: list[float] | None = None
+    """Output log-probabilities, one per sampled token (`logprobs.content[].logprob`)."""
+    prompt_token_ids: list[int] | None = None
+    """The prompt as the server tokenized it (vLLM top-level / first chunk, SGLang per choice)."""
     response_id: str | None = None
     """The provider's id for this response (`chatcmpl-…`, `resp_…`, `msg_…`), for tracing."""
     # --- what answered, and what was not shown (issue 15) ---
@@ -215,6 +220,8 @@ class SamplingParams:
     """"auto", "none", "required", or a tool name (forced call)."""
     logprobs: bool = False
     top_logprobs: int | None = None
+    token_ids: bool = False
+    """Ask for sampled token ids (and prompt ids, and logprobs) where the wire has them."""
     extra_body: JSONObject = field(default_factory=dict)
     """Free server-specific fields merged into the request body (vLLM, llama.cpp)."""
     extra_headers: dict[str, str] = field(default_factory=dict)

@@ -23,7 +23,8 @@ SCHEMA_VERSION = 3
 """2: `messages.raw_text` added; `trainable` false for `timeout` episodes too.
 3: the chat-template block: `system_prompt`, `chat`, `tools`; and `turns.response_model`,
 `turns.system_fingerprint`, `turns.invisible_output`, `turns.retries` and the episode's
-`retries` (version-2 shards stay readable)."""
+`retries`; the token capture fields on `turns` (the block at the end of `TurnRecord`)
+(version-2 shards stay readable)."""
 
 
 def episode_id(run_id: str, task_id: str, sample: int, model: str, budget: int) -> str:
@@ -83,6 +84,36 @@ class TurnRecord:
     def __post_init__(self) -> None:
         self.output_tokens = clamp_tokens(self.output_tokens)
         self.input_tokens = clamp_tokens(self.input_tokens)
+
+    # --- Token capture (schema 3; `sampling.token_ids`, collector.episode.tokens) -----------
+    # What the model sampled, token by token, as the server returned it. Every field is
+    # nullable so that version-2 shards (which lack them) cast to this schema: read back from
+    # one, each field is None or its default (nothing captured).
+    tokens_requested: bool | None = False
+    """Token ids were asked for (`sampling.token_ids`). With `output_token_ids` None and
+    `tokens_withheld` false: asked for, and the server did not return them."""
+    output_token_ids: list[int] | None = None
+    """The sampled output token ids, exactly as returned (None: not returned, or withheld)."""
+    output_logprobs: list[float] | None = None
+    """One log-probability per output token (NaN where the server sent an entry without one)."""
+    prompt_ids_offset: int | None = 0
+    """`prompt_token_ids` starts at this position of the turn's full prompt: the tokens before
+    it are the first `prompt_ids_offset` of the previous turn's prompt + output ids (0 on the
+    first turn, or when the previous turn has no ids). Avoids O(turns^2) storage."""
+    prompt_token_ids: list[int] | None = None
+    """The turn's prompt ids from `prompt_ids_offset` on (None: not returned, or withheld)."""
+    temperature: float | None = None
+    """The sampling temperature requested (None: the server's default)."""
+    token_counts_ok: bool | None = None
+    """len(output ids) == usage output tokens, and the logprobs (if any) are as many as the
+    ids. None when no ids were returned."""
+    prefix_consistent: bool | None = None
+    """This turn's prompt ids start with the previous turn's prompt + output ids. False: the
+    server re-rendered history; the episode is not one sequence. None: not known (first
+    turn, or ids missing)."""
+    tokens_withheld: bool | None = False
+    """The episode held a value the redactor hides, so its token ids were dropped (README,
+    "What is never stored")."""
 
 
 @dataclass(slots=True)

@@ -120,6 +120,7 @@ from collector.envs.base import (
 )
 from collector.envs.tools import run_tool, tool_specs
 from collector.episode.redact import Redactor
+from collector.episode.tokens import TokenTracker, holds_secret, withhold
 from collector.errors import EnvironmentFailure, ProtocolViolation, ProviderError
 from collector.providers.base import Provider
 from collector.stop import StopReason
@@ -283,6 +284,7 @@ class _Episode:
         "results",
         "retries",
         "settings",
+        "tokens",
         "tool_errors",
         "turns",
     )
@@ -307,6 +309,7 @@ class _Episode:
         self.context: EpisodeContext | None = None
         self.retries: list[str] = []
         """Causes of every retried request of the episode (`Episode.retries`)."""
+        self.tokens = TokenTracker(False, None)
 
     def add_turn(self, turn: Turn, cap: int, tools_offered: bool = False) -> TurnRecord:
         index = len(self.turns)
@@ -333,6 +336,7 @@ class _Episode:
             retries=list(turn.retries),
         )
         self.retries.extend(turn.retries)
+        self.tokens.fill(record, turn)
         self.turns.append(record)
         self.output_used += turn.usage.output_tokens
         message = AssistantMessage(turn.text, calls)
@@ -594,6 +598,7 @@ async def run_episode(
     params = spec.sampling
     if params.seed is None:
         params = dataclasses.replace(params, seed=spec.seed)
+    run.tokens = TokenTracker(params.token_ids, params.temperature)
     error: EpisodeError | None = None
     reward, graded = 0.0, None
     offered = "[]"  # the tools column: none were offered when the environment failed to start
@@ -629,6 +634,9 @@ async def run_episode(
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(settings.tool_timeout_s):
                     await world.close()
+    captured = any(t.output_token_ids is not None or t.prompt_token_ids is not None for t in run.turns)
+    if captured and holds_secret(redactor, run.history):
+        withhold(run.turns)  # token ids would decode to what the record redacts (tokens.py)
     episode = Episode(
         episode_id=spec.episode_id,
         run_id=spec.run_id,

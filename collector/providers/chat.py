@@ -18,14 +18,16 @@ that did not parse) / one `tool` message per call id. The output cap goes in
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import random
 from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 
-from collector.errors import ProviderError, ProviderUnavailable
+from collector.errors import ProviderError, ProviderUnavailable, RequestRejected
 from collector.providers.base import Endpoint
 from collector.providers.common import (
     as_int,
@@ -115,10 +117,13 @@ def build_chat_body(request: TurnRequest, cap_field: str, stream: bool) -> JSONO
         body["seed"] = p.seed
     if p.stop:
         body["stop"] = list(p.stop)
-    if p.logprobs:
-        body["logprobs"] = True
+    if p.logprobs or p.token_ids:
+        body["logprobs"] = True  # with token_ids too: llama.cpp's ids ride in the logprobs entries
         if p.top_logprobs is not None:
             body["top_logprobs"] = p.top_logprobs
+    if p.token_ids:
+        body["return_token_ids"] = True  # vLLM (prompt + output ids) and SGLang (output ids)
+        body["return_prompt_token_ids"] = True  # SGLang
     if stream:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
@@ -137,12 +142,38 @@ def _text_of(content: Any) -> str:
     return ""
 
 
-def _logprobs_of(logprobs: Any, into: list[float]) -> None:
+def _logprobs_of(logprobs: Any, into: list[float], ids: list[int | None]) -> None:
+    """Append one logprob per `logprobs.content[]` entry (NaN where the entry has none, so the
+    list stays aligned with the tokens) and each entry's `id` (llama.cpp; None elsewhere)."""
     if isinstance(logprobs, dict):
         for entry in logprobs.get("content") or ():
-            value = entry.get("logprob") if isinstance(entry, dict) else None
-            if isinstance(value, int | float):
-                into.append(float(value))
+            if not isinstance(entry, dict):
+                continue
+            value = entry.get("logprob")
+            into.append(float(value) if isinstance(value, int | float) and not isinstance(value, bool)
+                        else math.nan)
+            token_id = entry.get("id")
+            ids.append(token_id if isinstance(token_id, int) and not isinstance(token_id, bool) else None)
+
+
+def _ints(value: Any) -> list[int] | None:
+    """A list of token ids from the wire, or None when it is not a list of plain ints."""
+    if not isinstance(value, list):
+        return None
+    for v in value:
+        if not isinstance(v, int) or isinstance(v, bool):
+            return None
+    return value
+
+
+def _output_ids(token_ids: list[int] | None, logprob_ids: list[int | None]) -> list[int] | None:
+    """The sampled ids: the server's `token_ids` (vLLM, SGLang), else the ids its logprobs
+    entries carry (llama.cpp), when every entry has one."""
+    if token_ids:
+        return list(token_ids)
+    if logprob_ids and all(i is not None for i in logprob_ids):
+        return [i for i in logprob_ids if i is not None]
+    return None
 
 
 def _usage(u: Any) -> Usage:
@@ -177,8 +208,25 @@ class ChatProvider:
         self._url = endpoint.base_url.rstrip("/") + "/chat/completions"
         self._cap_field = endpoint.cap_field or "max_completion_tokens"
         self._streaming = endpoint.streaming
+        self._capture_refused = False
+        """The server refused the token-capture fields once: they are no longer sent."""
 
     async def complete(self, request: TurnRequest) -> Turn:
+        params = request.params
+        if params.token_ids and self._capture_refused:
+            request = dataclasses.replace(request, params=dataclasses.replace(params, token_ids=False))
+        try:
+            return await self._complete(request)
+        except RequestRejected as exc:
+            # llama.cpp refuses logprobs on a streamed request with tools (HTTP 400 "logprobs is
+            # not supported with tools + stream"). Token capture must not fail the run: ask
+            # again without it, and from now on; the turn records ids asked for, not returned.
+            if not (request.params.token_ids and "logprobs" in str(exc)):
+                raise
+            self._capture_refused = True
+            return await self.complete(request)
+
+    async def _complete(self, request: TurnRequest) -> Turn:
         body = encode_body(build_chat_body(request, self._cap_field, self._streaming))
         cap = request.max_output_tokens
         extra = request.params.extra_headers
@@ -212,8 +260,10 @@ class ChatProvider:
                 call_from_text(call_id, str(fn.get("name") or ""), fn.get("arguments"), bool(wire_id))
             )
         logprobs: list[float] = []
-        _logprobs_of(choice.get("logprobs"), logprobs)
-        token_ids = choice.get("token_ids")
+        logprob_ids: list[int | None] = []
+        _logprobs_of(choice.get("logprobs"), logprobs, logprob_ids)
+        # vLLM puts the prompt ids at the top level, SGLang on the choice.
+        prompt_ids = _ints(payload.get("prompt_token_ids")) or _ints(choice.get("prompt_token_ids"))
         refusal = message.get("refusal")
         return finish_turn(
             text=_text_of(message.get("content")),
@@ -225,12 +275,13 @@ class ChatProvider:
             max_output_tokens=cap,
             latency_s=elapsed,
             refusal=refusal if isinstance(refusal, str) else None,
-            token_ids=list(token_ids) if isinstance(token_ids, list) else None,
+            token_ids=_output_ids(_ints(choice.get("token_ids")), logprob_ids),
             logprobs=logprobs or None,
             response_id=payload.get("id"),
             response_model=payload.get("model"),
             system_fingerprint=payload.get("system_fingerprint"),
             reasoning=bool(message.get("reasoning_content") or message.get("reasoning")),
+            prompt_token_ids=list(prompt_ids) if prompt_ids else None,
         )
 
     async def _stream_once(self, body: bytes, cap: int, extra: Headers) -> Turn:
@@ -261,8 +312,10 @@ class _ChatStream:
         "calls",
         "fingerprint",
         "finish",
+        "logprob_ids",
         "logprobs",
         "model",
+        "prompt_ids",
         "reasoning",
         "refusal",
         "response_id",
@@ -279,6 +332,8 @@ class _ChatStream:
         self.usage = Usage()
         self.logprobs: list[float] = []
         self.token_ids: list[int] = []
+        self.logprob_ids: list[int | None] = []
+        self.prompt_ids: list[int] | None = None
         self.response_id: str | None = None
         self.model: str | None = None
         self.fingerprint: str | None = None
@@ -296,6 +351,8 @@ class _ChatStream:
         usage = chunk.get("usage")
         if usage and isinstance(usage, dict):
             self.usage = _usage(usage)
+        if self.prompt_ids is None and "prompt_token_ids" in chunk:  # vLLM: first chunk only
+            self.prompt_ids = _ints(chunk["prompt_token_ids"])
         for choice in chunk.get("choices") or ():
             if choice.get("index", 0) != 0:
                 continue
@@ -314,10 +371,11 @@ class _ChatStream:
                     self.reasoning = True
             logprobs = choice.get("logprobs")
             if logprobs:
-                _logprobs_of(logprobs, self.logprobs)
+                _logprobs_of(logprobs, self.logprobs, self.logprob_ids)
             ids = choice.get("token_ids")
-            if ids and isinstance(ids, list):
-                self.token_ids.extend(ids)
+            if ids:
+                # Not ints: skipped; the turn's count check (ids vs usage) then says so.
+                self.token_ids.extend(_ints(ids) or ())
             finish = choice.get("finish_reason")
             if finish:
                 if finish == "error":  # OpenRouter's in-band failure
@@ -358,10 +416,11 @@ class _ChatStream:
             # [DONE] arrived but the choice never finished: the output was cut off.
             stream_cut=raw is None,
             refusal="".join(self.refusal) or None,
-            token_ids=self.token_ids or None,
+            token_ids=_output_ids(self.token_ids, self.logprob_ids),
             logprobs=self.logprobs or None,
             response_id=self.response_id,
             response_model=self.model,
             system_fingerprint=self.fingerprint,
             reasoning=self.reasoning,
+            prompt_token_ids=list(self.prompt_ids) if self.prompt_ids else None,
         )

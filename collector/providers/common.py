@@ -146,6 +146,7 @@ def finish_turn(
     response_model: str | None = None,
     system_fingerprint: str | None = None,
     reasoning: bool = False,
+    prompt_token_ids: list[int] | None = None,
 ) -> Turn:
     """Apply the length checks in their documented order and build the `Turn`."""
     signals: list[LengthSignal] = []
@@ -177,6 +178,7 @@ def finish_turn(
         refusal=refusal,
         token_ids=token_ids,
         logprobs=logprobs,
+        prompt_token_ids=prompt_token_ids,
         response_id=response_id,
         response_model=response_model if isinstance(response_model, str) else None,
         system_fingerprint=system_fingerprint if isinstance(system_fingerprint, str) else None,

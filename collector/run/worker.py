@@ -328,5 +328,6 @@ def sampling_params(cfg: RunConfig) -> SamplingParams:
         tool_choice=s.tool_choice,
         logprobs=s.logprobs,
         top_logprobs=s.top_logprobs,
+        token_ids=s.token_ids,
         extra_body=dict(s.extra_body),
     )

@@ -6,8 +6,9 @@ from (server seed, canonical body), maybe inject a transient fault, ask the poli
 next move, generate and cut the turn, and render it in the dialect, streamed or not.
 
 Determinism. The reply is a pure function of the server seed and the canonical request
-body (keys sorted, `stream`/`stream_options` removed, so a streamed and a non-streamed call
-of the same conversation yield the same turn), plus the optional `x-sim-seed` header.
+body (keys sorted, `stream`/`stream_options` and the token-capture fields removed, so a
+streamed and a non-streamed call of the same conversation yield the same turn, with or
+without token ids), plus the optional `x-sim-seed` header.
 Identical requests give byte-identical replies. Transient faults are the one exception by
 design: a retry of the same body must be able to succeed, so the fault draw also uses how
 many times this app has seen that body (`attempt`), kept in a bounded in-memory table, and
@@ -55,8 +56,13 @@ _MAX_TRACKED = 200_000
 """Bodies remembered for fault attempts; the table is cleared when it grows past this."""
 
 
+_OUTPUT_ONLY = frozenset({"stream", "stream_options", "logprobs", "top_logprobs", "return_token_ids",
+                          "return_prompt_token_ids"})
+"""Request fields that change how a reply is rendered, never which turn is generated."""
+
+
 def _canonical(body: dict[str, Any]) -> bytes:
-    clean = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
+    clean = {k: v for k, v in body.items() if k not in _OUTPUT_ONLY}
     return json.dumps(clean, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
@@ -159,6 +165,10 @@ async def _reply(sim: _Simulator, request: Request, dialect: Dialect, parse: Par
     except SimError as exc:
         return error_response(dialect, exc.status, exc.message, param=exc.param)
     preset = sim.presets[req.model]
+    req.preset = preset
+    refused = chat_wire.refusal(req) if dialect == "chat" else None
+    if refused is not None:
+        return error_response(dialect, refused.status, refused.message)
     headers = request.headers
     if path_model is not None:
         body.pop("model")

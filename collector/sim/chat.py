@@ -28,6 +28,7 @@ from collector.sim.history import (
 )
 from collector.sim.policy import HistoryItem
 from collector.sim.presets import LeakFamily
+from collector.sim.tokens import OutputTokens, Tok, logprobs_block, prompt_ids
 
 PIECE = 16
 """Characters per streamed fragment (four simulated tokens)."""
@@ -70,18 +71,29 @@ def parse(body: dict[str, Any]) -> ParsedRequest:
         else:
             raise SimError(400, f"{where}: unknown role {role!r}.", param=f"{where}.role")
     ledger.close_turn()
-    tools: set[str] = set()
+    tools: list[str] = []
     for tool in body.get("tools") or []:
         fn = tool.get("function") if isinstance(tool, dict) else None
         if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
             raise SimError(400, "tools[] entries need function.name.", param="tools")
-        tools.add(fn["name"])
+        tools.append(fn["name"])
     cap = optional_cap(body, "max_completion_tokens", "max_tokens") or DEFAULT_CAP
     stream = body.get("stream") is True
     opts = body.get("stream_options")
     include_usage = stream and isinstance(opts, dict) and opts.get("include_usage") is True
     return ParsedRequest(model=model, history=history, tools=frozenset(tools), cap=cap, stream=stream,
-                         include_usage=include_usage)
+                         include_usage=include_usage, raw_messages=messages, tool_names=tuple(tools),
+                         return_token_ids=body.get("return_token_ids") is True,
+                         return_prompt_token_ids=body.get("return_prompt_token_ids") is True,
+                         logprobs=body.get("logprobs") is True)
+
+
+def refusal(req: ParsedRequest) -> SimError | None:
+    """What this server refuses once the model is known: llama.cpp's logprobs + tools + stream."""
+    preset = req.preset
+    if preset is not None and preset.token_wire == "llamacpp" and req.stream and req.logprobs and req.tools:
+        return SimError(400, "logprobs is not supported with tools + stream")
+    return None
 
 
 def shown_arguments(call: SimCall, leak: LeakFamily | None) -> str:
@@ -149,36 +161,86 @@ def render(req: ParsedRequest, gen: Generation) -> dict[str, Any]:
         ]
     message["refusal"] = None
     message["annotations"] = []
-    return {
+    choice: dict[str, Any] = {"index": 0, "message": message, "logprobs": None, "finish_reason": reason}
+    reply: dict[str, Any] = {
         "id": "chatcmpl-" + gen.hex_id, "object": "chat.completion", "created": gen.created,
-        "model": req.model,
-        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": reason}],
+        "model": req.model, "choices": [choice],
         "usage": _usage(req, gen), "service_tier": "default", "system_fingerprint": "fp_sim",
     }
+    wire = req.preset.token_wire if req.preset is not None else "vllm"
+    if req.logprobs or req.return_token_ids:
+        toks = OutputTokens(gen).flat()
+        if req.logprobs:
+            choice["logprobs"] = logprobs_block(toks, wire == "llamacpp")
+        if wire == "vllm" and req.return_token_ids:
+            reply["prompt_token_ids"] = _prompt_ids(req)
+            choice["token_ids"] = [t for t, _ in toks]
+        elif wire == "sglang":
+            if req.return_prompt_token_ids:
+                choice["prompt_token_ids"] = _prompt_ids(req)
+            if req.return_token_ids:
+                choice["token_ids"] = [t for t, _ in toks]
+    return reply
+
+
+def _prompt_ids(req: ParsedRequest) -> list[int]:
+    rerender = req.preset is not None and req.preset.rerender_history
+    return prompt_ids(req.raw_messages or [], req.tool_names, rerender)
 
 
 def render_stream(req: ParsedRequest, gen: Generation) -> list[str]:
-    """The SSE events of the streamed reply, `[DONE]` last."""
+    """The SSE events of the streamed reply, `[DONE]` last.
+
+    With token capture each chunk carries the ids (and logprobs) of what it shows: four
+    tokens per text or argument piece, a call's head ids on its first chunk, its tail on the
+    next chunk; vLLM's `prompt_token_ids` ride on the first chunk.
+    """
     head = ('{"id":"chatcmpl-' + gen.hex_id + '","object":"chat.completion.chunk","created":'
             + str(gen.created) + ',"model":' + json.dumps(req.model) + ',"system_fingerprint":"fp_sim",')
     tail = ',"usage":null}' if req.include_usage else "}"
     events: list[str] = []
+    preset = req.preset
+    wire = preset.token_wire if preset is not None else "vllm"
+    drops = preset is not None and preset.stream_drops_token_ids
+    with_ids = req.return_token_ids and wire == "vllm" and not drops
+    with_logprobs = req.logprobs
+    pending: list[Tok] = []
 
-    def chunk(delta: dict[str, Any], reason: str | None = None) -> None:
-        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}
-        events.append("data: " + head + '"choices":[' + json.dumps(choice) + "]" + tail + "\n\n")
+    def chunk(delta: dict[str, Any], reason: str | None = None, toks: list[Tok] | None = None,
+              extra: str = "") -> None:
+        nonlocal pending
+        toks = pending + (toks or [])
+        pending = []
+        choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}
+        if with_logprobs and toks:
+            choice["logprobs"] = logprobs_block(toks, wire == "llamacpp")
+        if with_ids:
+            choice["token_ids"] = [t for t, _ in toks]
+        events.append("data: " + head + extra + '"choices":[' + json.dumps(choice) + "]" + tail + "\n\n")
 
-    chunk({"role": "assistant", "content": "", "refusal": None})
+    out = OutputTokens(gen) if (with_ids or with_logprobs) else None
+    first_extra = ""
+    if with_ids:
+        first_extra = '"prompt_token_ids":' + json.dumps(_prompt_ids(req)) + ","
+    chunk({"role": "assistant", "content": "", "refusal": None}, extra=first_extra)
     text = gen.text
-    for i in range(0, len(text), PIECE):
-        chunk({"content": text[i:i + PIECE]})
-    for c in [] if swallowed(gen) else gen.calls:  # held back, then dropped
+    per = PIECE // 4  # tokens per piece
+    for n, i in enumerate(range(0, len(text), PIECE)):
+        chunk({"content": text[i:i + PIECE]}, toks=out.text[n * per:(n + 1) * per] if out else None)
+    calls = [] if swallowed(gen) else gen.calls  # held back, then dropped
+    for j, c in enumerate(calls):
+        call_head, call_args, call_tail = out.calls[j] if out else ([], [], [])
         chunk({"tool_calls": [{"index": c.index, "id": "call_" + c.call_id, "type": "function",
-                               "function": {"name": c.name, "arguments": ""}}]})
+                               "function": {"name": c.name, "arguments": ""}}]}, toks=call_head)
         args = shown_arguments(c, gen.leak)
-        for i in range(0, len(args), PIECE):
-            chunk({"tool_calls": [{"index": c.index, "function": {"arguments": args[i:i + PIECE]}}]})
-    chunk({}, finish_reason(gen))
+        starts = list(range(0, len(args), PIECE))
+        for n, i in enumerate(starts):
+            last = n == len(starts) - 1
+            piece_toks = call_args[n * per:] if last else call_args[n * per:(n + 1) * per]
+            chunk({"tool_calls": [{"index": c.index, "function": {"arguments": args[i:i + PIECE]}}]},
+                  toks=piece_toks)
+        pending = list(call_tail)
+    chunk({}, finish_reason(gen), toks=out.stray if out else None)
     if req.include_usage:
         events.append("data: " + head + '"choices":[],"usage":' + json.dumps(_usage(req, gen)) + "}\n\n")
     events.append("data: [DONE]\n\n")

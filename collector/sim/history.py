@@ -18,6 +18,7 @@ from typing import Any
 
 from collector.sim.errors import SimError
 from collector.sim.policy import HistoryItem
+from collector.sim.presets import ModelPreset
 
 DEFAULT_CAP = 8192
 """Output cap when a dialect lets the request omit it."""
@@ -32,6 +33,15 @@ class ParsedRequest:
     stream: bool
     include_usage: bool = False
     prompt_tokens: int = 0
+    preset: ModelPreset | None = None
+    """Set by the app once the model is known (token rendering needs its knobs)."""
+    raw_messages: list[Any] | None = None
+    """Chat only: the request's messages as sent, for rendering prompt token ids."""
+    tool_names: tuple[str, ...] = ()
+    """Chat only: the offered tools, in request order."""
+    return_token_ids: bool = False
+    return_prompt_token_ids: bool = False
+    logprobs: bool = False
 
 
 class CallLedger:

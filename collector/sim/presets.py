@@ -42,6 +42,9 @@ The last two apply to Chat Completions only; the first three to string-argument 
 
 ArgStyle = Literal["compact", "spaced"]
 
+TokenWire = Literal["vllm", "sglang", "llamacpp"]
+"""Where a Chat Completions reply puts token ids when asked (collector.sim.tokens)."""
+
 
 @dataclass(frozen=True, slots=True)
 class LengthDist:
@@ -142,6 +145,17 @@ class ModelPreset:
     """Median latency before the reply (0: none). Overridden per request by `x-sim-latency-ms`."""
     latency_sigma: float = 0.0
     """Log-normal spread of the latency (0: always the median)."""
+    # Token capture (Chat Completions only; collector.sim.tokens): how ids are returned.
+    token_wire: TokenWire = "vllm"
+    """vLLM (`return_token_ids`: top-level / first-chunk `prompt_token_ids`, per-choice
+    `token_ids`), SGLang (per-choice ids, non-streaming only) or llama.cpp (ids only inside
+    `logprobs.content[].id`, no prompt ids; a streamed request with tools and `logprobs` is a
+    400 "logprobs is not supported with tools + stream", as the real server answers)."""
+    rerender_history: bool = False
+    """The template re-renders replayed assistant turns (a whitespace token, re-serialized
+    arguments), so a turn's prompt ids do not start with the previous prompt + output."""
+    stream_drops_token_ids: bool = False
+    """Streams carry no `token_ids` (vLLM with a tool parser: vllm #27482, #28256)."""
 
     @property
     def fault_prob(self) -> float:
@@ -221,6 +235,42 @@ PRESETS: dict[str, ModelPreset] = {
             description="A base model: short calls that fit small budgets, then an answer that rambles on.",
             preamble=LengthDist(zero_prob=0.5, median=6.0, sigma=0.8),
             answer_preamble=LengthDist(zero_prob=0.0, median=400.0, sigma=0.3),
+        ),
+        ModelPreset(
+            name="sim-rerender",
+            description="Like sim-terse, but the chat template re-renders history: prefix consistency fails.",
+            preamble=LengthDist(zero_prob=0.35, median=10.0, sigma=0.9),
+            answer_preamble=LengthDist(zero_prob=0.5, median=6.0, sigma=0.8),
+            arg_style="compact",
+            error_rate=0.05,
+            rerender_history=True,
+        ),
+        ModelPreset(
+            name="sim-stream-no-ids",
+            description="Like sim-terse, but streams drop token_ids (a tool-parser bug of older vLLM).",
+            preamble=LengthDist(zero_prob=0.35, median=10.0, sigma=0.9),
+            answer_preamble=LengthDist(zero_prob=0.5, median=6.0, sigma=0.8),
+            arg_style="compact",
+            error_rate=0.05,
+            stream_drops_token_ids=True,
+        ),
+        ModelPreset(
+            name="sim-sglang",
+            description="Like sim-terse, with SGLang's token-id shapes (per choice, not in streams).",
+            preamble=LengthDist(zero_prob=0.35, median=10.0, sigma=0.9),
+            answer_preamble=LengthDist(zero_prob=0.5, median=6.0, sigma=0.8),
+            arg_style="compact",
+            error_rate=0.05,
+            token_wire="sglang",
+        ),
+        ModelPreset(
+            name="sim-llamacpp",
+            description="Like sim-terse, with llama.cpp's token ids (in logprobs entries only).",
+            preamble=LengthDist(zero_prob=0.35, median=10.0, sigma=0.9),
+            answer_preamble=LengthDist(zero_prob=0.5, median=6.0, sigma=0.8),
+            arg_style="compact",
+            error_rate=0.05,
+            token_wire="llamacpp",
         ),
         ModelPreset(
             name="sim-slow",

@@ -1,0 +1,109 @@
+"""Token capture: what the model sampled, token by token, onto the turn records.
+
+With `sampling.token_ids` the adapters ask each server for its ids (`collector.providers.chat`)
+and put whatever came back on the `Turn`. Here, per turn, at record time:
+
+- the output ids and logprobs are stored as returned, and `token_counts_ok` says whether
+  they are as many as the server's own output-token count (and each other);
+- the prompt ids are stored as a delta: `prompt_ids_offset` is how many leading ids the
+  prompt shares with the previous turn's prompt + output, `prompt_token_ids` the rest.
+  `prefix_consistent` is true when the whole previous sequence is shared: the server
+  rendered history exactly as it sampled it, so the episode can be trained as one
+  sequence. The full prompt of turn k is ``(prompt_k-1 + output_k-1)[:offset_k] + delta_k``
+  (`collector.data.trainer.full_prompts`).
+
+Redaction. Token ids decode back to whatever the model wrote and whatever the tools
+returned, a secret included, and no key-based redaction can reach inside them. So the rule
+is: when anything in the episode's history (model text, a call's arguments raw or parsed,
+a tool result, a prompt) holds a value the redactor hides, the episode keeps no token ids
+at all (`tokens_withheld` on every turn; logprobs, which are numbers, are kept). The trainer
+view leaves such episodes out. What the redactor does not see (a secret in prose with no
+key beside it) is not seen here either: the same documented limits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from collector.data.record import TurnRecord
+from collector.episode.redact import Redactor
+from collector.turn import AssistantMessage, Message, SystemMessage, ToolResultMessage, Turn, UserMessage
+
+__all__ = ["TokenTracker", "common_prefix", "holds_secret", "withhold"]
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading items `a` and `b` share."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class TokenTracker:
+    """Per episode: the previous turn's full sequence, to store prompts as deltas."""
+
+    __slots__ = ("previous", "requested", "temperature")
+
+    def __init__(self, requested: bool, temperature: float | None) -> None:
+        self.requested = requested
+        self.temperature = temperature
+        self.previous: list[int] | None = None
+        """The previous turn's prompt + output ids (None: unknown, no delta possible)."""
+
+    def fill(self, record: TurnRecord, turn: Turn) -> None:
+        """Put the turn's token capture on its record (see the module docstring)."""
+        ids, logprobs, prompt = turn.token_ids, turn.logprobs, turn.prompt_token_ids
+        record.tokens_requested = self.requested
+        record.temperature = self.temperature
+        record.output_token_ids = ids
+        record.output_logprobs = logprobs
+        if ids is not None:
+            record.token_counts_ok = len(ids) == turn.usage.output_tokens and (
+                logprobs is None or len(logprobs) == len(ids)
+            )
+        previous = self.previous
+        if prompt is None:
+            self.previous = None
+            return
+        if previous is not None:
+            offset = common_prefix(previous, prompt)
+            record.prefix_consistent = offset == len(previous)
+        else:
+            offset = 0
+        record.prompt_ids_offset = offset
+        record.prompt_token_ids = prompt[offset:]
+        self.previous = prompt + ids if ids is not None else None
+
+
+def holds_secret(redactor: Redactor, history: Sequence[Message]) -> bool:
+    """True when the redactor would hide something in any of these messages."""
+    for m in history:
+        if isinstance(m, AssistantMessage):
+            if redactor.redact_text(m.text) != m.text:
+                return True
+            for call in m.tool_calls:
+                raw = call.raw_arguments
+                if raw is not None and redactor.redact_text(raw) != raw:
+                    return True
+                for value in (call.arguments, call.raw_object):
+                    if value is not None and redactor.redact_value(value) != value:
+                        return True
+        elif isinstance(m, ToolResultMessage):
+            if redactor.redact_text(m.content) != m.content:
+                return True
+        elif isinstance(m, UserMessage | SystemMessage) and redactor.redact_text(m.text) != m.text:
+            return True
+    return False
+
+
+def withhold(turns: Sequence[TurnRecord]) -> None:
+    """Drop every token id of the episode (the redaction rule); logprobs stay."""
+    for t in turns:
+        t.output_token_ids = None
+        t.prompt_token_ids = None
+        t.prompt_ids_offset = 0
+        t.token_counts_ok = None
+        t.prefix_consistent = None
+        t.tokens_withheld = True

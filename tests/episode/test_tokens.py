@@ -1,0 +1,170 @@
+"""Token capture end to end: loop + chat adapter + simulator, streamed and not; the redaction rule."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from collector.config import LoopConfig
+from collector.data.record import Episode
+from collector.envs.support_desk import SupportDeskEnv
+from collector.episode.loop import EpisodeSpec, run_episode
+from collector.providers import base_url_for, build_provider
+from collector.providers.base import Endpoint
+from collector.providers.scripted import ScriptedProvider, call, calls, text
+from collector.sim.app import create_app
+from collector.stop import StopReason
+from collector.turn import SamplingParams, Turn
+from tests.episode.helpers import ToyEnv
+
+ENV = SupportDeskEnv(num_tasks=12)
+TOKENS = SamplingParams(token_ids=True, temperature=0.7)
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(seed=3))) as c:
+        yield c
+
+
+async def collect(client: httpx.AsyncClient, model: str, budget: int, stream: bool, kind: str = "chat",
+                  params: SamplingParams = TOKENS, **loop: object) -> list[Episode]:
+    """One episode per support_desk task on the simulator."""
+    endpoint = Endpoint(base_url_for(kind, "http://sim.test"), api_key="sk-sim", streaming=stream)
+    provider = build_provider(kind, endpoint, client)
+    out = []
+    for task in ENV.tasks():
+        spec = EpisodeSpec("tok", model, kind, budget, task, env_name=ENV.name, sampling=params)
+        out.append(await run_episode(spec, provider, ENV, LoopConfig.model_validate(loop)))
+    return out
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+@pytest.mark.parametrize("budget", [24, 48, 256])
+async def test_every_turn_stores_counted_ids_and_logprobs(client: httpx.AsyncClient, stream: bool,
+                                                          budget: int) -> None:
+    """Chat on the simulator: each turn keeps as many output ids and logprobs as the server counted."""
+    episodes = await collect(client, "sim-terse", budget, stream)
+    turns = [t for ep in episodes for t in ep.turns]
+    assert turns
+    assert all(ep.stop_reason is not StopReason.ERROR for ep in episodes)
+    for t in turns:
+        assert t.tokens_requested
+        assert t.temperature == 0.7
+        assert t.output_token_ids is not None
+        assert t.output_logprobs is not None
+        assert len(t.output_token_ids) == len(t.output_logprobs) == t.output_tokens
+        assert t.token_counts_ok is True
+        assert t.prompt_token_ids
+    if budget == 24:
+        assert any(t.discarded for t in turns)  # cut turns keep their ids too
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+async def test_prefix_consistency_faithful_versus_rerendering(client: httpx.AsyncClient,
+                                                              stream: bool) -> None:
+    """Every later turn is prefix-consistent on the faithful preset, and none is on the re-rendering one."""
+    faithful = await collect(client, "sim-terse", 256, stream)
+    later = [t for ep in faithful for t in ep.turns[1:]]
+    assert later
+    assert all(t.prefix_consistent is True for t in later)
+    assert all(t.prompt_ids_offset and t.prompt_ids_offset > 0 for t in later)
+    assert all(ep.turns[0].prefix_consistent is None for ep in faithful)
+    rerendered = await collect(client, "sim-rerender", 256, stream)
+    later = [t for ep in rerendered for t in ep.turns[1:]]
+    assert later
+    assert all(t.prefix_consistent is False for t in later)
+
+
+async def test_dropped_stream_ids_are_recorded_as_asked_not_returned(client: httpx.AsyncClient) -> None:
+    """A server that drops ids in streams does not fail the run: turns say asked for, not returned."""
+    for model in ("sim-stream-no-ids", "sim-sglang"):
+        episodes = await collect(client, model, 256, True)
+        for ep in episodes:
+            assert ep.stop_reason is StopReason.DONE
+            for t in ep.turns:
+                assert t.tokens_requested is True
+                assert t.output_token_ids is None
+                assert t.prompt_token_ids is None
+                assert t.tokens_withheld is False
+                assert t.token_counts_ok is None
+
+
+async def test_sglang_ids_are_read_per_choice(client: httpx.AsyncClient) -> None:
+    """SGLang's per-choice prompt and output ids are stored, and its faithful history is prefix-consistent."""
+    episodes = await collect(client, "sim-sglang", 256, False)
+    for ep in episodes:
+        assert all(t.prompt_token_ids and t.token_counts_ok for t in ep.turns)
+    later = [t for ep in episodes for t in ep.turns[1:]]
+    assert later
+    assert all(t.prefix_consistent is True for t in later)
+
+
+@pytest.mark.parametrize("kind", ["responses", "anthropic", "gemini"])
+async def test_wires_without_ids_record_asked_not_returned(client: httpx.AsyncClient, kind: str) -> None:
+    """On wires with no token ids the switch costs nothing: episodes finish, turns say not returned."""
+    episodes = await collect(client, "sim-terse", 256, False, kind=kind)
+    assert all(ep.stop_reason is StopReason.DONE for ep in episodes)
+    assert all(t.tokens_requested and t.output_token_ids is None for ep in episodes for t in ep.turns)
+
+
+async def test_llamacpp_ids_come_from_logprobs_entries(client: httpx.AsyncClient) -> None:
+    """llama.cpp shape: output ids read off `logprobs.content[].id`, counted; no prompt ids."""
+    for ep in await collect(client, "sim-llamacpp", 256, False):
+        for t in ep.turns:
+            assert t.output_token_ids is not None
+            assert t.token_counts_ok is True
+            assert t.prompt_token_ids is None
+            assert t.prefix_consistent is None
+
+
+async def test_refused_logprobs_in_streams_do_not_fail_the_run(client: httpx.AsyncClient) -> None:
+    """llama.cpp refuses logprobs + tools + stream with a 400: the turn is asked again without them."""
+    for ep in await collect(client, "sim-llamacpp", 256, True):
+        assert ep.stop_reason is StopReason.DONE
+        assert all(t.tokens_requested and t.output_token_ids is None for t in ep.turns)
+
+
+async def test_capture_off_stores_no_ids(client: httpx.AsyncClient) -> None:
+    """Without `token_ids` nothing is asked for and no id is stored."""
+    for ep in await collect(client, "sim-terse", 256, False, params=SamplingParams()):
+        for t in ep.turns:
+            assert t.tokens_requested is False
+            assert t.output_token_ids is None
+            assert t.prompt_token_ids is None
+
+
+def _with_ids(turn: Turn, prompt: list[int], out: list[int]) -> Turn:
+    return dataclasses.replace(turn, token_ids=out, prompt_token_ids=prompt, logprobs=[-0.1] * len(out),
+                               usage=dataclasses.replace(turn.usage, output_tokens=len(out)))
+
+
+async def _scripted(arguments: dict[str, object], result_text: str = "done") -> Episode:
+    env = ToyEnv()
+    first = _with_ids(calls(call("refund", arguments)), [1, 2, 3], [10, 11, 12])
+    second = _with_ids(text(result_text), [1, 2, 3, 10, 11, 12, 20], [30, 31])
+    spec = EpisodeSpec("run", "model", "scripted", 64, env.tasks()[0], env_name=env.name,
+                       sampling=SamplingParams(token_ids=True))
+    return await run_episode(spec, ScriptedProvider([first, second]), env, LoopConfig())
+
+
+async def test_ids_are_withheld_from_an_episode_that_held_a_secret() -> None:
+    """Redaction rule: an episode whose history held a redacted value keeps no token ids (logprobs stay)."""
+    clean = await _scripted({"order_id": "A-1", "amount": 5})
+    assert [t.output_token_ids for t in clean.turns] == [[10, 11, 12], [30, 31]]
+    assert clean.turns[1].prompt_ids_offset == 6
+    assert clean.turns[1].prompt_token_ids == [20]
+    assert clean.turns[1].prefix_consistent is True
+    for secret in ({"order_id": "A-1", "amount": 5, "password": "hunter2"},):
+        episode = await _scripted(secret)
+        assert "hunter2" not in repr(episode.messages)  # the record's own redaction
+        for t in episode.turns:
+            assert t.tokens_withheld is True
+            assert t.output_token_ids is None
+            assert t.prompt_token_ids is None
+            assert t.output_logprobs is not None
+    in_text = await _scripted({"order_id": "A-1", "amount": 5}, result_text="done, api_key=sk-live-123")
+    assert all(t.tokens_withheld and t.output_token_ids is None for t in in_text.turns)
