@@ -79,7 +79,7 @@ from collector.providers.http import PATH_MARK
 from collector.run.clusterprobe import probe_cluster
 from collector.run.modelcheck import check_models
 from collector.run.plan import Plan, WorkItem, plan_work
-from collector.run.progress import Progress
+from collector.run.progress import LiveCounts, Progress
 from collector.run.simlaunch import provider_urls
 from collector.run.worker import EpisodeWorker, WorkerSetup, probe, read_api_key, url_credentials
 from collector.stop import StopReason
@@ -298,6 +298,9 @@ class _WorkerActor:
     async def run_batch(self, items: list[WorkItem]) -> list[Episode]:
         return await self._worker.run_batch(items)
 
+    async def finished(self) -> dict[str, int]:
+        return dict(self._worker.finished)
+
     async def close(self) -> None:
         await self._worker.close()
 
@@ -449,6 +452,10 @@ class _Driver:
         """The cluster as the user named it (`--address`, `ray.address`), for messages."""
         self.nodes_at_start: set[str] = set()
         """Ids of the nodes alive when the workers started: a missing one later died."""
+        self.live = LiveCounts()
+        """Finished episodes for the progress line (display only, never for commits)."""
+        self.polls: dict[Any, tuple[int, int]] = {}
+        """Outstanding `finished()` calls, per worker (slot index, generation)."""
 
     # --- actors -------------------------------------------------------------------------
 
@@ -608,6 +615,7 @@ class _Driver:
             self.queue.extendleft(reversed(items))
             self._replace(slot, generation)
             return
+        self.live.returned((slot.index, generation), (str(e.stop_reason) for e in episodes))
         for episode in episodes:
             if episode.episode_id in self.seen:
                 self.result.duplicates_dropped += 1
@@ -626,6 +634,7 @@ class _Driver:
                     self.stop_reason = fatal
                 continue
             self.seen.add(episode.episode_id)
+            self.live.keep(str(episode.stop_reason))
             self.buffer.setdefault((episode.model, episode.budget), []).append(episode)
 
     def commit(self, force: bool = False) -> None:
@@ -666,16 +675,35 @@ class _Driver:
                 Snapshot(self.result.committed, Counter(self.result.counts), [s.actor for s in busy])
             )
 
+    def poll_finished(self) -> None:
+        """Ask each ready worker how many episodes it has finished (one call in flight per
+        worker; the answers of earlier calls are read without waiting)."""
+        if self.polls:
+            answered, _ = ray.wait(list(self.polls), num_returns=len(self.polls), timeout=0)
+            for ref in answered:
+                worker = self.polls.pop(ref)
+                with contextlib.suppress(ray.exceptions.RayError):  # a dead worker's count is moot
+                    self.live.reported(worker, ray.get(ref))
+        asked = set(self.polls.values())
+        for slot in self.slots:
+            if slot.starting is None and (slot.index, slot.generation) not in asked:
+                self.polls[slot.actor.finished.remote()] = (slot.index, slot.generation)
+
+    def live_counts(self) -> Counter[str]:
+        return self.live.counts((s.index, s.generation) for s in self.slots)
+
     def show(self, force: bool = False) -> None:
         if self.progress is None:
             return
+        self.poll_finished()
         notes = []
         if self.result.retried_errors:
             notes.append(f"{self.result.retried_errors} earlier errors re-run")
         if self.result.worker_restarts:
             notes.append(f"{self.result.worker_restarts} worker(s) replaced")
         note = ", ".join(notes)
-        self.progress.update(self.result.committed, self.result.counts, note, force=force)
+        counts = self.live_counts()
+        self.progress.update(self.result.committed, counts, note, force=force, finished=counts.total())
 
     def loop(self) -> None:
         while self.inflight or (self.queue and self.stop_reason is None):
@@ -796,7 +824,8 @@ def _run_job(
                 # Whatever ends the run (done, Ctrl-C, an error), finished episodes are kept.
                 driver.commit(force=True)
                 if driver.progress is not None:
-                    driver.progress.close(result.committed, result.counts)
+                    counts = driver.live_counts()
+                    driver.progress.close(result.committed, counts, finished=counts.total())
                 driver.stop_workers()
         result.elapsed_s = time.monotonic() - started
         if driver.uncommitted is not None:

@@ -1,17 +1,23 @@
-"""A progress line for `collector run`: episodes committed, rate, and live counts per stop reason.
+"""A progress line for `collector run`: episodes finished and committed, rate, ETA, live counts.
 
 Plain text on stderr, no dependency: on a terminal one line is rewritten in place (at most a
 few times a second); when stderr is a file or a pipe (CI logs, `tee`, a test reading it) a
 full line is printed every `log_interval_s`, so logs stay readable and grep-able. The counts
 per stop reason are the point: a sweep whose `length` count climbs is visible long before
 the table at the end.
+
+Episodes are counted as workers finish them, not as they are committed (a shard holds many,
+and a batch returns to the driver only when all of its episodes are done): `LiveCounts` adds
+what each worker reports having finished to what the driver already holds. Display only:
+nothing here decides what is committed.
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections import Counter
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import TextIO
 
 #: The order stop reasons are shown in: outcomes first, faults after, failures last.
@@ -29,6 +35,40 @@ def _duration(seconds: float) -> str:
     if seconds >= 3600:
         return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+class LiveCounts:
+    """Episodes finished so far per stop reason: received by the driver, plus finished on a
+    worker and not yet returned (each worker's own running count, polled by the driver).
+
+    A worker is a key (its slot and generation); a replaced worker's unreturned episodes are
+    run again elsewhere, so only the keys passed to `counts` as alive contribute theirs.
+    """
+
+    def __init__(self) -> None:
+        self.received: Counter[str] = Counter()
+        self._returned: dict[Hashable, Counter[str]] = {}
+        self._reported: dict[Hashable, Counter[str]] = {}
+
+    def returned(self, worker: Hashable, reasons: Iterable[str]) -> None:
+        """A batch came back from `worker` with episodes of these stop reasons."""
+        self._returned.setdefault(worker, Counter()).update(reasons)
+
+    def keep(self, reason: str) -> None:
+        """The driver kept an episode for commit (not a duplicate, not a fatal rejection)."""
+        self.received[reason] += 1
+
+    def reported(self, worker: Hashable, finished: Mapping[str, int]) -> None:
+        """`worker` said it has finished this many episodes per stop reason, ever."""
+        self._reported[worker] = Counter(finished)
+
+    def counts(self, alive: Iterable[Hashable]) -> Counter[str]:
+        """Finished episodes per stop reason. A poll answer older than a returned batch makes
+        the difference negative; Counter subtraction floors it at zero (never counts twice)."""
+        total = Counter(self.received)
+        for worker in alive:
+            total.update(self._reported.get(worker, Counter()) - self._returned.get(worker, Counter()))
+        return total
 
 
 class Progress:
@@ -55,29 +95,43 @@ class Progress:
         self._last = float("-inf")
         self._width = 0
 
-    def line(self, committed: int, counts: Mapping[str, int], note: str = "") -> str:
-        """The progress text for `committed` new episodes this run."""
-        done = self.already + committed
+    def line(
+        self, committed: int, counts: Mapping[str, int], note: str = "", finished: int | None = None
+    ) -> str:
+        """The progress text for `finished` new episodes this run, `committed` of them
+        committed (`finished` omitted: the committed ones are all that is known)."""
+        new = committed if finished is None else max(finished, committed)
+        done = self.already + new
         frac = done / self.total if self.total else 1.0
         bar = "#" * int(frac * 20)
         elapsed = self._clock() - self._start
-        rate = committed / elapsed if elapsed > 0 else 0.0
+        rate = new / elapsed if elapsed > 0 else 0.0
         remaining = self.total - done
         eta = f" eta {_duration(remaining / rate)}" if rate > 0 and remaining > 0 else ""
-        parts = [f"[{bar:<20}] {done}/{self.total} {frac:4.0%}", f"{rate:.1f} ep/s{eta}"]
+        head = f"[{bar:<20}] {done}/{self.total} {frac:4.0%}"
+        if finished is not None:
+            head += f" ({self.already + committed} committed)"
+        parts = [head, f"{rate:.1f} ep/s{eta}"]
         if counts:
             parts.append(format_counts(counts))
         if note:
             parts.append(note)
         return " | ".join(parts)
 
-    def update(self, committed: int, counts: Mapping[str, int], note: str = "", force: bool = False) -> None:
+    def update(
+        self,
+        committed: int,
+        counts: Mapping[str, int],
+        note: str = "",
+        force: bool = False,
+        finished: int | None = None,
+    ) -> None:
         """Show progress if enough time has passed since the last line (or `force`)."""
         now = self._clock()
         if not force and now - self._last < self._interval:
             return
         self._last = now
-        text = self.line(committed, counts, note)
+        text = self.line(committed, counts, note, finished)
         if self._live:
             pad = max(0, self._width - len(text))
             self._stream.write("\r" + text + " " * pad)
@@ -86,9 +140,11 @@ class Progress:
             self._stream.write(text + "\n")
         self._stream.flush()
 
-    def close(self, committed: int, counts: Mapping[str, int], note: str = "") -> None:
+    def close(
+        self, committed: int, counts: Mapping[str, int], note: str = "", finished: int | None = None
+    ) -> None:
         """The final line, always shown, ending the in-place line on a terminal."""
-        self.update(committed, counts, note, force=True)
+        self.update(committed, counts, note, force=True, finished=finished)
         if self._live:
             self._stream.write("\n")
             self._stream.flush()

@@ -30,6 +30,7 @@ import asyncio
 import dataclasses
 import os
 import socket
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -203,6 +204,9 @@ class EpisodeWorker:
         self._credentials: tuple[str, ...] = ()
         self._slots: asyncio.Queue[int] | None = None
         self.episodes_run = 0
+        self.finished: Counter[str] = Counter()
+        """Stop reasons of every episode this worker finished, returned or not: the driver polls
+        it for the progress line, which would otherwise move only when a whole batch returns."""
 
     async def ready(self) -> str:
         """Build everything and check keys and reachability; return the worker's name."""
@@ -288,6 +292,7 @@ class EpisodeWorker:
             self._slots.put_nowait(slot)
         episode.worker = self.setup.name
         self.episodes_run += 1
+        self.finished[str(episode.stop_reason)] += 1
         return episode
 
     async def close(self) -> None:

@@ -1,8 +1,14 @@
-"""The truncation analysis notebook runs headless over a small run and renders its five figures."""
+"""The truncation analysis notebook runs headless over a small run and renders its six figures."""
 
 from __future__ import annotations
 
 import base64
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
 
 import nbformat
@@ -33,7 +39,7 @@ def small_run(run: Path) -> None:
 
 
 def test_notebook_renders_its_figures(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Executed headless with RUN_DIR set, every cell runs and the five figure cells each emit a PNG."""
+    """Executed headless with RUN_DIR set, every cell runs and the six figure cells each emit a PNG."""
     run = tmp_path / "run"
     small_run(run)
     monkeypatch.setenv("RUN_DIR", str(run))
@@ -52,7 +58,36 @@ def test_notebook_renders_its_figures(tmp_path: Path, monkeypatch: pytest.Monkey
         for o in c.outputs
         if o.output_type == "display_data" and "image/png" in o.get("data", {})
     ]
-    assert len(pngs) == 5  # the per-turn figure among them
+    assert len(pngs) == 6  # the per-turn and error-rate figures among them
     assert all(p.startswith(PNG_MAGIC) and len(p) > 5_000 for p in pngs)
     first = "".join(o.get("text", "") for o in code_cells[0].outputs if o.output_type == "stream")
     assert "120 episodes, 2 models, budgets [64, 128, 256]" in first
+
+
+@pytest.mark.parametrize("cwd", [".", "notebooks"])
+def test_jupyter_execute_finds_the_demo_run_from_root_and_notebooks(tmp_path: Path, cwd: str) -> None:
+    """`jupyter execute` with no RUN_DIR reads runs/demo from the repository root and from notebooks/."""
+    small_run(tmp_path / "runs" / "demo")
+    (tmp_path / "notebooks").mkdir()
+    shutil.copy(NOTEBOOK, tmp_path / "notebooks" / NOTEBOOK.name)
+    where = tmp_path / cwd
+    path = NOTEBOOK.name if cwd == "notebooks" else f"notebooks/{NOTEBOOK.name}"
+    env = {k: v for k, v in os.environ.items() if k not in ("RUN_DIR", "TARGET")}
+    env.update(MPLBACKEND="Agg", JUPYTER_PLATFORM_DIRS="1")
+    jupyter = Path(sys.executable).parent / "jupyter"
+    done = subprocess.run([str(jupyter), "execute", path, "--output", "executed"], cwd=where, env=env,
+                          text=True, capture_output=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    executed = nbformat.read(tmp_path / "notebooks" / "executed.ipynb", as_version=4)
+    first = next(c for c in executed.cells if c.cell_type == "code")
+    text = "".join(o.get("text", "") for o in first.outputs if o.output_type == "stream")
+    assert "120 episodes, 2 models, budgets [64, 128, 256]" in text
+    assert text.startswith(f"{tmp_path / 'runs' / 'demo'}: ")  # the kernel starts in notebooks/ either way
+
+
+def test_analysis_extra_installs_what_the_notebook_needs() -> None:
+    """The `analysis` extra brings a Jupyter front end, `jupyter execute`, a kernel and the plotting stack."""
+    pyproject = tomllib.loads((NOTEBOOK.parents[1] / "pyproject.toml").read_text(encoding="utf-8"))
+    extra = pyproject["project"]["optional-dependencies"]["analysis"]
+    names = {re.split(r"[<>=\[ ;]", requirement, maxsplit=1)[0] for requirement in extra}
+    assert {"jupyterlab", "nbclient", "ipykernel", "matplotlib", "pandas"} <= names

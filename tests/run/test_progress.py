@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from collector.run.progress import Progress, format_counts
+from collector.run.progress import LiveCounts, Progress, format_counts
 
 
 class Clock:
@@ -51,3 +51,31 @@ def test_resume_counts_earlier_episodes_and_live_mode_rewrites_in_place() -> Non
     assert "\r[####################] 10/10 100%" in text
     assert text.endswith("\n")
     assert text.count("\n") == 1
+
+
+def test_finished_episodes_lead_and_committed_is_the_second_number() -> None:
+    """Bar, rate and ETA follow finished episodes; the committed count is shown beside them."""
+    out, clock = io.StringIO(), Clock()
+    progress = Progress(100, already=10, stream=out, live=False, clock=clock)
+    clock.now = 10.0
+    progress.update(0, {"done": 15, "length": 5}, finished=20, force=True)
+    line = out.getvalue()
+    assert line.startswith("[######              ] 30/100  30% (10 committed) | 2.0 ep/s eta 35s")
+    assert "done 15 length 5" in line
+
+
+def test_live_counts_add_unreturned_episodes_of_live_workers_once() -> None:
+    """A finished episode counts once (reported, returned or both); a dead worker's unreturned ones never."""
+    live = LiveCounts()
+    live.reported("w1", {"done": 3, "length": 1})
+    live.reported("w2", {"done": 2})
+    assert live.counts(["w1", "w2"]) == {"done": 5, "length": 1}
+    live.returned("w1", ["done", "done"])
+    for reason in ("done", "done"):
+        live.keep(reason)
+    assert live.counts(["w1", "w2"]) == {"done": 5, "length": 1}
+    live.returned("w1", ["done", "length", "done"])  # one finished after its last report
+    for reason in ("done", "length", "done"):
+        live.keep(reason)
+    assert live.counts(["w1", "w2"]) == {"done": 6, "length": 1}
+    assert live.counts(["w1"]) == {"done": 4, "length": 1}  # w2 died: its episodes run again

@@ -1,0 +1,180 @@
+"""The figures of `notebooks/truncation_analysis.ipynb`, as functions a test can inspect.
+
+Needs matplotlib and pandas (`pip install 'collector[analysis]'`); nothing else in the package
+imports this module. Every function takes the tables of `collector.analysis` as pandas frames
+and returns a matplotlib Figure. The conventions are the same in every figure:
+
+- the x axis is the budget on a log2 scale with a tick at every budget swept (and only
+  those), so 96 and 192 have their own labelled tick;
+- a stop reason has one colour in every figure of every run (`STOP_COLOURS`), whichever
+  reasons a run happens to contain; a model keeps its colour across the figures of a run;
+- quantities per cell are per episode, never raw sums (a sum follows the cell's size).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, TypeAlias
+
+import matplotlib.pyplot as plt
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.ticker import NullLocator
+
+from collector.stop import StopReason
+
+#: One colour per stop reason, fixed: outcomes green/blue, the stop_on reasons warm, failures grey.
+STOP_COLOURS: dict[str, str] = {
+    StopReason.DONE.value: "#2ca02c",
+    StopReason.MAX_STEPS.value: "#1f77b4",
+    StopReason.LENGTH.value: "#ff7f0e",
+    StopReason.MALFORMED_TOOL_CALL.value: "#d62728",
+    StopReason.TIMEOUT.value: "#9467bd",
+    StopReason.ERROR.value: "#7f7f7f",
+}
+#: Reasons not in the enum (a newer collector's): drawn in this colour, after the known ones.
+OTHER_COLOUR = "#17becf"
+#: Models take matplotlib's tab10 colours in name order (fixed within a run).
+_MODEL_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+                  "#7f7f7f", "#bcbd22", "#17becf")
+#: A pandas DataFrame of a `collector.analysis` table (pandas ships no type stubs).
+Frame: TypeAlias = Any
+
+
+def stop_colour(reason: str) -> str:
+    return STOP_COLOURS.get(reason, OTHER_COLOUR)
+
+
+def ordered_reasons(reasons: Iterable[str]) -> list[str]:
+    """Known reasons in the enum's order, then any others sorted."""
+    present = set(reasons)
+    return [r for r in STOP_COLOURS if r in present] + sorted(present - STOP_COLOURS.keys())
+
+
+def model_colours(models: Sequence[str]) -> dict[str, str]:
+    return {m: _MODEL_COLOURS[i % len(_MODEL_COLOURS)] for i, m in enumerate(sorted(models))}
+
+
+def budget_axis(ax: Axes, budgets: Iterable[int]) -> None:
+    """Log2 budget axis with one labelled tick per swept budget and no others."""
+    ticks = sorted({int(b) for b in budgets})
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xticks(ticks, [str(b) for b in ticks])
+    ax.set_xlabel("output-token budget per turn")
+
+
+def truncation_figure(trunc: Frame, target: float | None = None) -> Figure:
+    """Truncation rate against budget per model, Wilson 95% bands, the target line and, per
+    model, the budget picked for it (the `target_budget` column) marked with a star."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    colours = model_colours(list(trunc["model"].unique()))
+    for model, colour in colours.items():
+        g = trunc[trunc["model"] == model].sort_values("budget")
+        ax.plot(g["budget"], g["truncation_rate"], marker="o", color=colour, label=model)
+        ax.fill_between(g["budget"], g["trunc_low"], g["trunc_high"], color=colour, alpha=0.2)
+        picked = g["target_budget"].dropna().unique() if "target_budget" in g else []
+        if len(picked):
+            budget = int(picked[0])
+            rate = float(g.loc[g["budget"] == budget, "truncation_rate"].iloc[0])
+            ax.plot([budget], [rate], marker="*", markersize=16, color=colour, linestyle="none",
+                    label=f"{model}: picked {budget}")
+            ax.axvline(budget, color=colour, linestyle=":", linewidth=1)
+    if target is not None:
+        ax.axhline(target, color="grey", linestyle="--", linewidth=1, label=f"target {target:.0%}")
+    budget_axis(ax, trunc["budget"])
+    ax.set_ylabel("truncation rate")
+    ax.set_ylim(0, 1)
+    ax.legend(fontsize=8)
+    ax.set_title("Truncation rate with Wilson 95% intervals")
+    return fig
+
+
+def error_figure(trunc: Frame) -> Figure:
+    """Error rate against budget per model: the truncation rate leaves `error` episodes out,
+    so a cell where the provider failed often looks healthy without this one."""
+    fig, ax = plt.subplots(figsize=(7, 3))
+    for model, colour in model_colours(list(trunc["model"].unique())).items():
+        g = trunc[trunc["model"] == model].sort_values("budget")
+        ax.plot(g["budget"], g["error_rate"], marker="o", color=colour, label=model)
+    budget_axis(ax, trunc["budget"])
+    ax.set_ylabel("share of episodes in error")
+    ax.set_ylim(0, max(0.05, float(trunc["error_rate"].max()) * 1.1))
+    ax.legend(fontsize=8)
+    ax.set_title("Error rate (provider or environment failures)")
+    return fig
+
+
+def per_turn_figure(per_turn: Frame, target: float | None = None) -> Figure:
+    """Turns cut / turns against budget: left by turn index (first four), right by kind."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    for model, colour in model_colours(list(per_turn["model"].unique())).items():
+        rows = per_turn[per_turn["model"] == model]
+        styles = ("-", "--", "-.", ":")
+        for index, style in zip(sorted(rows["turn_index"].dropna().unique())[:4], styles, strict=False):
+            g = rows[rows["turn_index"] == index].sort_values("budget")
+            left.plot(g["budget"], g["cut_rate"], style, marker="o", color=colour,
+                      label=f"{model} turn {int(index)}")
+            left.fill_between(g["budget"], g["cut_low"], g["cut_high"], color=colour, alpha=0.1)
+        for kind, style in (("call", "-"), ("answer", "--")):
+            g = rows[rows["turn_kind"] == kind].sort_values("budget")
+            right.plot(g["budget"], g["cut_rate"], style, marker="o", color=colour, label=f"{model} {kind}")
+            right.fill_between(g["budget"], g["cut_low"], g["cut_high"], color=colour, alpha=0.1)
+    for ax, title in ((left, "by turn index"), (right, "by turn kind")):
+        if target is not None:
+            ax.axhline(target, color="grey", linestyle=":", linewidth=1)
+        budget_axis(ax, per_turn["budget"])
+        ax.set_ylim(0, 1)
+        ax.set_title(f"Turns cut, {title}")
+        ax.legend(fontsize=7)
+    left.set_ylabel("share of turns cut")
+    fig.tight_layout()
+    return fig
+
+
+def stop_mix_figure(mix: Frame) -> Figure:
+    """Stacked share of each stop reason per model and budget, in the fixed colours."""
+    table = mix.pivot_table(index=["model", "budget"], columns="stop_reason", values="share",
+                            fill_value=0.0, observed=True)
+    reasons = ordered_reasons(str(c) for c in table.columns)
+    table = table[reasons]
+    fig, ax = plt.subplots(figsize=(8, 4))
+    table.plot(kind="bar", stacked=True, width=0.8, ax=ax, color=[stop_colour(r) for r in reasons])
+    ax.set_ylabel("share of episodes")
+    ax.set_xlabel("model, budget")
+    ax.legend(title="stop reason", bbox_to_anchor=(1.02, 1), loc="upper left")
+    ax.set_title("Stop-reason mix")
+    fig.tight_layout()
+    return fig
+
+
+def wasted_figure(trunc: Frame) -> Figure:
+    """Output tokens wasted on cut or discarded turns: per episode (left) and as a share of all
+    output tokens (right), so cells of different sizes compare."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    for model, colour in model_colours(list(trunc["model"].unique())).items():
+        g = trunc[trunc["model"] == model].sort_values("budget")
+        per_episode = g["wasted_output_tokens"] / g["episodes"]
+        left.plot(g["budget"], per_episode, marker="o", color=colour, label=model)
+        right.plot(g["budget"], g["wasted_fraction"], marker="o", color=colour, label=model)
+    for ax, label in ((left, "wasted output tokens per episode"), (right, "share of output tokens wasted")):
+        budget_axis(ax, trunc["budget"])
+        ax.set_ylabel(label)
+    left.legend()
+    fig.suptitle("Output tokens wasted on cut or discarded turns")
+    fig.tight_layout()
+    return fig
+
+
+def reward_figure(trunc: Frame) -> Figure:
+    """Mean stored reward against budget per model (the stop_on reasons count 0, by policy)."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for model, colour in model_colours(list(trunc["model"].unique())).items():
+        g = trunc[trunc["model"] == model].sort_values("budget")
+        ax.plot(g["budget"], g["mean_reward"], marker="o", color=colour, label=model)
+    budget_axis(ax, trunc["budget"])
+    ax.set_ylabel("mean reward per episode")
+    ax.set_ylim(0, 1.05)
+    ax.legend()
+    ax.set_title("Reward against budget")
+    return fig
