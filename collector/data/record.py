@@ -74,10 +74,12 @@ class TurnRecord:
     """The model the reply says answered (`model`, Gemini `modelVersion`), as sent."""
     system_fingerprint: str | None = None
     """Chat Completions `system_fingerprint`, where the server sends one."""
-    invisible_output: bool = False
+    # Nullable like every field added in version 3, so that a version-2 shard (which has none
+    # of them) still reads: None there means "not recorded".
+    invisible_output: bool | None = False
     """Output tokens were spent with nothing visible (no text, no call, no refusal, no
     reasoning) while tools were offered: a call the server swallowed, never a final answer."""
-    retries: list[str] = field(default_factory=list)
+    retries: list[str] | None = field(default_factory=list)
     """One cause per retried request of this turn: `429`, `5xx`, `timeout`, `dropped`
     (a stream or connection that broke off), `other` (a 200 reply not in the wire format...)."""
 
