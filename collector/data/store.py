@@ -189,10 +189,11 @@ class RunStore:
         # The commit log: records base_through+1 .. seq are on disk, not yet in the base manifest.
         self._seq: int = int(manifest.get("log_through", 0))
         self._base_through = base_through
-        # True while a commit or forget is under way, and after one was cut short by something
-        # other than its own clean abort (a BaseException): the in-memory state may then hold
-        # what never reached the disk, so `close` must not compact it into the base.
-        self._dirty = False
+        # False while a commit or forget is under way, and for good once one was cut short by
+        # something other than its own clean abort (a BaseException: Ctrl-C inside an fsync):
+        # the in-memory state may then hold what never reached the disk (or miss what did), so
+        # it is never compacted into the base again; the records on disk stay the truth.
+        self._clean = True
         self._ids: set[str] = set()
         # Which shard (manifest path) holds each committed id: `forget` then rewrites only
         # the shards concerned instead of reading the ids of every shard again.
@@ -441,15 +442,16 @@ class RunStore:
     def _transaction(self) -> Any:
         """Marks the in-memory state unsafe to compact until the operation ends, cleanly or by
         its own abort (an OutputError leaves memory matching the disk); anything else (the
-        process being torn down) leaves it marked."""
-        self._dirty = True
+        process being torn down) leaves it marked for good."""
+        clean, self._clean = self._clean, False
         try:
             yield
         except OutputError:
-            self._dirty = False
+            self._clean = clean
             raise
-        self._dirty = False
-        self._maybe_compact()
+        self._clean = clean
+        if clean:
+            self._maybe_compact()
 
     def _commit(self, episodes: Sequence[Episode]) -> int:
         """Durably commit the episodes not yet committed; return how many were new.
@@ -721,7 +723,7 @@ class RunStore:
         The commit log is compacted first (a finished run dir holds one manifest listing
         everything), unless the lock is no longer ours or an operation was cut short.
         """
-        if not self._closed and not self._dirty and self._seq > self._base_through:
+        if not self._closed and self._clean and self._seq > self._base_through:
             try:
                 self._check_writable()
                 self._compact("compaction on close")

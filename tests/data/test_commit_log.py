@@ -149,6 +149,31 @@ def test_a_crash_between_compaction_steps_loses_nothing(
     assert sorted(manifest_ids(run)) == sorted(e.episode_id for e in work)
 
 
+def test_a_commit_cut_short_never_reaches_the_base_later(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit cut short before its record landed (Ctrl-C inside the write) stays uncommitted even
+    after later commits succeed and the store closes: memory is never compacted into the base."""
+    run = tmp_path / "run"
+    work = make_batch(12)
+    st = open_store(run)
+    st.commit(work[:4])
+
+    def interrupted(path: Path, payload: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(store_mod, "write_json_atomic", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        st.commit(work[4:8])
+    monkeypatch.undo()
+    assert st.commit(work[8:]) == 4
+    st.close()
+    expected = {e.episode_id for e in work[:4] + work[8:]}
+    assert set(manifest_ids(run)) == expected
+    with open_store(run) as again:
+        assert again.committed_ids() == expected
+
+
 def test_a_reader_racing_a_compaction_reads_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A compaction between a reader's read of the base and its listing of the records (they are
     gone, the base it read is old) makes the reader read again, never miss a commit."""
