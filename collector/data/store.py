@@ -646,7 +646,10 @@ class RunStore:
         if self._seq - self._base_through < max(_COMPACT_MIN_RECORDS, len(self._manifest["shards"]) // 4):
             return
         try:
+            self._check_writable()  # a base from a writer that lost the lock would clobber the new one's
             self._compact("compaction")
+        except OutputError:
+            return  # the lock is gone: the next commit says so (LockLost)
         except OSError as e:
             self._warn(f"compacting the commit log of {self.root} failed ({describe_exception(e)}); "
                        "its records stay the committed state")

@@ -22,6 +22,7 @@ from collector.data.check import check_run
 from collector.data.export import export_run
 from collector.data.manifest import (
     DATA_DIR,
+    LOCK,
     MANIFEST,
     commit_record_path,
     commit_record_seqs,
@@ -172,6 +173,31 @@ def test_a_commit_cut_short_never_reaches_the_base_later(
     assert set(manifest_ids(run)) == expected
     with open_store(run) as again:
         assert again.committed_ids() == expected
+
+
+def test_a_writer_that_lost_the_lock_never_compacts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lock replaced just after a commit's swap (another writer took the run dir over): the
+    compaction due then is skipped, so a stale writer never replaces the new writer's base."""
+    monkeypatch.setattr(store_mod, "_COMPACT_MIN_RECORDS", 2)
+    run = tmp_path / "run"
+    work = make_batch(8)
+    st = open_store(run)
+    st.commit(work[:4])
+    base = (run / MANIFEST).read_bytes()
+    real_publish = RunStore._publish
+
+    def publish_then_lose_the_lock(self: RunStore, entries: list[dict[str, object]]) -> None:
+        real_publish(self, entries)
+        (run / LOCK).unlink()
+        (run / LOCK).touch()
+
+    monkeypatch.setattr(RunStore, "_publish", publish_then_lose_the_lock)
+    assert st.commit(work[4:]) == 4  # committed (its record is in), then the lock went
+    assert (run / MANIFEST).read_bytes() == base
+    assert commit_record_seqs(run) == [1, 2]
+    st.close()
+    assert (run / MANIFEST).read_bytes() == base
+    assert sorted(manifest_ids(run)) == sorted(e.episode_id for e in work)
 
 
 def test_a_reader_racing_a_compaction_reads_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
