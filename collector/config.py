@@ -355,6 +355,10 @@ class OutputConfig(_Model):
     """Rows per shard. The driver buffers finished episodes per (model, budget) cell and
     commits a cell when it holds this many; smaller shards only at `commit_interval_s` and
     at the end of the run."""
+    max_buffered_rows: PositiveInt = 4096
+    """The most finished episodes the driver holds uncommitted, across all cells: past it, the
+    largest cells are committed first (as smaller shards) until half of it is left. Bounds
+    the driver's memory whatever the number of cells (plus one returned batch)."""
     commit_interval_s: PositiveFloat = 30.0
     """Commit whatever is buffered at least this often. A killed driver loses at most this
     much work (rerun to resume); shorter means more, smaller shards."""

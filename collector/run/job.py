@@ -20,7 +20,7 @@ The driver, in order:
 5. buffers returned episodes per (model, budget) cell, the store's partition, and commits
    a cell (`RunStore.commit`) once it holds `rows_per_shard` episodes, so shards are full;
    every `output.commit_interval_s` and at the end (also on Ctrl-C) it commits everything
-   buffered;
+   buffered; past `output.max_buffered_rows` across cells, the largest cells at once;
 6. when an actor dies (a `RayError` that is not an exception raised by our code), puts that
    actor's outstanding items back at the front of the queue and replaces the actor; a
    replacement that cannot be placed within `ray.start_timeout_s` stops the run. An actor
@@ -636,6 +636,11 @@ class _Driver:
             self.seen.add(episode.episode_id)
             self.live.keep(str(episode.stop_reason))
             self.buffer.setdefault((episode.model, episode.budget), []).append(episode)
+        if self._buffered() > self.cfg.output.max_buffered_rows:
+            self.commit()  # now, not after the other batches that returned with this one
+
+    def _buffered(self) -> int:
+        return sum(len(episodes) for episodes in self.buffer.values())
 
     def commit(self, force: bool = False) -> None:
         """Commit full cells (whole shards only); everything on the interval or when forced."""
@@ -650,6 +655,16 @@ class _Driver:
                     del self.buffer[cell]
                 else:
                     self.buffer[cell] = episodes[take:]
+        buffered, cap = self._buffered(), self.cfg.output.max_buffered_rows
+        if buffered > cap:
+            # Past the cap: the largest cells first (fewest, fullest shards), down to half of it
+            # so that the next few batches do not each force a commit of their own.
+            for cell in sorted(self.buffer, key=lambda c: len(self.buffer[c]), reverse=True):
+                if buffered <= cap // 2:
+                    break
+                episodes = self.buffer.pop(cell)
+                batch.extend(episodes)
+                buffered -= len(episodes)
         if everything:
             # The interval restarts even when nothing was due, so a quiet period does not
             # make the next trickle of episodes a commit of its own.

@@ -10,7 +10,6 @@ that it was).
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -21,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from collector import __version__
-from collector.data.manifest import MANIFEST
+from collector.data.manifest import MANIFEST, read_manifest
+from collector.errors import OutputError
 from tests.checking import committed_ids
 
 REPO = Path(__file__).resolve().parents[2]
@@ -141,9 +141,11 @@ def start_and_wait_for_a_commit(config: Path, run_dir: Path) -> subprocess.Popen
         if process.poll() is not None:
             raise AssertionError(f"the run ended before its first commit: {process.communicate()}")
         try:
-            if json.loads(manifest.read_text())["shards"]:
+            # Through the commit log: during a run the base manifest.json lists only what
+            # was compacted, the records after it the rest.
+            if manifest.exists() and read_manifest(run_dir)["shards"]:
                 return process
-        except (OSError, ValueError, KeyError):
+        except (OSError, ValueError, KeyError, OutputError):
             pass  # not written yet, or being replaced
         time.sleep(0.05)
     process.kill()

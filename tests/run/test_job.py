@@ -208,3 +208,16 @@ def test_ray_temp_dir_too_long_for_rays_sockets_is_one_line() -> None:
     with pytest.raises(ConfigError, match=r"^ray.temp_dir: /tmp/d+ is 65 bytes; Ray's socket paths"):
         ray_temp_dir(cfg)
     assert ray_temp_dir(small_config(Path("/tmp/x"), ray__temp_dir="/tmp/r")) == "/tmp/r"
+
+
+def test_a_tiny_buffer_cap_still_commits_every_episode_once(tmp_path: Path) -> None:
+    """With `output.max_buffered_rows` below one shard per cell, cells are committed early as
+    smaller shards, and every planned episode is still committed exactly once."""
+    cfg = small_config(tmp_path / "run", output__max_buffered_rows=2, output__commit_interval_s=600.0)
+    result = run_job(cfg, show_progress=False)
+    counts = committed_id_counts(tmp_path / "run")
+    assert set(counts) == {item.episode_id for item in plan_work(cfg).items}
+    assert set(counts.values()) == {1}
+    assert result.committed == 24
+    rows = [read_shard(p, columns=["episode_id"]).num_rows for p in committed_shard_paths(tmp_path / "run")]
+    assert len(rows) > 24 // 4  # not only the six full shards: the cap flushed cells before they filled
