@@ -154,6 +154,12 @@ class SamplingConfig(_Model):
     """With `logprobs`: alternatives per token."""
     extra_body: dict[str, object] = {}
     """Server-specific request fields (vLLM, llama.cpp), merged into every request body."""
+    reasoning_effort: str | None = None
+    """Reasoning effort (`low`, `medium`, `high`...): Chat `reasoning_effort`, Responses
+    `reasoning.effort` (with the encrypted reasoning asked back), Gemini `thinkingLevel`."""
+    thinking_budget: PositiveInt | None = None
+    """Thinking tokens allowed per turn: Anthropic `thinking.budget_tokens` (at least 1024
+    and below the cap), Gemini `thinkingBudget` (which wins over `reasoning_effort`)."""
 
 
 class SweepCell(_Model):

@@ -145,6 +145,16 @@ class Turn:
     blocks, thought parts, reasoning items): output that was visible, just not stored."""
     retries: tuple[str, ...] = ()
     """Causes of the requests retried before this reply (`collector.providers.http.retry_cause`)."""
+    # --- reasoning (issue 16): what the model thought, and what must go back with its calls ---
+    reasoning_text: str | None = None
+    """The reasoning text where the provider returns it (Chat `reasoning`/`reasoning_content`,
+    Responses summaries, Anthropic `thinking`, Gemini thought parts), joined in order."""
+    reasoning_tokens: int = 0
+    """Output tokens the provider says went to reasoning (part of `usage.output_tokens`)."""
+    reasoning_items: list[JSONObject] = field(default_factory=list)
+    """The opaque reasoning items, in the adapter's own wire shape and order, exactly as
+    received: replayed verbatim with the turn (Anthropic thinking blocks with `signature`,
+    Responses `reasoning` items, Gemini thought parts). Chat Completions has none."""
 
     @property
     def is_length(self) -> bool:
@@ -178,6 +188,9 @@ class AssistantMessage:
     text: str
     tool_calls: list[ToolCall] = field(default_factory=list)
     role: Literal["assistant"] = "assistant"
+    reasoning_items: list[JSONObject] = field(default_factory=list)
+    """`Turn.reasoning_items` of the turn, replayed verbatim by the adapter that made them,
+    before the turn's text and calls (the APIs refuse a call replayed without them)."""
 
 
 @dataclass(slots=True)
@@ -217,6 +230,10 @@ class SamplingParams:
     top_logprobs: int | None = None
     extra_body: JSONObject = field(default_factory=dict)
     """Free server-specific fields merged into the request body (vLLM, llama.cpp)."""
+    reasoning_effort: str | None = None
+    """Chat `reasoning_effort`, Responses `reasoning.effort`, Gemini `thinkingLevel`."""
+    thinking_budget: int | None = None
+    """Anthropic `thinking.budget_tokens`, Gemini `thinkingConfig.thinkingBudget`."""
     extra_headers: dict[str, str] = field(default_factory=dict)
     """HTTP headers added to this request only (never logged or stored). The job sets the
     simulator's `x-sim-seed` here, so that samples of one task differ on transports whose

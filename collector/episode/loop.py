@@ -331,11 +331,16 @@ class _Episode:
             system_fingerprint=turn.system_fingerprint,
             invisible_output=tools_offered and not unparsed and _invisible(turn, calls),
             retries=list(turn.retries),
+            reasoning_text=self.redactor.redact_text(turn.reasoning_text) if turn.reasoning_text else None,
+            reasoning_tokens=turn.reasoning_tokens,
+            reasoning_items=json.dumps(turn.reasoning_items, ensure_ascii=False)
+            if turn.reasoning_items
+            else None,
         )
         self.retries.extend(turn.retries)
         self.turns.append(record)
         self.output_used += turn.usage.output_tokens
-        message = AssistantMessage(turn.text, calls)
+        message = AssistantMessage(turn.text, calls, reasoning_items=turn.reasoning_items)
         if turn.text or calls:
             # An empty turn (a cap spent on thinking, or on nothing) stays in the record but is
             # never replayed: chat would send `content: null`, Anthropic an empty text block,

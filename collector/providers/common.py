@@ -146,6 +146,9 @@ def finish_turn(
     response_model: str | None = None,
     system_fingerprint: str | None = None,
     reasoning: bool = False,
+    reasoning_text: str | None = None,
+    reasoning_tokens: int = 0,
+    reasoning_items: list[JSONObject] | None = None,
 ) -> Turn:
     """Apply the length checks in their documented order and build the `Turn`."""
     signals: list[LengthSignal] = []
@@ -180,5 +183,8 @@ def finish_turn(
         response_id=response_id,
         response_model=response_model if isinstance(response_model, str) else None,
         system_fingerprint=system_fingerprint if isinstance(system_fingerprint, str) else None,
-        reasoning=reasoning,
+        reasoning=reasoning or bool(reasoning_text) or bool(reasoning_items),
+        reasoning_text=reasoning_text or None,
+        reasoning_tokens=reasoning_tokens,
+        reasoning_items=reasoning_items or [],
     )

@@ -329,4 +329,6 @@ def sampling_params(cfg: RunConfig) -> SamplingParams:
         logprobs=s.logprobs,
         top_logprobs=s.top_logprobs,
         extra_body=dict(s.extra_body),
+        reasoning_effort=s.reasoning_effort,
+        thinking_budget=s.thinking_budget,
     )

@@ -95,7 +95,7 @@ class _Simulator:
 
 def _turn(req: ParsedRequest, preset: ModelPreset, digest: bytes) -> Generation:
     rng = random.Random(int.from_bytes(digest, "big"))
-    return generate(decide(req.history, req.tools), preset, req.cap, rng)
+    return generate(decide(req.history, req.tools), preset, req.cap, rng, req.thinking_budget)
 
 
 _PARSERS = {"chat": chat_wire.parse, "responses": responses_wire.parse, "anthropic": anthropic_wire.parse,
@@ -159,6 +159,8 @@ async def _reply(sim: _Simulator, request: Request, dialect: Dialect, parse: Par
     except SimError as exc:
         return error_response(dialect, exc.status, exc.message, param=exc.param)
     preset = sim.presets[req.model]
+    if preset.thinking is not None and req.unreasoned is not None:
+        return error_response(dialect, 400, req.unreasoned)
     headers = request.headers
     if path_model is not None:
         body.pop("model")

@@ -32,6 +32,13 @@ class ParsedRequest:
     stream: bool
     include_usage: bool = False
     prompt_tokens: int = 0
+    thinking_budget: int | None = None
+    """Anthropic `thinking.budget_tokens` / Gemini `thinkingBudget`: the most a turn may think."""
+    include_thoughts: bool = False
+    """Gemini `includeThoughts` / Responses `include: ["reasoning.encrypted_content"]`."""
+    unreasoned: str | None = None
+    """The dialect's 400 for a call replayed without its reasoning; applied only when the model
+    thinks (`collector.sim.thinking`)."""
 
 
 class CallLedger:

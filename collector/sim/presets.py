@@ -142,6 +142,13 @@ class ModelPreset:
     """Median latency before the reply (0: none). Overridden per request by `x-sim-latency-ms`."""
     latency_sigma: float = 0.0
     """Log-normal spread of the latency (0: always the median)."""
+    thinking: LengthDist | None = None
+    """Reasoning tokens per turn (None: the model does not think). They come first and out of
+    the same output cap, so a turn whose thinking reaches the cap shows nothing else
+    (`collector.sim.thinking`). Keep `zero_prob` at 0: a thinking model thinks every turn."""
+    reasoning_field: Literal["reasoning", "reasoning_content"] = "reasoning"
+    """Chat Completions: the message field the reasoning text goes in (vLLM's new name, or
+    the older one SGLang, llama.cpp and DeepSeek still send)."""
 
     @property
     def fault_prob(self) -> float:
@@ -229,6 +236,21 @@ PRESETS: dict[str, ModelPreset] = {
             answer_preamble=LengthDist(zero_prob=0.5, median=6.0, sigma=0.8),
             latency_ms_median=50.0,
             latency_sigma=0.3,
+        ),
+        ModelPreset(
+            name="sim-thinker",
+            description="A reasoning model: thinks before every turn, out of the same output cap.",
+            preamble=LengthDist(zero_prob=0.5, median=6.0, sigma=0.8),
+            answer_preamble=LengthDist(zero_prob=0.5, median=6.0, sigma=0.8),
+            thinking=LengthDist(zero_prob=0.0, median=60.0, sigma=0.6, max_tokens=1024),
+        ),
+        ModelPreset(
+            name="sim-thinker-legacy",
+            description="sim-thinker behind a server that says `reasoning_content` (SGLang, llama.cpp).",
+            preamble=LengthDist(zero_prob=0.5, median=6.0, sigma=0.8),
+            answer_preamble=LengthDist(zero_prob=0.5, median=6.0, sigma=0.8),
+            thinking=LengthDist(zero_prob=0.0, median=60.0, sigma=0.6, max_tokens=1024),
+            reasoning_field="reasoning_content",
         ),
     )
 }

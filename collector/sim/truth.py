@@ -28,7 +28,7 @@ from typing import Any, Literal
 from collector.sim.generate import generate, serialize
 from collector.sim.policy import Plan, PlannedCall
 from collector.sim.presets import PRESETS, ModelPreset
-from collector.sim.tokenizer import call_tokens, count_tokens
+from collector.sim.tokenizer import CALL_HEAD_TOKENS, call_tokens, count_tokens
 
 Step = Literal["call", "answer"]
 
@@ -69,7 +69,35 @@ def turn_cut_probability(model: str, budget: int, step: Step, fixed_tokens: int 
     preset = _preset(model)
     dist = preset.preamble if step == "call" else preset.answer_preamble
     fixed = _fixed(model, step) if fixed_tokens is None else fixed_tokens
-    return dist.survival(budget - fixed)
+    if preset.thinking is None:
+        return dist.survival(budget - fixed)
+    # A thinking turn needs T + L + F tokens, T (at least 1) drawn independently of L.
+    return sum(p * dist.survival(budget - fixed - t) for t, p in _thinking_pmf(preset))
+
+
+def _thinking_pmf(preset: ModelPreset) -> list[tuple[int, float]]:
+    """P(T == t) of the thought length as the generator draws it (a 0 draw thinks 1 token)."""
+    assert preset.thinking is not None
+    pmf = list(preset.thinking.pmf())
+    if len(pmf) > 1:
+        pmf[1] += pmf[0]
+        pmf[0] = 0.0
+    return [(t, p) for t, p in enumerate(pmf) if p > 0.0]
+
+
+def thinking_cut_probability(model: str, budget: int, step: Step) -> float:
+    """Probability that one turn of `model` spends the cap `budget` on thinking: cut with no
+    visible text and no call (0 for a model that does not think). Reference tasks only."""
+    preset = _preset(model)
+    if preset.thinking is None:
+        return 0.0
+    total = 0.0
+    for t, p in _thinking_pmf(preset):
+        if t >= budget:
+            total += p  # the thought itself reached the cap
+        elif step == "call" and budget - t < CALL_HEAD_TOKENS:
+            total += p * preset.preamble.pmf()[0]  # no preamble and no room to open the call
+    return total
 
 
 def episode_truncation_probability(model: str, budget: int, calls: int, *, call_tokens: int | None = None,
