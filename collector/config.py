@@ -114,6 +114,10 @@ class ProviderConfig(_Model):
     """How failed model calls are retried (not in the fingerprint)."""
     label: str | None = None
     """Stored in the `provider` column; defaults to the kind. Must differ between swept providers."""
+    context_window: PositiveInt | None = None
+    """The model's context window in tokens. Set, each turn's cap is clamped to what the window
+    leaves after the (estimated) prompt, and a turn that cannot fit ends the episode as
+    `context_overflow` without a request. Unset: only the provider's own error says so."""
     allow_model_alias: bool = False
     """Skip the check, before the sweep, that this server serves each model of `sweep.models`
     (its `/models` list, or the `model` of one small reply). For a server that answers every

@@ -10,8 +10,9 @@ Per group (model x budget by default, any scalar columns with `by`):
 - ``error_rate``: share ending as `error`, over *all* episodes;
 - ``mean_reward``; ``wasted_output_tokens`` (total spent on cut or discarded turns) and
   ``wasted_fraction`` of all output tokens;
-- ``length_rate``, ``max_steps_rate``, ``timeout_rate``: the other stop reasons, so that the
-  shares of every reason add up (the table shows a column for each one that occurs);
+- ``length_rate``, ``max_steps_rate``, ``timeout_rate``, ``context_overflow_rate``: the other
+  stop reasons, so that the shares of every reason add up (the table shows a column for each
+  one that occurs);
 - ``retries`` and ``retries_<cause>`` (`429`, `5xx`, `timeout`, `dropped`, `other`): requests
   retried in the group's episodes, and ``errors``: episodes that ended as `error`. A rate
   measured through a provider storm says so.
@@ -72,7 +73,7 @@ _MEASURES = ["is_truncated", "reward", "wasted_output_tokens", "output_tokens"]
 #: Retry causes counted per group (`collector.providers.http.retry_cause`), in column order.
 RETRY_CAUSES = ("429", "5xx", "timeout", "dropped", "other")
 #: Stop reasons with a rate of their own beside truncated / malformed / done / error.
-_OTHER_REASONS = (StopReason.LENGTH, StopReason.MAX_STEPS, StopReason.TIMEOUT)
+_OTHER_REASONS = (StopReason.LENGTH, StopReason.MAX_STEPS, StopReason.TIMEOUT, StopReason.CONTEXT_OVERFLOW)
 
 
 def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, float]:

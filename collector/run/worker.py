@@ -279,6 +279,7 @@ class EpisodeWorker:
             sampling=sampling,
             env_name=cfg.env.name,
             credentials=self._credentials,
+            context_window=providers[item.provider_index].context_window,
         )
         slot = await self._slots.get()
         try:

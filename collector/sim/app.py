@@ -44,7 +44,7 @@ from collector.sim import anthropic as anthropic_wire
 from collector.sim import chat as chat_wire
 from collector.sim import gemini as gemini_wire
 from collector.sim import responses as responses_wire
-from collector.sim.errors import Dialect, SimError, error_payload, error_response
+from collector.sim.errors import Dialect, SimError, context_overflow, error_payload, error_response
 from collector.sim.generate import Generation, generate
 from collector.sim.history import ParsedRequest
 from collector.sim.policy import decide
@@ -167,6 +167,8 @@ async def _reply(sim: _Simulator, request: Request, dialect: Dialect, parse: Par
         body.pop("stream")
     canonical = _canonical(body)
     req.prompt_tokens = max(1, len(canonical) // 4)
+    if preset.context_window is not None and req.prompt_tokens > preset.context_window:
+        return context_overflow(dialect, req.prompt_tokens, preset.context_window)
     digest = sim.digest(dialect, req.model, canonical, headers.get("x-sim-seed", ""))
     fault = sim.fault_for(preset, digest, headers.get("x-sim-fault"), req.stream)
     if fault is not None and fault not in FAULTS:

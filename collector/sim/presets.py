@@ -146,6 +146,9 @@ class ModelPreset:
     """Reasoning tokens per turn (None: the model does not think). They come first and out of
     the same output cap, so a turn whose thinking reaches the cap shows nothing else
     (`collector.sim.thinking`). Keep `zero_prob` at 0: a thinking model thinks every turn."""
+    context_window: int | None = None
+    """Prompt tokens the model can read (None: unlimited). A longer prompt is refused with the
+    dialect's own context-length error (`collector.sim.errors.context_overflow`)."""
     reasoning_field: Literal["reasoning", "reasoning_content"] = "reasoning"
     """Chat Completions: the message field the reasoning text goes in (vLLM's new name, or
     the older one SGLang, llama.cpp and DeepSeek still send)."""
