@@ -29,7 +29,9 @@ from tests.episode.test_sim_e2e import APPROVAL
 KINDS = ["chat", "responses", "anthropic", "gemini"]
 _PRESETS = {
     **PRESETS,
-    "sim-tiny-context": dataclasses.replace(PRESETS["sim-perfect"], name="sim-tiny-context", context_window=50),
+    "sim-tiny-context": dataclasses.replace(
+        PRESETS["sim-perfect"], name="sim-tiny-context", context_window=50
+    ),
 }
 
 
@@ -59,7 +61,9 @@ async def client() -> AsyncIterator[httpx.AsyncClient]:
 
 async def _run(provider: Counting, model: str, budget: int, window: int | None = None) -> Episode:
     env = SupportDeskEnv(num_tasks=10)
-    spec = EpisodeSpec("ctx", model, provider.kind, budget, APPROVAL, env_name=env.name, context_window=window)
+    spec = EpisodeSpec(
+        "ctx", model, provider.kind, budget, APPROVAL, env_name=env.name, context_window=window
+    )
     return await run_episode(spec, provider, env, LoopConfig.model_validate({}))
 
 
@@ -103,7 +107,9 @@ async def test_the_cap_is_clamped_to_what_the_window_leaves(client: httpx.AsyncC
     assert len(provider.requests) == len(episode.turns)  # the doomed turn was never sent
 
 
-def test_stats_give_context_overflow_its_own_column(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_stats_give_context_overflow_its_own_column(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """`collector stats` shows a context_overflow column (table) and rate (json) when it occurs."""
     eps = [make_episode(StopReason.DONE, model="m", budget=64, task=f"t{i}") for i in range(3)]
     eps.append(make_episode(StopReason.CONTEXT_OVERFLOW, model="m", budget=64, task="long"))
