@@ -25,7 +25,11 @@ adapters check them in this order and record every one that applies:
    `ProviderUnavailable`;
 4. `UNCLOSED_TEMPLATE`: the text holds an opened but unclosed chat-template tool-call block,
    unless the server says the turn stopped naturally with fewer output tokens than the cap
-   (a stop sequence matched inside the call): that turn is an unparsed tool call, not a cut.
+   (a stop sequence matched inside the call): that turn is an unparsed tool call, not a cut;
+5. `REASONING`: the cap was spent on thinking: the turn reasoned, shows no text and no call,
+   and either another signal holds or its reasoning tokens reached 90% of the cap (a server
+   that says `stop` for a turn that only thought). Recorded beside the signal that caught the
+   cut, so `collector stats` can count "cut while thinking" apart.
 
 The raw finish reason is kept beside the derived `finish_class`, never replaced by it.
 """
@@ -66,6 +70,8 @@ class LengthSignal(StrEnum):
     stream without its terminal event is a dropped stream, retried, never this)."""
     UNCLOSED_TEMPLATE = "unclosed_template"
     """The text holds an opened but unclosed chat-template tool-call block."""
+    REASONING = "reasoning"
+    """The cap was spent on reasoning: no visible text, no call (see the module docstring)."""
 
 
 class ArgStatus(StrEnum):

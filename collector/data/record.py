@@ -228,6 +228,11 @@ class Episode:
         )
 
     @property
+    def thinking_cut(self) -> bool:
+        """Some turn spent its cap on reasoning (`LengthSignal.REASONING`, issue 16)."""
+        return any("reasoning" in t.length_signals for t in self.turns)
+
+    @property
     def num_turns(self) -> int:
         return len(self.turns)
 

@@ -121,3 +121,20 @@ def test_stats_give_context_overflow_its_own_column(
     assert main(["stats", str(tmp_path / "run"), "--format", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]
     assert rows[0]["context_overflow_rate"] == 0.25
+
+
+def test_stats_count_thinking_cuts_beside_truncation(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Episodes with a turn whose cap went to thinking are counted as `thinking_cut_rate` and
+    shown as a "thinking cut" column, inside the truncation rate."""
+    eps = [make_episode(StopReason.LENGTH, model="m", budget=64, task=f"t{i}") for i in range(4)]
+    eps[0].turns[-1].length_signals = ["finish_reason", "cap_reached", "reasoning"]
+    with RunStore.open(tmp_path / "run", "fp", {}, "arrow", 64) as st:
+        st.commit(eps)
+    assert main(["stats", str(tmp_path / "run")]) == 0
+    assert "thinking cut" in capsys.readouterr().out.splitlines()[0]
+    assert main(["stats", str(tmp_path / "run"), "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert rows[0]["thinking_cut_rate"] == 0.25
+    assert rows[0]["truncation_rate"] == 1.0

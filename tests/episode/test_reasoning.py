@@ -140,3 +140,27 @@ async def test_chat_reads_the_older_reasoning_content_name(client: httpx.AsyncCl
     assert episode.stop_reason is StopReason.DONE, episode.error
     assert all(t.reasoning_text and t.reasoning_tokens > 0 for t in provider.turns)
     assert all(r.reasoning_text for r in episode.turns)
+
+
+@pytest.mark.parametrize(("kind", "stream"), PATHS, ids=IDS)
+async def test_a_cap_spent_on_thinking_is_a_length_turn_flagged_as_such(
+    client: httpx.AsyncClient, kind: str, stream: bool
+) -> None:
+    """At a cap the thinking fills, the turn shows no text and no call: it is a length turn with
+    the `reasoning` signal, nothing runs, and the episode is counted as a thinking cut."""
+
+    async def no_sleep(seconds: float) -> None:
+        return None
+
+    endpoint = Endpoint(base_url_for(kind, "http://sim.test"), streaming=stream)
+    provider = build_provider(kind, endpoint, client, sleep=no_sleep)
+    env = SupportDeskEnv(num_tasks=10)
+    spec = EpisodeSpec("reasoning", "sim-thinker", kind, 8, APPROVAL, env_name=env.name)
+    episode = await run_episode(spec, provider, env, LoopConfig.model_validate({}))
+    assert episode.stop_reason is StopReason.LENGTH
+    assert "reasoning" in episode.turns[0].length_signals
+    assert episode.turns[0].discarded
+    assert episode.executed_tool_calls == []
+    assert episode.thinking_cut
+    (stored,) = episodes_from_table(episodes_to_table([episode]))
+    assert stored.thinking_cut
