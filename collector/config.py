@@ -175,6 +175,24 @@ class SweepCell(_Model):
     """Its per-turn output-token cap."""
 
 
+class ReasoningSetting(_Model):
+    """One value of the sweep's reasoning axis (issue 16), mapped per wire like
+    `sampling.reasoning_effort` / `sampling.thinking_budget`, which it overrides per cell."""
+
+    effort: str | None = None
+    """Chat `reasoning_effort`, Responses `reasoning.effort`, Gemini `thinkingLevel`."""
+    thinking_budget: PositiveInt | None = None
+    """Anthropic `thinking.budget_tokens` (at least 1024, below the cell's budget), Gemini
+    `thinkingBudget`."""
+
+    @property
+    def label(self) -> str:
+        """The `reasoning` column value: `effort=low`, `budget=2048`, both, or `none`."""
+        parts = [f"effort={self.effort}"] if self.effort is not None else []
+        parts += [f"budget={self.thinking_budget}"] if self.thinking_budget is not None else []
+        return ",".join(parts) or "none"
+
+
 class SweepConfig(_Model):
     models: Annotated[list[str], Field(min_length=1)]
     """Model names. For the simulator these are preset names: the keys of `PRESETS` in
@@ -189,6 +207,10 @@ class SweepConfig(_Model):
     cells: Annotated[list[SweepCell], Field(min_length=1)] | None = None
     """Explicit (model, budget) cells to run instead of the product. `models` and `budgets`
     default to the values the cells use; when given, every cell must use listed values."""
+    reasoning: Annotated[list[ReasoningSetting], Field(min_length=1)] | None = None
+    """Optional reasoning axis: every (model, budget) cell runs once per setting, stored in
+    the `reasoning` column (statistics group by it). An Anthropic thinking budget not below
+    a cell's budget is refused before anything runs, naming the cell."""
 
     @model_validator(mode="before")
     @classmethod
@@ -548,7 +570,7 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> RunConfig:
 #: do change it: which episodes time out, which tool results are errors; they stay in).
 _SELECTION_ONLY: dict[str, Any] = {
     "samples_per_task": True,
-    "sweep": {"models": True, "budgets": True, "pairing": True, "cells": True},
+    "sweep": {"models": True, "budgets": True, "pairing": True, "cells": True, "reasoning": True},
     "env": {"tasks": True, "python_path": True},
     "ray": True,
     "output": True,
@@ -567,6 +589,8 @@ def _provider_identity(provider: ProviderConfig) -> dict[str, Any]:
     if provider.kind == "sim":
         # The simulator gets a fresh loopback port per run; its address means nothing.
         data.pop("base_url", None)
+    if data.get("context_window") is None:  # issue 16: unset keeps existing run ids
+        data.pop("context_window", None)
     return data
 
 
@@ -581,6 +605,9 @@ def data_identity(cfg: RunConfig) -> dict[str, Any]:
     for name in _LATER_LOOP_FIELDS:
         if data["loop"][name] == LoopConfig.model_fields[name].default:
             del data["loop"][name]
+    for name in ("reasoning_effort", "thinking_budget"):  # issue 16: unset keeps existing run ids
+        if data["sampling"][name] is None:
+            del data["sampling"][name]
     return data
 
 

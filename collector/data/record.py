@@ -220,6 +220,10 @@ class Episode:
     retries: list[str] = field(default_factory=list)
     """Causes as in `TurnRecord.retries`, over all turns plus the retries of a model call that
     failed for good (an `error` episode's last call has no turn to hold them)."""
+    # --- issue 16: the sweep's reasoning axis (still schema version 3, unreleased) ---
+    reasoning: str | None = None
+    """The reasoning setting of the episode's sweep cell (`effort=low`, `budget=2048`, `none`),
+    None when the sweep has no reasoning axis."""
 
     @property
     def is_truncated(self) -> bool:

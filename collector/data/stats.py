@@ -21,7 +21,8 @@ Per group (model x budget by default, any scalar columns with `by`):
   measured through a provider storm says so.
 
 With more than one provider in the run, the default grouping is provider x model x budget:
-a sweep over providers is never pooled into one row.
+a sweep over providers is never pooled into one row. A sweep with a reasoning axis
+(`sweep.reasoning`) adds ``reasoning`` to the default grouping the same way.
 
 Why errors leave the other denominators: an `error` episode is the provider's or the
 environment's failure, not the model's behaviour at that budget; one that failed on its
@@ -507,9 +508,12 @@ def compute_stats(
     if target is not None and not 0.0 <= target <= 1.0:
         raise ConfigError(f"target must be between 0 and 1 (got {target})")
     wanted = sorted({*by, "stop_reason", *_MEASURES, *(("model", "budget") if target is not None else ())})
-    table = _read(run_dir, [*wanted, *_if_stored(run_dir, "retries", "thinking_cut")])
+    axis = _if_stored(run_dir, "reasoning") if default else []
+    table = _read(run_dir, [*wanted, *_if_stored(run_dir, "retries", "thinking_cut"), *axis])
     if default and pc.count_distinct(table.column("provider")).as_py() <= 1:
         by = ("model", "budget")
+    if axis and pc.count_distinct(table.column("reasoning")).as_py() >= 1:
+        by = (*by, "reasoning")  # a sweep over reasoning settings is never pooled either
     return aggregate(table, by, target)
 
 

@@ -232,6 +232,8 @@ class EpisodeSpec:
     """Every credential value the run was given, in every form sent: none reaches the record."""
     context_window: int | None = None
     """`provider.context_window`: the cap is clamped to what it leaves (step 0b)."""
+    reasoning: str | None = None
+    """The sweep's reasoning setting for this episode (`ReasoningSetting.label`), if any."""
 
     def __post_init__(self) -> None:
         if not self.episode_id:
@@ -698,6 +700,7 @@ async def run_episode(
         system_prompt=system_prompt(run.records),
         chat=chat_messages(run.records),
         tools=offered,
+        reasoning=spec.reasoning,
         retries=run.retries,
     )
     return redactor.finish(episode)  # no credential the run was given, anywhere in the record
