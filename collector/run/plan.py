@@ -28,7 +28,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from collector.config import MAX_EPISODES, MAX_TASKS, ProviderConfig, RunConfig, config_fingerprint, run_id
+from collector.config import (
+    MAX_EPISODES,
+    MAX_TASKS,
+    ProviderConfig,
+    ReasoningSetting,
+    RunConfig,
+    config_fingerprint,
+    run_id,
+)
 from collector.data.record import episode_id
 from collector.envs.base import Environment, Task
 from collector.errors import ConfigError
@@ -186,15 +194,16 @@ def plan_work(cfg: RunConfig, env: Environment | None = None) -> Plan:
 
 def _check_reasoning(cfg: RunConfig, providers: list[ProviderConfig]) -> None:
     """Anthropic's own rule, before anything runs: `budget_tokens` >= 1024 and < `max_tokens`."""
-    settings = cfg.sweep.reasoning or []
+    settings = cfg.sweep.reasoning or [ReasoningSetting(thinking_budget=cfg.sampling.thinking_budget)]
     if not any(p.wire == "anthropic" for p in providers):
         return
     for model, budget in cfg.sweep.pairs():
         for setting in settings:
             thinking = setting.thinking_budget
             if thinking is not None and not 1024 <= thinking < budget:
+                where = f"reasoning {setting.label}" if cfg.sweep.reasoning else "sampling.thinking_budget"
                 raise ConfigError(
-                    f"sweep cell (model {model!r}, budget {budget}, reasoning {setting.label}): an Anthropic "
+                    f"sweep cell (model {model!r}, budget {budget}, {where}): an Anthropic "
                     "thinking budget must be at least 1024 and below the cell's budget (its max_tokens)"
                 )
 

@@ -104,3 +104,15 @@ def test_a_budget_by_reasoning_sweep_shows_thinking_cuts_per_cell_at_their_truth
     header = capsys.readouterr().out.splitlines()[0].split()
     assert header[:3] == ["model", "budget", "reasoning"]  # grouped by the setting by default
     assert "thinking" in header
+
+
+def test_an_anthropic_sampling_thinking_budget_not_below_a_cap_is_refused(tmp_path: Path) -> None:
+    """Without a reasoning axis, `sampling.thinking_budget` is held to the same rule per cell."""
+    cfg = small_config(
+        tmp_path / "run",
+        provider={"kind": "sim", "sim_transport": "anthropic"},
+        sampling={"thinking_budget": 1024},
+        sweep={"models": ["sim-thinker"], "budgets": [512, 4096]},
+    )
+    with pytest.raises(ConfigError, match=r"budget 512, sampling\.thinking_budget\)"):
+        plan_work(cfg)
