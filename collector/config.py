@@ -114,6 +114,10 @@ class ProviderConfig(_Model):
     """How failed model calls are retried (not in the fingerprint)."""
     label: str | None = None
     """Stored in the `provider` column; defaults to the kind. Must differ between swept providers."""
+    context_window: PositiveInt | None = None
+    """The model's context window in tokens. Set, each turn's cap is clamped to what the window
+    leaves after the (estimated) prompt, and a turn that cannot fit ends the episode as
+    `context_overflow` without a request. Unset: only the provider's own error says so."""
     allow_model_alias: bool = False
     """Skip the check, before the sweep, that this server serves each model of `sweep.models`
     (its `/models` list, or the `model` of one small reply). For a server that answers every
@@ -159,6 +163,12 @@ class SamplingConfig(_Model):
     run: the turn records that ids were asked for and not returned. Stored per turn in `turns`."""
     extra_body: dict[str, object] = {}
     """Server-specific request fields (vLLM, llama.cpp), merged into every request body."""
+    reasoning_effort: str | None = None
+    """Reasoning effort (`low`, `medium`, `high`...): Chat `reasoning_effort`, Responses
+    `reasoning.effort` (with the encrypted reasoning asked back), Gemini `thinkingLevel`."""
+    thinking_budget: PositiveInt | None = None
+    """Thinking tokens allowed per turn: Anthropic `thinking.budget_tokens` (at least 1024
+    and below the cap), Gemini `thinkingBudget` (which wins over `reasoning_effort`)."""
 
 
 class SweepCell(_Model):
@@ -168,6 +178,24 @@ class SweepCell(_Model):
     """A model name (for the simulator, a preset)."""
     budget: PositiveInt
     """Its per-turn output-token cap."""
+
+
+class ReasoningSetting(_Model):
+    """One value of the sweep's reasoning axis (issue 16), mapped per wire like
+    `sampling.reasoning_effort` / `sampling.thinking_budget`, which it overrides per cell."""
+
+    effort: str | None = None
+    """Chat `reasoning_effort`, Responses `reasoning.effort`, Gemini `thinkingLevel`."""
+    thinking_budget: PositiveInt | None = None
+    """Anthropic `thinking.budget_tokens` (at least 1024, below the cell's budget), Gemini
+    `thinkingBudget`."""
+
+    @property
+    def label(self) -> str:
+        """The `reasoning` column value: `effort=low`, `budget=2048`, both, or `none`."""
+        parts = [f"effort={self.effort}"] if self.effort is not None else []
+        parts += [f"budget={self.thinking_budget}"] if self.thinking_budget is not None else []
+        return ",".join(parts) or "none"
 
 
 class SweepConfig(_Model):
@@ -184,6 +212,10 @@ class SweepConfig(_Model):
     cells: Annotated[list[SweepCell], Field(min_length=1)] | None = None
     """Explicit (model, budget) cells to run instead of the product. `models` and `budgets`
     default to the values the cells use; when given, every cell must use listed values."""
+    reasoning: Annotated[list[ReasoningSetting], Field(min_length=1)] | None = None
+    """Optional reasoning axis: every (model, budget) cell runs once per setting, stored in
+    the `reasoning` column (statistics group by it). An Anthropic thinking budget not below
+    a cell's budget is refused before anything runs, naming the cell."""
 
     @model_validator(mode="before")
     @classmethod
@@ -547,7 +579,7 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> RunConfig:
 #: do change it: which episodes time out, which tool results are errors; they stay in).
 _SELECTION_ONLY: dict[str, Any] = {
     "samples_per_task": True,
-    "sweep": {"models": True, "budgets": True, "pairing": True, "cells": True},
+    "sweep": {"models": True, "budgets": True, "pairing": True, "cells": True, "reasoning": True},
     "env": {"tasks": True, "python_path": True},
     "ray": True,
     "output": True,
@@ -566,6 +598,8 @@ def _provider_identity(provider: ProviderConfig) -> dict[str, Any]:
     if provider.kind == "sim":
         # The simulator gets a fresh loopback port per run; its address means nothing.
         data.pop("base_url", None)
+    if data.get("context_window") is None:  # issue 16: unset keeps existing run ids
+        data.pop("context_window", None)
     return data
 
 
@@ -580,6 +614,9 @@ def data_identity(cfg: RunConfig) -> dict[str, Any]:
     for name in _LATER_LOOP_FIELDS:
         if data["loop"][name] == LoopConfig.model_fields[name].default:
             del data["loop"][name]
+    for name in ("reasoning_effort", "thinking_budget"):  # issue 16: unset keeps existing run ids
+        if data["sampling"][name] is None:
+            del data["sampling"][name]
     return data
 
 

@@ -29,6 +29,11 @@ class StopReason(StrEnum):
     """A tool call's arguments could not be parsed (even after the conservative repair).
     Nothing from that turn was executed."""
 
+    CONTEXT_OVERFLOW = "context_overflow"
+    """The conversation outgrew the model's context window: the provider said so (its
+    context-length error), or, with `provider.context_window` set, the next turn could not
+    fit before it was asked. Trainable like `length`, under the same reward policy."""
+
     ERROR = "error"
     """The provider failed after its retries, or the environment crashed: not the model's
     doing. Recorded, but never trainable and never written as zero-reward training data."""

@@ -25,7 +25,11 @@ adapters check them in this order and record every one that applies:
    `ProviderUnavailable`;
 4. `UNCLOSED_TEMPLATE`: the text holds an opened but unclosed chat-template tool-call block,
    unless the server says the turn stopped naturally with fewer output tokens than the cap
-   (a stop sequence matched inside the call): that turn is an unparsed tool call, not a cut.
+   (a stop sequence matched inside the call): that turn is an unparsed tool call, not a cut;
+5. `REASONING`: the cap was spent on thinking: the turn reasoned, shows no text and no call,
+   and either another signal holds or its reasoning tokens reached 90% of the cap (a server
+   that says `stop` for a turn that only thought). Recorded beside the signal that caught the
+   cut, so `collector stats` can count "cut while thinking" apart.
 
 The raw finish reason is kept beside the derived `finish_class`, never replaced by it.
 """
@@ -66,6 +70,8 @@ class LengthSignal(StrEnum):
     stream without its terminal event is a dropped stream, retried, never this)."""
     UNCLOSED_TEMPLATE = "unclosed_template"
     """The text holds an opened but unclosed chat-template tool-call block."""
+    REASONING = "reasoning"
+    """The cap was spent on reasoning: no visible text, no call (see the module docstring)."""
 
 
 class ArgStatus(StrEnum):
@@ -150,6 +156,16 @@ class Turn:
     blocks, thought parts, reasoning items): output that was visible, just not stored."""
     retries: tuple[str, ...] = ()
     """Causes of the requests retried before this reply (`collector.providers.http.retry_cause`)."""
+    # --- reasoning (issue 16): what the model thought, and what must go back with its calls ---
+    reasoning_text: str | None = None
+    """The reasoning text where the provider returns it (Chat `reasoning`/`reasoning_content`,
+    Responses summaries, Anthropic `thinking`, Gemini thought parts), joined in order."""
+    reasoning_tokens: int = 0
+    """Output tokens the provider says went to reasoning (part of `usage.output_tokens`)."""
+    reasoning_items: list[JSONObject] = field(default_factory=list)
+    """The opaque reasoning items, in the adapter's own wire shape and order, exactly as
+    received: replayed verbatim with the turn (Anthropic thinking blocks with `signature`,
+    Responses `reasoning` items, Gemini thought parts). Chat Completions has none."""
 
     @property
     def is_length(self) -> bool:
@@ -183,6 +199,9 @@ class AssistantMessage:
     text: str
     tool_calls: list[ToolCall] = field(default_factory=list)
     role: Literal["assistant"] = "assistant"
+    reasoning_items: list[JSONObject] = field(default_factory=list)
+    """`Turn.reasoning_items` of the turn, replayed verbatim by the adapter that made them,
+    before the turn's text and calls (the APIs refuse a call replayed without them)."""
 
 
 @dataclass(slots=True)
@@ -224,6 +243,10 @@ class SamplingParams:
     """Ask for sampled token ids (and prompt ids, and logprobs) where the wire has them."""
     extra_body: JSONObject = field(default_factory=dict)
     """Free server-specific fields merged into the request body (vLLM, llama.cpp)."""
+    reasoning_effort: str | None = None
+    """Chat `reasoning_effort`, Responses `reasoning.effort`, Gemini `thinkingLevel`."""
+    thinking_budget: int | None = None
+    """Anthropic `thinking.budget_tokens`, Gemini `thinkingConfig.thinkingBudget`."""
     extra_headers: dict[str, str] = field(default_factory=dict)
     """HTTP headers added to this request only (never logged or stored). The job sets the
     simulator's `x-sim-seed` here, so that samples of one task differ on transports whose

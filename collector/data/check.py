@@ -123,6 +123,8 @@ def _rows(table: pa.Table) -> list[dict[str, Any]]:
     # A dictionary column converts element by element (4.5 us a row); its string cast does not.
     columns["stop_reason"] = columns["stop_reason"].cast(pa.string())
     columns["has_error"] = pc.is_valid(table.column("error"))
+    if "reasoning" in table.column_names:  # the sweep's reasoning axis (issue 16) names ids too
+        columns["reasoning"] = table.column("reasoning")
     rows: list[dict[str, Any]] = pa.table(columns).to_pylist()
     return rows
 
@@ -275,8 +277,13 @@ def _check_row(
     # A sweep over several providers names the model as "provider/model" in the id
     # (collector.run.plan), so the same model under two providers gets two ids; that second
     # hash is computed only when the first does not match.
-    if eid != expected and eid != episode_id(row["run_id"], row["task_id"], row["sample"],
-                                             f"{row['provider']}/{row['model']}", row["budget"]):
+    # A sweep with a reasoning axis adds "@<setting>" to either (issue 16).
+    names = [f"{row['provider']}/{row['model']}"]
+    if row.get("reasoning") is not None:
+        names = [f"{n}@{row['reasoning']}" for n in (row["model"], *names)]
+    if eid != expected and all(
+        eid != episode_id(row["run_id"], row["task_id"], row["sample"], n, row["budget"]) for n in names
+    ):
         report.add(f"{where}: id is not episode_id(run, task, sample, model, budget) = {expected}")
     reason = row["stop_reason"]
     turns = row["turns"]

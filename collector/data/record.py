@@ -82,6 +82,15 @@ class TurnRecord:
     retries: list[str] | None = field(default_factory=list)
     """One cause per retried request of this turn: `429`, `5xx`, `timeout`, `dropped`
     (a stream or connection that broke off), `other` (a 200 reply not in the wire format...)."""
+    # --- issue 16 (reasoning): still schema version 3 (unreleased), the lead reconciles ---
+    reasoning_text: str | None = None
+    """The reasoning text where the provider returned it (redacted like message text)."""
+    reasoning_tokens: int = 0
+    """Output tokens the provider says went to reasoning (included in `output_tokens`)."""
+    reasoning_items: str | None = None
+    """The opaque reasoning items replayed with the turn, as a JSON list in the provider's
+    wire shape (Anthropic thinking blocks with signatures, Responses reasoning items with
+    `encrypted_content`, Gemini thought parts); None when the turn had none."""
 
     def __post_init__(self) -> None:
         self.output_tokens = clamp_tokens(self.output_tokens)
@@ -244,12 +253,21 @@ class Episode:
     retries: list[str] = field(default_factory=list)
     """Causes as in `TurnRecord.retries`, over all turns plus the retries of a model call that
     failed for good (an `error` episode's last call has no turn to hold them)."""
+    # --- issue 16: the sweep's reasoning axis (still schema version 3, unreleased) ---
+    reasoning: str | None = None
+    """The reasoning setting of the episode's sweep cell (`effort=low`, `budget=2048`, `none`),
+    None when the sweep has no reasoning axis."""
 
     @property
     def is_truncated(self) -> bool:
         return self.stop_reason is StopReason.LENGTH or any(
             t.finish_class == "length" for t in self.turns
         )
+
+    @property
+    def thinking_cut(self) -> bool:
+        """Some turn spent its cap on reasoning (`LengthSignal.REASONING`, issue 16)."""
+        return any("reasoning" in t.length_signals for t in self.turns)
 
     @property
     def num_turns(self) -> int:

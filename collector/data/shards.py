@@ -127,6 +127,7 @@ DERIVED_COLUMNS: dict[str, type] = {
     "input_tokens": int,
     "output_tokens": int,
     "wasted_output_tokens": int,
+    "thinking_cut": bool,  # issue 16; appended after the documented order (still version 3)
 }
 
 #: The fixed stop_reason dictionary: index i is the i-th StopReason member.

@@ -6,18 +6,23 @@ Per group (model x budget by default, any scalar columns with `by`):
 - ``truncation_rate`` with a Wilson 95% interval (``trunc_low``, ``trunc_high``): the share
   of episodes with at least one turn cut by the output cap (`is_truncated`, whether or not
   the cut ended the episode);
+- ``thinking_cut_rate``: share of episodes with a turn whose cap was spent on reasoning (no
+  text, no call: `LengthSignal.REASONING`), a part of the truncation rate; the table shows
+  it as "thinking cut" when any occurred;
 - ``malformed_rate``, ``done_rate``: shares ending as `malformed_tool_call` / `done`;
 - ``error_rate``: share ending as `error`, over *all* episodes;
 - ``mean_reward``; ``wasted_output_tokens`` (total spent on cut or discarded turns) and
   ``wasted_fraction`` of all output tokens;
-- ``length_rate``, ``max_steps_rate``, ``timeout_rate``: the other stop reasons, so that the
-  shares of every reason add up (the table shows a column for each one that occurs);
+- ``length_rate``, ``max_steps_rate``, ``timeout_rate``, ``context_overflow_rate``: the other
+  stop reasons, so that the shares of every reason add up (the table shows a column for each
+  one that occurs);
 - ``retries`` and ``retries_<cause>`` (`429`, `5xx`, `timeout`, `dropped`, `other`): requests
   retried in the group's episodes, and ``errors``: episodes that ended as `error`. A rate
   measured through a provider storm says so.
 
 With more than one provider in the run, the default grouping is provider x model x budget:
-a sweep over providers is never pooled into one row.
+a sweep over providers is never pooled into one row. A sweep with a reasoning axis
+(`sweep.reasoning`) adds ``reasoning`` to the default grouping the same way.
 
 Why errors leave the other denominators: an `error` episode is the provider's or the
 environment's failure, not the model's behaviour at that budget; one that failed on its
@@ -72,7 +77,7 @@ _MEASURES = ["is_truncated", "reward", "wasted_output_tokens", "output_tokens"]
 #: Retry causes counted per group (`collector.providers.http.retry_cause`), in column order.
 RETRY_CAUSES = ("429", "5xx", "timeout", "dropped", "other")
 #: Stop reasons with a rate of their own beside truncated / malformed / done / error.
-_OTHER_REASONS = (StopReason.LENGTH, StopReason.MAX_STEPS, StopReason.TIMEOUT)
+_OTHER_REASONS = (StopReason.LENGTH, StopReason.MAX_STEPS, StopReason.TIMEOUT, StopReason.CONTEXT_OVERFLOW)
 
 
 def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
@@ -104,6 +109,8 @@ class GroupStats:
     reward_sum: float = 0.0
     wasted_output_tokens: int = 0
     output_tokens: int = 0
+    thinking_cut: int = 0
+    """Valid episodes with a turn whose cap was spent on reasoning (`LengthSignal.REASONING`)."""
     reasons: dict[str, int] = field(default_factory=dict)
     """Episodes per stop reason (errors included)."""
     retries: dict[str, int] = field(default_factory=dict)
@@ -124,6 +131,10 @@ class GroupStats:
     @property
     def truncation_interval(self) -> tuple[float, float]:
         return wilson_interval(self.truncated, self.valid)
+
+    @property
+    def thinking_cut_rate(self) -> float:
+        return self.thinking_cut / self.valid if self.valid else math.nan
 
     @property
     def malformed_rate(self) -> float:
@@ -156,6 +167,7 @@ class GroupStats:
             "truncation_rate": self.truncation_rate,
             "trunc_low": low,
             "trunc_high": high,
+            "thinking_cut_rate": self.thinking_cut_rate,
             "malformed_rate": self.malformed_rate,
             "done_rate": self.done_rate,
             "error_rate": self.error_rate,
@@ -368,9 +380,11 @@ def aggregate(table: pa.Table, by: Sequence[str], target: float | None = None) -
     # Single-threaded: the tables are small, and pyarrow's threaded group-by fails ("thread
     # index N is out of range") in a process where something resized its CPU pool after
     # start-up, as Ray Data does when a notebook uses both.
+    thinking = "thinking_cut" in table.column_names  # shards written before issue 16 lack it
     counted = table.group_by([*by, "stop_reason"], use_threads=False).aggregate(
         [([], "count_all"), ("is_truncated", "sum"), ("reward", "sum"),
-         ("wasted_output_tokens", "sum"), ("output_tokens", "sum")]
+         ("wasted_output_tokens", "sum"), ("output_tokens", "sum"),
+         *([("thinking_cut", "sum")] if thinking else [])]
     )
     groups: dict[tuple[Any, ...], GroupStats] = {}
     for row in counted.to_pylist():
@@ -389,6 +403,7 @@ def aggregate(table: pa.Table, by: Sequence[str], target: float | None = None) -
             continue
         g.valid += n
         g.truncated += row["is_truncated_sum"] or 0
+        g.thinking_cut += row.get("thinking_cut_sum") or 0
         g.reward_sum += row["reward_sum"] or 0.0
         if reason == StopReason.MALFORMED_TOOL_CALL:
             g.malformed += n
@@ -493,9 +508,12 @@ def compute_stats(
     if target is not None and not 0.0 <= target <= 1.0:
         raise ConfigError(f"target must be between 0 and 1 (got {target})")
     wanted = sorted({*by, "stop_reason", *_MEASURES, *(("model", "budget") if target is not None else ())})
-    table = _read(run_dir, [*wanted, *_if_stored(run_dir, "retries")])
+    axis = _if_stored(run_dir, "reasoning") if default else []
+    table = _read(run_dir, [*wanted, *_if_stored(run_dir, "retries", "thinking_cut"), *axis])
     if default and pc.count_distinct(table.column("provider")).as_py() <= 1:
         by = ("model", "budget")
+    if axis and pc.count_distinct(table.column("reasoning")).as_py() >= 1:
+        by = (*by, "reasoning")  # a sweep over reasoning settings is never pooled either
     return aggregate(table, by, target)
 
 
@@ -522,7 +540,9 @@ def _table(result: StatsResult) -> str:
     # when some request was retried (then per cell, by cause).
     extra = [r for r in _OTHER_REASONS if any(g.reasons.get(r.value) for g in result.groups)]
     retried = any(g.retried for g in result.groups)
-    headers = [*result.by, "episodes", "truncated", "95% CI", "malformed", "done",
+    thinking = any(g.thinking_cut for g in result.groups)
+    headers = [*result.by, "episodes", "truncated", "95% CI", *(["thinking cut"] if thinking else []),
+               "malformed", "done",
                *(r.value for r in extra), "error", "reward", "wasted tok", "wasted",
                *(["retried"] if retried else [])]
     lines = []
@@ -531,7 +551,8 @@ def _table(result: StatsResult) -> str:
         ci = "-" if math.isnan(low) else f"[{100 * low:.1f}, {100 * high:.1f}]"
         error = _pct(g.error_rate) + (f" ({g.errors})" if g.errors else "")
         lines.append([*(str(g.key[c]) for c in result.by), str(g.episodes), _pct(g.truncation_rate), ci,
-                      _pct(g.malformed_rate), _pct(g.done_rate), *(_pct(g.reason_rate(r)) for r in extra),
+                      *([_pct(g.thinking_cut_rate)] if thinking else []), _pct(g.malformed_rate),
+                      _pct(g.done_rate), *(_pct(g.reason_rate(r)) for r in extra),
                       error, _num(g.mean_reward), str(g.wasted_output_tokens), _pct(g.wasted_fraction),
                       *([_retried(g.retries)] if retried else [])])
     widths = [max(len(h), *(len(r[i]) for r in lines)) if lines else len(h) for i, h in enumerate(headers)]

@@ -18,7 +18,13 @@ is fixed and tested:
 0. before the call: the episode output-token budget (`episode_output_budget`). The turn's
    cap is the smaller of the per-turn cap and what remains; when nothing remains the
    episode ends as `length`.
-1. call the model. A `ProviderError` ends the episode as `error`. So does a reply over the
+0b. before the call, with `provider.context_window` set: the context window. The turn's cap
+   is clamped to what the window leaves after the prompt (the provider's count of the last
+   turn plus ~4 characters a token for what was added since, and the tool schemas); when
+   not one token is left the episode ends as `context_overflow` and no request is sent.
+1. call the model. The provider's context-length error (`ContextOverflow`, not retried)
+   ends the episode as `context_overflow`; any other `ProviderError` ends it as `error`.
+   So does a reply over the
    loop's limits (more than `max_tool_calls_per_turn` calls, or a call whose arguments
    exceed `max_argument_bytes`): a `ProtocolViolation` error, recorded before the turn
    enters the record, so none of its calls runs or is stored. `error`, not
@@ -77,7 +83,7 @@ after the previous user or tool message, which every dialect accepts.
 Reward policy (`LoopConfig.reward`):
 - `done`: the grader runs on the final answer and world state; reward = graded value.
 - `max_steps`: graded the same way when `grade_max_steps` (the default), else 0.0.
-- `length`, `malformed_tool_call`: reward 0.0 with policy "zero"; with "grade_then_clamp"
+- `length`, `malformed_tool_call`, `context_overflow`: reward 0.0 with policy "zero"; with "grade_then_clamp"
   the grader runs and reward = min(graded, 0.0). With `grade_cut_episodes` the grader runs
   and its value is kept in `graded_reward` (the reward is unchanged by it).
 - `timeout`: reward 0.0, not graded, `trainable` False: a wall-clock limit depends on the
@@ -121,7 +127,7 @@ from collector.envs.base import (
 from collector.envs.tools import run_tool, tool_specs
 from collector.episode.redact import Redactor
 from collector.episode.tokens import TokenTracker, holds_secret, withhold
-from collector.errors import EnvironmentFailure, ProtocolViolation, ProviderError
+from collector.errors import ContextOverflow, EnvironmentFailure, ProtocolViolation, ProviderError
 from collector.providers.base import Provider
 from collector.stop import StopReason
 from collector.turn import (
@@ -163,6 +169,10 @@ def _duplicate(original: str) -> str:
         f"not executed: this call repeated the id {original[:64]!r} of an earlier call of this turn; "
         "send it again as a call of its own"
     )
+
+_CHARS_PER_TOKEN = 4
+"""The prompt estimate's exchange rate (English text and JSON, BPE tokenizers): conservative
+enough with the provider's own count of everything up to the last turn."""
 
 #: Stop reasons that are not the model's doing (reward policy in the module docstring).
 _NOT_TRAINABLE = frozenset({StopReason.ERROR, StopReason.TIMEOUT})
@@ -221,6 +231,10 @@ class EpisodeSpec:
     episode_id: str = ""
     credentials: tuple[str, ...] = field(default=(), repr=False)
     """Every credential value the run was given, in every form sent: none reaches the record."""
+    context_window: int | None = None
+    """`provider.context_window`: the cap is clamped to what it leaves (step 0b)."""
+    reasoning: str | None = None
+    """The sweep's reasoning setting for this episode (`ReasoningSetting.label`), if any."""
 
     def __post_init__(self) -> None:
         if not self.episode_id:
@@ -281,6 +295,8 @@ class _Episode:
         "output_used",
         "records",
         "redactor",
+        "reported_at",
+        "reported_prompt",
         "results",
         "retries",
         "settings",
@@ -310,6 +326,22 @@ class _Episode:
         self.retries: list[str] = []
         """Causes of every retried request of the episode (`Episode.retries`)."""
         self.tokens = TokenTracker(False, None)
+        self.reported_prompt = 0
+        """Input + output tokens of the last turn, as the provider counted them (step 0b)."""
+        self.reported_at = 0
+        """How much of `history` that count covers."""
+
+    def prompt_estimate(self) -> int:
+        """Tokens the next request's messages will take: the provider's own count of the last
+        turn (its prompt and its output) plus what was added since at ~4 characters a token;
+        before any turn, the whole history that way."""
+        added = self.history[self.reported_at:] if self.reported_prompt else self.history
+        chars = 0
+        for m in added:
+            chars += len(getattr(m, "text", "") or getattr(m, "content", ""))
+            for c in getattr(m, "tool_calls", ()):
+                chars += len(c.name) + len(json.dumps(c.arguments or {}))
+        return (self.reported_prompt if self.reported_prompt else 0) + chars // _CHARS_PER_TOKEN
 
     def add_turn(self, turn: Turn, cap: int, tools_offered: bool = False) -> TurnRecord:
         index = len(self.turns)
@@ -334,18 +366,25 @@ class _Episode:
             system_fingerprint=turn.system_fingerprint,
             invisible_output=tools_offered and not unparsed and _invisible(turn, calls),
             retries=list(turn.retries),
+            reasoning_text=self.redactor.redact_text(turn.reasoning_text) if turn.reasoning_text else None,
+            reasoning_tokens=turn.reasoning_tokens,
+            reasoning_items=json.dumps(turn.reasoning_items, ensure_ascii=False)
+            if turn.reasoning_items
+            else None,
         )
         self.retries.extend(turn.retries)
         self.tokens.fill(record, turn)
         self.turns.append(record)
         self.output_used += turn.usage.output_tokens
-        message = AssistantMessage(turn.text, calls)
+        message = AssistantMessage(turn.text, calls, reasoning_items=turn.reasoning_items)
         if turn.text or calls:
             # An empty turn (a cap spent on thinking, or on nothing) stays in the record but is
             # never replayed: chat would send `content: null`, Anthropic an empty text block,
             # Gemini an empty part, all rejected by strict backends.
             self.history.append(message)
         self.records.append(self.redactor.message_record(message, index))
+        self.reported_prompt = turn.usage.input_tokens + turn.usage.output_tokens
+        self.reported_at = len(self.history)
         self.open_calls = calls
         self.open_index = index
         self.results = {}
@@ -493,6 +532,7 @@ async def _drive(
     specs = tool_specs(tools)
     by_name = {t.name: t for t in tools}
     cut_streak = bad_streak = 0
+    schema_tokens = len(json.dumps([dataclasses.asdict(s) for s in specs])) // _CHARS_PER_TOKEN
     for _ in range(settings.max_steps):
         cap = spec.budget
         if budget is not None:  # 0
@@ -500,9 +540,17 @@ async def _drive(
             if remaining <= 0:
                 return StopReason.LENGTH
             cap = min(cap, remaining)
+        if spec.context_window is not None:  # 0b
+            room = spec.context_window - run.prompt_estimate() - schema_tokens
+            if room < 1:
+                return StopReason.CONTEXT_OVERFLOW
+            cap = min(cap, room)
         request = TurnRequest(spec.model, run.history, specs, cap, params)
         try:  # 1
             turn = await provider.complete(request)
+        except ContextOverflow as exc:
+            run.retries.extend(exc.retries)
+            return StopReason.CONTEXT_OVERFLOW
         except ProviderError as exc:
             run.retries.extend(exc.retries)
             raise _Failure(EpisodeError(type(exc).__name__, str(exc))) from exc
@@ -563,7 +611,7 @@ async def _reward(reason: StopReason, world: EpisodeWorld, run: _Episode) -> tup
     if reason is StopReason.DONE or (reason is StopReason.MAX_STEPS and policy.grade_max_steps):
         graded = await _grade(world, run.final_text if reason is StopReason.DONE else None, run)
         return graded, graded
-    if reason in (StopReason.LENGTH, StopReason.MALFORMED_TOOL_CALL):
+    if reason in (StopReason.LENGTH, StopReason.MALFORMED_TOOL_CALL, StopReason.CONTEXT_OVERFLOW):
         clamp = policy.policy == "grade_then_clamp"
         if clamp or policy.grade_cut_episodes:
             graded = await _grade(world, None, run)
@@ -660,6 +708,7 @@ async def run_episode(
         system_prompt=system_prompt(run.records),
         chat=chat_messages(run.records),
         tools=offered,
+        reasoning=spec.reasoning,
         retries=run.retries,
     )
     return redactor.finish(episode)  # no credential the run was given, anywhere in the record

@@ -13,6 +13,12 @@ every block is closed; some fixtures do not close the cut one: both are accepted
 stopped short for lack of room. `refusal` (a streaming classifier stepped in) maps to
 content_filter, with the category kept in `Turn.refusal`.
 
+Thinking (`thinking` blocks with their `signature`, `redacted_thinking` blocks) is kept in
+order as `Turn.reasoning_items`, streamed ones rebuilt from `thinking_delta` and
+`signature_delta`, and replayed verbatim before the turn's text and `tool_use` blocks. A
+thinking budget is sent as `thinking: {type: "enabled", budget_tokens}`. The API reports no
+separate thinking-token count, so `reasoning_tokens` stays 0 on this wire.
+
 History: system messages go to top-level `system`; assistant turns are `text` + `tool_use`
 blocks (input `{}` for a call that did not parse); tool results are `tool_result` blocks in
 the next user message, first, with any user text after them (the API wants roles to
@@ -95,7 +101,11 @@ def build_anthropic_body(request: TurnRequest, stream: bool) -> JSONObject:
                 },
             )
         elif isinstance(m, AssistantMessage):
-            if m.text or not m.tool_calls:
+            # Thinking blocks first, exactly as received (signature included): the API answers
+            # 400 "Expected `thinking` or `redacted_thinking`, but found `tool_use`" otherwise.
+            for item in m.reasoning_items:
+                add("assistant", dict(item))
+            if (m.text or not m.tool_calls) and not (m.reasoning_items and not m.text):
                 add("assistant", {"type": "text", "text": m.text})
             for c in m.tool_calls:
                 add("assistant", {"type": "tool_use", "id": c.id, "name": c.name, "input": replay_object(c)})
@@ -127,6 +137,8 @@ def build_anthropic_body(request: TurnRequest, stream: bool) -> JSONObject:
         body["top_p"] = p.top_p
     if p.stop:
         body["stop_sequences"] = list(p.stop)
+    if p.thinking_budget is not None:
+        body["thinking"] = {"type": "enabled", "budget_tokens": p.thinking_budget}
     if stream:
         body["stream"] = True
     if p.extra_body:
@@ -154,7 +166,7 @@ def _turn(
     response_id: str | None,
     stream_cut: bool = False,
     model: str | None = None,
-    reasoning: bool = False,
+    thinking: list[JSONObject] | None = None,
 ) -> Turn:
     refusal = None
     if stop_reason == "refusal":
@@ -173,7 +185,8 @@ def _turn(
         refusal=refusal,
         response_id=response_id,
         response_model=model,
-        reasoning=reasoning,
+        reasoning_text="".join(str(b.get("thinking") or "") for b in thinking or ()) or None,
+        reasoning_items=thinking,
     )
 
 
@@ -212,9 +225,12 @@ class AnthropicProvider:
                 raise self._http.stream_error(payload)
             text: list[str] = []
             calls: list[ToolCall] = []
+            thinking: list[JSONObject] = []
             for block in payload["content"]:
                 kind = block.get("type")
-                if kind == "text":
+                if kind in _THINKING:
+                    thinking.append(dict(block))
+                elif kind == "text":
                     text.append(block.get("text") or "")
                 elif kind == "tool_use":
                     calls.append(
@@ -232,7 +248,7 @@ class AnthropicProvider:
                 elapsed,
                 payload.get("id"),
                 model=payload.get("model"),
-                reasoning=any(b.get("type") in _THINKING for b in payload["content"]),
+                thinking=thinking,
             )
         except _PARSE_ERRORS:
             raise self._http.protocol_error("reply is not an Anthropic message") from None
@@ -284,6 +300,10 @@ class _AnthropicStream:
                 dtype = delta.get("type")
                 if dtype == "text_delta":
                     block[2].append(delta.get("text") or "")
+                elif dtype == "thinking_delta":
+                    block[2].append(delta.get("thinking") or "")
+                elif dtype == "signature_delta":
+                    block[1] = {**block[1], "signature": delta.get("signature") or ""}
                 elif dtype == "input_json_delta":
                     block[2].append(delta.get("partial_json") or "")
         elif kind == "content_block_start":
@@ -320,9 +340,16 @@ class _AnthropicStream:
     def turn(self, cap: int, elapsed: float) -> Turn:
         text: list[str] = []
         calls: list[ToolCall] = []
+        thinking: list[JSONObject] = []
         cut = self.stop_reason is None
         for _, (btype, start, pieces, closed) in sorted(self.blocks.items()):
-            if btype == "text":
+            if btype == "thinking":
+                # Rebuilt as the whole reply carries it: the text, then the signature.
+                thinking.append({"type": "thinking", "thinking": str(start.get("thinking") or "")
+                                 + "".join(pieces), "signature": start.get("signature") or ""})
+            elif btype == "redacted_thinking":
+                thinking.append(dict(start))
+            elif btype == "text":
                 text.append("".join(pieces))
             elif btype == "tool_use":
                 call_id, name = str(start["id"]), str(start.get("name") or "")
@@ -346,5 +373,5 @@ class _AnthropicStream:
             self.response_id,
             stream_cut=cut,
             model=self.model,
-            reasoning=any(b[0] in _THINKING for b in self.blocks.values()),
+            thinking=thinking,
         )

@@ -11,6 +11,12 @@ on its own: vLLM reports `tool_calls` for a call cut at the cap, which `CAP_REAC
 could not parse is left in `content`, which `UNCLOSED_TEMPLATE` catches. OpenRouter's
 `finish_reason: "error"` and a top-level `error` chunk are mid-stream failures: retried whole.
 
+Reasoning: `message.reasoning` (vLLM), else `reasoning_content` (older vLLM, SGLang,
+llama.cpp, DeepSeek), streamed as deltas of the same names, and
+`usage.completion_tokens_details.reasoning_tokens`; `reasoning_effort` is sent when set.
+Nothing of it is replayed: the wire has no opaque reasoning item, and DeepSeek answers 400
+to a `reasoning_content` sent back.
+
 History: system / user / assistant (`tool_calls` with `arguments` as text, `"{}"` for a call
 that did not parse) / one `tool` message per call id. The output cap goes in
 `max_completion_tokens`, or in `Endpoint.cap_field` (many OSS servers want `max_tokens`).
@@ -124,6 +130,8 @@ def build_chat_body(request: TurnRequest, cap_field: str, stream: bool) -> JSONO
     if p.token_ids:
         body["return_token_ids"] = True  # vLLM (prompt + output ids) and SGLang (output ids)
         body["return_prompt_token_ids"] = True  # SGLang
+    if p.reasoning_effort is not None:
+        body["reasoning_effort"] = p.reasoning_effort
     if stream:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
@@ -180,6 +188,20 @@ def _usage(u: Any) -> Usage:
     if not isinstance(u, dict):
         return Usage()
     return Usage(as_int(u.get("prompt_tokens")), as_int(u.get("completion_tokens")))
+
+
+def _reasoning_tokens(u: Any) -> int:
+    details = u.get("completion_tokens_details") if isinstance(u, dict) else None
+    return as_int(details.get("reasoning_tokens")) if isinstance(details, dict) else 0
+
+
+def _reasoning_of(m: Any) -> str:
+    # vLLM renamed `reasoning_content` to `reasoning` (vllm #27752); SGLang, llama.cpp and
+    # DeepSeek still send the old name.
+    value = m.get("reasoning")
+    if not isinstance(value, str):
+        value = m.get("reasoning_content")
+    return value if isinstance(value, str) else ""
 
 
 def _map(raw: str | None, has_calls: bool) -> FinishClass:
@@ -282,6 +304,8 @@ class ChatProvider:
             system_fingerprint=payload.get("system_fingerprint"),
             reasoning=bool(message.get("reasoning_content") or message.get("reasoning")),
             prompt_token_ids=list(prompt_ids) if prompt_ids else None,
+            reasoning_text=_reasoning_of(message) or None,
+            reasoning_tokens=_reasoning_tokens(payload.get("usage")),
         )
 
     async def _stream_once(self, body: bytes, cap: int, extra: Headers) -> Turn:
@@ -317,6 +341,8 @@ class _ChatStream:
         "model",
         "prompt_ids",
         "reasoning",
+        "reasoning_text",
+        "reasoning_tokens",
         "refusal",
         "response_id",
         "text",
@@ -338,6 +364,8 @@ class _ChatStream:
         self.model: str | None = None
         self.fingerprint: str | None = None
         self.reasoning = False
+        self.reasoning_text: list[str] = []
+        self.reasoning_tokens = 0
 
     def feed(self, chunk: Any, http: Http) -> None:
         # Called once per token on real servers: the common chunk (one choice, one short delta)
@@ -351,6 +379,7 @@ class _ChatStream:
         usage = chunk.get("usage")
         if usage and isinstance(usage, dict):
             self.usage = _usage(usage)
+            self.reasoning_tokens = _reasoning_tokens(usage)
         if self.prompt_ids is None and "prompt_token_ids" in chunk:  # vLLM: first chunk only
             self.prompt_ids = _ints(chunk["prompt_token_ids"])
         for choice in chunk.get("choices") or ():
@@ -367,8 +396,10 @@ class _ChatStream:
                 refusal = delta.get("refusal")
                 if refusal and isinstance(refusal, str):
                     self.refusal.append(refusal)
-                if delta.get("reasoning_content") or delta.get("reasoning"):
+                thought = _reasoning_of(delta)
+                if thought:
                     self.reasoning = True
+                    self.reasoning_text.append(thought)
             logprobs = choice.get("logprobs")
             if logprobs:
                 _logprobs_of(logprobs, self.logprobs, self.logprob_ids)
@@ -423,4 +454,6 @@ class _ChatStream:
             system_fingerprint=self.fingerprint,
             reasoning=self.reasoning,
             prompt_token_ids=list(self.prompt_ids) if self.prompt_ids else None,
+            reasoning_text="".join(self.reasoning_text) or None,
+            reasoning_tokens=self.reasoning_tokens,
         )

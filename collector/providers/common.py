@@ -15,6 +15,8 @@ the order documented in `collector.turn` and records every one that holds:
                    cut the block, not the cap, and it is an unparsed tool call, not a cut
                    (llama-server with a stop word that matched inside a call: streamed,
                    the same generation arrives empty; both must end alike).
+5. REASONING       the turn thought and shows no text and no call, and is cut by 1-4 or
+                   spent 90% of the cap on reasoning tokens: "the cap went to thinking";
 
 Keeping this in one function means the four transports cannot disagree about what "cut" is.
 """
@@ -147,6 +149,9 @@ def finish_turn(
     system_fingerprint: str | None = None,
     reasoning: bool = False,
     prompt_token_ids: list[int] | None = None,
+    reasoning_text: str | None = None,
+    reasoning_tokens: int = 0,
+    reasoning_items: list[JSONObject] | None = None,
 ) -> Turn:
     """Apply the length checks in their documented order and build the `Turn`."""
     signals: list[LengthSignal] = []
@@ -159,6 +164,11 @@ def finish_turn(
     stopped_short = mapped is FinishClass.STOP and 0 < usage.output_tokens < max_output_tokens
     if text and not stopped_short and unclosed_template(text) is not None:
         signals.append(LengthSignal.UNCLOSED_TEMPLATE)
+    thought = reasoning or bool(reasoning_text) or bool(reasoning_items) or reasoning_tokens > 0
+    if thought and not text and not tool_calls and (
+        signals or (max_output_tokens > 0 and reasoning_tokens * 10 >= max_output_tokens * 9)
+    ):
+        signals.append(LengthSignal.REASONING)
     # Stored as string columns: a server's finish reason of any other JSON type is kept as text.
     if raw_finish_reason is not None:
         raw_finish_reason = _text(raw_finish_reason)
@@ -182,5 +192,8 @@ def finish_turn(
         response_id=response_id,
         response_model=response_model if isinstance(response_model, str) else None,
         system_fingerprint=system_fingerprint if isinstance(system_fingerprint, str) else None,
-        reasoning=reasoning,
+        reasoning=reasoning or bool(reasoning_text) or bool(reasoning_items),
+        reasoning_text=reasoning_text or None,
+        reasoning_tokens=reasoning_tokens,
+        reasoning_items=reasoning_items or [],
     )

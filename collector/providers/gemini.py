@@ -18,6 +18,11 @@ A stream has no end marker: the last chunk carries `finishReason`. A stream that
 without one is a dropped stream (retried). Prompt-level blocks (`promptFeedback.blockReason`,
 no candidates) are content_filter turns with the block reason as the incomplete reason.
 
+Thinking: `thought: true` parts are kept verbatim (`Turn.reasoning_items`, their text the
+reasoning text, `usageMetadata.thoughtsTokenCount` the count) and replayed first in the
+model turn, each `thoughtSignature` on the part that carried it. A budget or level is sent
+as `thinkingConfig` (`thinkingBudget` or `thinkingLevel`, not both) with `includeThoughts`.
+
 History: system messages go to `systemInstruction`; assistant turns become `model` contents
 (text, `functionCall` parts with `args` `{}` for a call that did not parse); tool results
 become `functionResponse` parts (`{"output": ...}` or `{"error": ...}`) in a `user` content.
@@ -99,6 +104,9 @@ def build_gemini_body(request: TurnRequest) -> JSONObject:
                 response = {"id": m.call_id, **response}
             add("user", {"functionResponse": response})
         elif isinstance(m, AssistantMessage):
+            # Thought parts first, verbatim (each `thoughtSignature` on the part that carried it).
+            for item in m.reasoning_items:
+                add("model", dict(item))
             if m.text or not m.tool_calls:
                 add("model", {"text": m.text})
             for c in m.tool_calls:
@@ -124,6 +132,14 @@ def build_gemini_body(request: TurnRequest) -> JSONObject:
         config["seed"] = p.seed
     if p.stop:
         config["stopSequences"] = list(p.stop)
+    if p.thinking_budget is not None or p.reasoning_effort is not None:
+        # `thinkingBudget` or `thinkingLevel`, never both (the API refuses the pair).
+        thinking: JSONObject = {"includeThoughts": True}
+        if p.thinking_budget is not None:
+            thinking["thinkingBudget"] = p.thinking_budget
+        else:
+            thinking["thinkingLevel"] = p.reasoning_effort
+        config["thinkingConfig"] = thinking
     if p.logprobs:
         config["responseLogprobs"] = True
         if p.top_logprobs is not None:
@@ -154,8 +170,8 @@ def build_gemini_body(request: TurnRequest) -> JSONObject:
 class _Reply:
     """Parts of candidate 0 gathered over one body or many stream chunks."""
 
-    __slots__ = ("block_reason", "calls", "finish", "logprobs", "model", "reasoning", "response_id", "text",
-                 "usage")
+    __slots__ = ("block_reason", "calls", "finish", "logprobs", "model", "reasoning", "reasoning_items",
+                 "reasoning_tokens", "response_id", "text", "usage")
 
     def __init__(self) -> None:
         self.text: list[str] = []
@@ -167,6 +183,8 @@ class _Reply:
         self.response_id: str | None = None
         self.model: str | None = None
         self.reasoning = False
+        self.reasoning_items: list[JSONObject] = []
+        self.reasoning_tokens = 0
 
     def feed(self, chunk: Any, http: Http) -> None:
         if chunk.get("error"):
@@ -182,6 +200,7 @@ class _Reply:
                 as_int(u.get("promptTokenCount")),
                 as_int(u.get("candidatesTokenCount")) + as_int(u.get("thoughtsTokenCount")),
             )
+            self.reasoning_tokens = as_int(u.get("thoughtsTokenCount"))
         feedback = chunk.get("promptFeedback")
         if isinstance(feedback, dict) and isinstance(feedback.get("blockReason"), str):
             self.block_reason = feedback["blockReason"]
@@ -203,6 +222,7 @@ class _Reply:
                 self.text.append(part["text"])
             elif part.get("thought"):
                 self.reasoning = True
+                self.reasoning_items.append(dict(part))
         result = candidate.get("logprobsResult")
         if isinstance(result, dict):
             for entry in result.get("chosenCandidates") or ():
@@ -240,6 +260,11 @@ class _Reply:
             response_id=self.response_id,
             response_model=self.model,
             reasoning=self.reasoning,
+            reasoning_text="".join(
+                p["text"] for p in self.reasoning_items if isinstance(p.get("text"), str)
+            ) or None,
+            reasoning_tokens=self.reasoning_tokens,
+            reasoning_items=self.reasoning_items,
         )
 
 

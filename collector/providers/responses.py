@@ -18,6 +18,12 @@ History: system messages go to top-level `instructions` (joined with blank lines
 to `input` items: user/assistant messages in the short `{"role", "content"}` form,
 `function_call` items (arguments as text, `"{}"` for a call that did not parse) and
 `function_call_output` items linked by `call_id`. Responses has no `seed` or `stop`.
+
+Reasoning: `reasoning` output items are kept verbatim (`Turn.reasoning_items`; their
+`summary` texts are the reasoning text, `usage.output_tokens_details.reasoning_tokens` the
+count) and replayed before the turn's message and function calls: the collector is
+stateless, and the API refuses a function call sent back without its reasoning item. An
+effort is sent as `reasoning.effort`, with `include: ["reasoning.encrypted_content"]`.
 """
 
 from __future__ import annotations
@@ -68,6 +74,9 @@ def build_responses_body(request: TurnRequest, stream: bool) -> JSONObject:
         if isinstance(m, ToolResultMessage):
             items.append({"type": "function_call_output", "call_id": m.call_id, "output": m.content})
         elif isinstance(m, AssistantMessage):
+            # Stateless (no `previous_response_id`): the turn's reasoning items go back
+            # verbatim, before its function calls, or the API refuses the calls.
+            items.extend(dict(item) for item in m.reasoning_items)
             if m.text:
                 items.append({"role": "assistant", "content": m.text})
             for c in m.tool_calls:
@@ -106,10 +115,16 @@ def build_responses_body(request: TurnRequest, stream: bool) -> JSONObject:
         body["temperature"] = p.temperature
     if p.top_p is not None:
         body["top_p"] = p.top_p
+    include: list[str] = []
     if p.logprobs:
-        body["include"] = ["message.output_text.logprobs"]
+        include.append("message.output_text.logprobs")
         if p.top_logprobs is not None:
             body["top_logprobs"] = p.top_logprobs
+    if p.reasoning_effort is not None:
+        body["reasoning"] = {"effort": p.reasoning_effort, "summary": "auto"}
+        include.append("reasoning.encrypted_content")
+    if include:
+        body["include"] = include
     if stream:
         body["stream"] = True
     if p.extra_body:
@@ -121,6 +136,11 @@ def _usage(u: Any) -> Usage:
     if not isinstance(u, dict):
         return Usage()
     return Usage(as_int(u.get("input_tokens")), as_int(u.get("output_tokens")))
+
+
+def _reasoning_tokens(u: Any) -> int:
+    details = u.get("output_tokens_details") if isinstance(u, dict) else None
+    return as_int(details.get("reasoning_tokens")) if isinstance(details, dict) else 0
 
 
 def _logprobs_into(entries: Any, into: list[float]) -> None:
@@ -141,6 +161,8 @@ class _Reply:
         "model",
         "open_calls",
         "reasoning",
+        "reasoning_items",
+        "reasoning_tokens",
         "refusal",
         "response_id",
         "status",
@@ -161,11 +183,14 @@ class _Reply:
         self.response_id: str | None = None
         self.model: str | None = None
         self.reasoning = False
+        self.reasoning_items: list[JSONObject] = []
+        self.reasoning_tokens = 0
 
     def add_item(self, item: Any, with_text: bool = True) -> None:
         kind = item.get("type")
         if kind == "reasoning":
             self.reasoning = True
+            self.reasoning_items.append(dict(item))
         if kind == "function_call":
             if item.get("status") == "incomplete":
                 self.item_cut = True
@@ -185,6 +210,7 @@ class _Reply:
         if isinstance(details, dict) and isinstance(details.get("reason"), str):
             self.incomplete = details["reason"]
         self.usage = _usage(response.get("usage"))
+        self.reasoning_tokens = _reasoning_tokens(response.get("usage"))
         if isinstance(response.get("id"), str):
             self.response_id = response["id"]
         if isinstance(response.get("model"), str):
@@ -215,6 +241,14 @@ class _Reply:
             response_id=self.response_id,
             response_model=self.model,
             reasoning=self.reasoning,
+            reasoning_text="".join(
+                str(part.get("text") or "")
+                for item in self.reasoning_items
+                for part in item.get("summary") or ()
+                if isinstance(part, dict)
+            ) or None,
+            reasoning_tokens=self.reasoning_tokens,
+            reasoning_items=self.reasoning_items,
         )
 
 
@@ -327,6 +361,8 @@ class ResponsesProvider:
                     cut = True  # the call never reached output_item.done
                     item["arguments"] = "".join(slot[1])
                 reply.add_item(item)
+            elif slot is not None and slot[0] is not None and slot[0].get("type") == "reasoning":
+                reply.add_item(slot[0])  # the `output_item.done` item: summary and encrypted content
             elif index in text_by_index:
                 reply.text.append("".join(text_by_index[index]))
         return reply, cut

@@ -28,7 +28,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from collector.config import MAX_EPISODES, MAX_TASKS, ProviderConfig, RunConfig, config_fingerprint, run_id
+from collector.config import (
+    MAX_EPISODES,
+    MAX_TASKS,
+    ProviderConfig,
+    ReasoningSetting,
+    RunConfig,
+    config_fingerprint,
+    run_id,
+)
 from collector.data.record import episode_id
 from collector.envs.base import Environment, Task
 from collector.errors import ConfigError
@@ -47,6 +55,8 @@ class WorkItem:
     sample: int
     seed: int
     """Per-episode seed, derived from the run seed and the episode id (stable across reruns)."""
+    reasoning_index: int | None = None
+    """Index into `sweep.reasoning` (None when the sweep has no reasoning axis)."""
 
 
 @dataclass(slots=True)
@@ -72,7 +82,7 @@ class Plan:
     @property
     def full_size(self) -> int:
         """Episodes of the full sweep, before tasks restricted to their models are applied."""
-        cells = len(self.providers) * len(self.cfg.sweep.pairs())
+        cells = len(self.providers) * len(self.cfg.sweep.pairs()) * len(self.cfg.sweep.reasoning or [None])
         return self.cfg.samples_per_task * len(self.task_ids) * cells
 
     @property
@@ -88,7 +98,7 @@ class Plan:
             for provider in self.providers
             for model, _ in pairs
         ) + (len(self.task_ids) - len(self.task_models)) * len(self.providers) * len(pairs)
-        return self.cfg.samples_per_task * per_sample
+        return self.cfg.samples_per_task * per_sample * len(self.cfg.sweep.reasoning or [None])
 
     @property
     def items(self) -> list[WorkItem]:
@@ -172,6 +182,7 @@ def plan_work(cfg: RunConfig, env: Environment | None = None) -> Plan:
     providers = list(cfg.sweep.providers) if cfg.sweep.providers else [cfg.provider]
     rid = run_id(cfg)
     task_models = {t.id: frozenset(t.models) for t in tasks if t.models is not None}
+    _check_reasoning(cfg, providers)
     plan = Plan(cfg, rid, config_fingerprint(cfg), providers, [t.id for t in tasks], task_models)
     if plan.size > MAX_EPISODES:
         raise ConfigError(
@@ -181,9 +192,26 @@ def plan_work(cfg: RunConfig, env: Environment | None = None) -> Plan:
     return plan
 
 
+def _check_reasoning(cfg: RunConfig, providers: list[ProviderConfig]) -> None:
+    """Anthropic's own rule, before anything runs: `budget_tokens` >= 1024 and < `max_tokens`."""
+    settings = cfg.sweep.reasoning or [ReasoningSetting(thinking_budget=cfg.sampling.thinking_budget)]
+    if not any(p.wire == "anthropic" for p in providers):
+        return
+    for model, budget in cfg.sweep.pairs():
+        for setting in settings:
+            thinking = setting.thinking_budget
+            if thinking is not None and not 1024 <= thinking < budget:
+                where = f"reasoning {setting.label}" if cfg.sweep.reasoning else "sampling.thinking_budget"
+                raise ConfigError(
+                    f"sweep cell (model {model!r}, budget {budget}, {where}): an Anthropic "
+                    "thinking budget must be at least 1024 and below the cell's budget (its max_tokens)"
+                )
+
+
 def _enumerate(plan: Plan) -> Iterator[WorkItem]:
     cfg, rid, providers = plan.cfg, plan.run_id, plan.providers
     cells = cfg.sweep.pairs()
+    settings: list[int | None] = list(range(len(cfg.sweep.reasoning))) if cfg.sweep.reasoning else [None]
     for sample in range(cfg.samples_per_task):
         for task_id in plan.task_ids:
             for p_index, provider in enumerate(providers):
@@ -191,5 +219,11 @@ def _enumerate(plan: Plan) -> Iterator[WorkItem]:
                     id_model = plan._id_model(provider, model)
                     if not plan._applies(task_id, model, id_model):
                         continue  # the task names the models it applies to
-                    eid = episode_id(rid, task_id, sample, id_model, budget)
-                    yield WorkItem(eid, model, budget, p_index, task_id, sample, episode_seed(cfg.seed, eid))
+                    for r_index in settings:
+                        # A reasoning axis keeps the ids of its cells apart, as a provider axis does.
+                        id_key = id_model
+                        if r_index is not None and cfg.sweep.reasoning is not None:
+                            id_key = f"{id_model}@{cfg.sweep.reasoning[r_index].label}"
+                        eid = episode_id(rid, task_id, sample, id_key, budget)
+                        seed = episode_seed(cfg.seed, eid)
+                        yield WorkItem(eid, model, budget, p_index, task_id, sample, seed, r_index)

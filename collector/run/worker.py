@@ -271,6 +271,13 @@ class EpisodeWorker:
             # The simulator's reply is a pure function of the request body, and Anthropic and
             # Responses bodies carry no seed: the sample's seed travels in a header it reads.
             sampling = dataclasses.replace(sampling, extra_headers={"x-sim-seed": str(item.seed)})
+        reasoning = None
+        if item.reasoning_index is not None and cfg.sweep.reasoning is not None:
+            setting = cfg.sweep.reasoning[item.reasoning_index]
+            reasoning = setting.label
+            sampling = dataclasses.replace(
+                sampling, reasoning_effort=setting.effort, thinking_budget=setting.thinking_budget
+            )
         spec = EpisodeSpec(
             run_id=self.setup.run_id,
             model=item.model,
@@ -283,6 +290,8 @@ class EpisodeWorker:
             sampling=sampling,
             env_name=cfg.env.name,
             credentials=self._credentials,
+            context_window=providers[item.provider_index].context_window,
+            reasoning=reasoning,
         )
         slot = await self._slots.get()
         try:
@@ -335,4 +344,6 @@ def sampling_params(cfg: RunConfig) -> SamplingParams:
         top_logprobs=s.top_logprobs,
         token_ids=s.token_ids,
         extra_body=dict(s.extra_body),
+        reasoning_effort=s.reasoning_effort,
+        thinking_budget=s.thinking_budget,
     )

@@ -31,6 +31,7 @@ from collector.sim.errors import SimError
 from collector.sim.generate import Generation
 from collector.sim.history import CallLedger, ParsedRequest, require, text_of
 from collector.sim.policy import HistoryItem
+from collector.sim.thinking import check, sign
 
 PIECE = 16
 
@@ -68,8 +69,10 @@ def parse(body: dict[str, Any]) -> ParsedRequest:
     system = body.get("system")
     if system is not None:
         text_of(system, "system")
+    budget = _thinking_budget(body.get("thinking"), cap)
     history: list[HistoryItem] = []
     ledger = CallLedger()
+    unreasoned: str | None = None
     for i, msg in enumerate(messages):
         where = f"messages.{i}"
         role = require(msg, "role", str, where)
@@ -81,6 +84,7 @@ def parse(body: dict[str, Any]) -> ParsedRequest:
         _check_not_empty(content, blocks, where, final_assistant=final_assistant)
         if role == "assistant":
             ledger.close_turn()
+            unreasoned = unreasoned or _check_thinking(blocks, where)
             for j, block in enumerate(blocks):
                 bw = f"{where}.content.{j}"
                 if isinstance(block, dict) and block.get("type") == "tool_use":
@@ -125,7 +129,45 @@ def parse(body: dict[str, Any]) -> ParsedRequest:
             raise SimError(400, "tools: each tool needs a name", param="tools")
         tools.add(tool["name"])
     return ParsedRequest(model=model, history=history, tools=frozenset(tools), cap=cap,
-                         stream=body.get("stream") is True)
+                         stream=body.get("stream") is True, thinking_budget=budget, unreasoned=unreasoned)
+
+
+def _thinking_budget(thinking: object, cap: int) -> int | None:
+    """`thinking: {type: "enabled", budget_tokens}` checked as the API checks it."""
+    if thinking is None or (isinstance(thinking, dict) and thinking.get("type") == "disabled"):
+        return None
+    if not isinstance(thinking, dict) or thinking.get("type") != "enabled":
+        raise SimError(400, "thinking: Input tag does not match any of the expected tags: "
+                            "'disabled', 'enabled'")
+    budget = thinking.get("budget_tokens")
+    if not isinstance(budget, int) or isinstance(budget, bool):
+        raise SimError(400, "thinking.enabled.budget_tokens: Field required")
+    if budget < 1024:
+        raise SimError(400, "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024")
+    if budget >= cap:
+        raise SimError(400, "`max_tokens` must be greater than `thinking.budget_tokens`.")
+    return budget
+
+
+def _check_thinking(blocks: list[Any], where: str) -> str | None:
+    """Verify every thinking block's signature (400 if altered; the simulator issues no
+    `redacted_thinking`, so those pass as they are); the 400 for a `tool_use`
+    turn that does not start with thinking, for a thinking model (`ParsedRequest.unreasoned`)."""
+    for j, block in enumerate(blocks):
+        if not isinstance(block, dict):
+            continue
+        if block.get("type") == "thinking":
+            text = block.get("thinking")
+            check(block.get("signature"), sign("anthropic", text if isinstance(text, str) else ""),
+                  f"{where}.content.{j}: Invalid `signature` in `thinking` block")
+    uses_tools = any(isinstance(b, dict) and b.get("type") == "tool_use" for b in blocks)
+    first = blocks[0].get("type") if blocks and isinstance(blocks[0], dict) else None
+    if uses_tools and first not in ("thinking", "redacted_thinking"):
+        return (f"{where}.content.0.type: Expected `thinking` or `redacted_thinking`, but found `{first}`. "
+                "When `thinking` is enabled, a final `assistant` message must start with a thinking block "
+                "(preceeding the lastmost set of `tool_use` and `tool_result` blocks). We recommend you "
+                "include thinking blocks from previous turns.")
+    return None
 
 
 def stop_reason(gen: Generation) -> str:
@@ -134,8 +176,15 @@ def stop_reason(gen: Generation) -> str:
     return "tool_use" if gen.calls else "end_turn"
 
 
+def _thinking_block(gen: Generation) -> dict[str, Any]:
+    return {"type": "thinking", "thinking": gen.reasoning_text,
+            "signature": sign("anthropic", gen.reasoning_text)}
+
+
 def _content(gen: Generation) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
+    if gen.reasoning_tokens:
+        blocks.append(_thinking_block(gen))
     if gen.text:
         blocks.append({"type": "text", "text": gen.text})
     for c in gen.calls:
@@ -165,14 +214,27 @@ def render_stream(req: ParsedRequest, gen: Generation) -> list[str]:
         "id": "msg_" + gen.hex_id, "type": "message", "role": "assistant", "model": req.model, "content": [],
         "stop_reason": None, "stop_sequence": None, "usage": _usage(req, 1)}})
     index = 0
-    if gen.text:
-        emit("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}})
+    if gen.reasoning_tokens:
+        block = _thinking_block(gen)
+        emit("content_block_start", {"index": 0, "content_block": {"type": "thinking", "thinking": "",
+                                                                   "signature": ""}})
         emit("ping", {})
-        for i in range(0, len(gen.text), PIECE):
-            emit("content_block_delta", {"index": 0, "delta": {"type": "text_delta",
-                                                               "text": gen.text[i:i + PIECE]}})
+        for i in range(0, len(gen.reasoning_text), PIECE):
+            emit("content_block_delta", {"index": 0, "delta": {"type": "thinking_delta",
+                                                               "thinking": gen.reasoning_text[i:i + PIECE]}})
+        emit("content_block_delta", {"index": 0, "delta": {"type": "signature_delta",
+                                                           "signature": block["signature"]}})
         emit("content_block_stop", {"index": 0})
         index = 1
+    if gen.text:
+        emit("content_block_start", {"index": index, "content_block": {"type": "text", "text": ""}})
+        if index == 0:
+            emit("ping", {})
+        for i in range(0, len(gen.text), PIECE):
+            emit("content_block_delta", {"index": index, "delta": {"type": "text_delta",
+                                                                   "text": gen.text[i:i + PIECE]}})
+        emit("content_block_stop", {"index": index})
+        index += 1
     for c in gen.calls:
         emit("content_block_start", {"index": index, "content_block": {
             "type": "tool_use", "id": "toolu_" + c.call_id, "name": c.name, "input": {}}})

@@ -45,7 +45,7 @@ from collector.sim import anthropic as anthropic_wire
 from collector.sim import chat as chat_wire
 from collector.sim import gemini as gemini_wire
 from collector.sim import responses as responses_wire
-from collector.sim.errors import Dialect, SimError, error_payload, error_response
+from collector.sim.errors import Dialect, SimError, context_overflow, error_payload, error_response
 from collector.sim.generate import Generation, generate
 from collector.sim.history import ParsedRequest
 from collector.sim.policy import decide
@@ -101,7 +101,7 @@ class _Simulator:
 
 def _turn(req: ParsedRequest, preset: ModelPreset, digest: bytes) -> Generation:
     rng = random.Random(int.from_bytes(digest, "big"))
-    return generate(decide(req.history, req.tools), preset, req.cap, rng)
+    return generate(decide(req.history, req.tools), preset, req.cap, rng, req.thinking_budget)
 
 
 _PARSERS = {"chat": chat_wire.parse, "responses": responses_wire.parse, "anthropic": anthropic_wire.parse,
@@ -169,12 +169,16 @@ async def _reply(sim: _Simulator, request: Request, dialect: Dialect, parse: Par
     refused = chat_wire.refusal(req) if dialect == "chat" else None
     if refused is not None:
         return error_response(dialect, refused.status, refused.message)
+    if preset.thinking is not None and req.unreasoned is not None:
+        return error_response(dialect, 400, req.unreasoned)
     headers = request.headers
     if path_model is not None:
         body.pop("model")
         body.pop("stream")
     canonical = _canonical(body)
     req.prompt_tokens = max(1, len(canonical) // 4)
+    if preset.context_window is not None and req.prompt_tokens > preset.context_window:
+        return context_overflow(dialect, req.prompt_tokens, preset.context_window)
     digest = sim.digest(dialect, req.model, canonical, headers.get("x-sim-seed", ""))
     fault = sim.fault_for(preset, digest, headers.get("x-sim-fault"), req.stream)
     if fault is not None and fault not in FAULTS:

@@ -134,13 +134,15 @@ def _usage(req: ParsedRequest, gen: Generation) -> dict[str, Any]:
     return {"prompt_tokens": req.prompt_tokens, "completion_tokens": gen.output_tokens,
             "total_tokens": req.prompt_tokens + gen.output_tokens,
             "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
-            "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0,
+            "completion_tokens_details": {"reasoning_tokens": gen.reasoning_tokens, "audio_tokens": 0,
                                           "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0}}
 
 
 def render(req: ParsedRequest, gen: Generation) -> dict[str, Any]:
     """The non-streaming `chat.completion` object."""
     message: dict[str, Any] = {"role": "assistant", "content": gen.text or None}
+    if gen.reasoning_tokens:
+        message[gen.reasoning_field] = gen.reasoning_text
     reason = finish_reason(gen)
     if gen.leak == "hermes_content" and gen.cut_in_call:
         # vLLM's Hermes parser failed on the cut block: raw text in content, no calls, engine's reason.
@@ -223,6 +225,8 @@ def render_stream(req: ParsedRequest, gen: Generation) -> list[str]:
     if with_ids:
         first_extra = '"prompt_token_ids":' + json.dumps(_prompt_ids(req)) + ","
     chunk({"role": "assistant", "content": "", "refusal": None}, extra=first_extra)
+    for i in range(0, len(gen.reasoning_text), PIECE):
+        chunk({gen.reasoning_field: gen.reasoning_text[i:i + PIECE]})
     text = gen.text
     per = PIECE // 4  # tokens per piece
     for n, i in enumerate(range(0, len(text), PIECE)):

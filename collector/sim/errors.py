@@ -36,7 +36,8 @@ _GEMINI_STATUS = {400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 429: "RESOURCE_EXHA
 
 
 def error_payload(dialect: Dialect, status: int, message: str, *, param: str | None = None,
-                  request_id: str = "req_sim", retry_after_s: int = 0) -> dict[str, object]:
+                  request_id: str = "req_sim", retry_after_s: int = 0,
+                  code: str | None = None) -> dict[str, object]:
     """The JSON body of an error reply (also used for in-stream error events)."""
     if dialect == "anthropic":
         kind = _ANTHROPIC_TYPE.get(status, "api_error")
@@ -49,11 +50,12 @@ def error_payload(dialect: Dialect, status: int, message: str, *, param: str | N
                                "retryDelay": f"{retry_after_s}s"}]
         return {"error": err}
     return {"error": {"message": message, "type": _OPENAI_TYPE.get(status, "server_error"), "param": param,
-                      "code": _OPENAI_CODE.get(status)}}
+                      "code": code or _OPENAI_CODE.get(status)}}
 
 
 def error_response(dialect: Dialect, status: int, message: str, *, param: str | None = None,
-                   request_id: str = "req_sim", retry_after_s: int | None = None) -> Response:
+                   request_id: str = "req_sim", retry_after_s: int | None = None,
+                   code: str | None = None) -> Response:
     """An HTTP error reply; 429s carry `retry-after`, Anthropic replies `request-id`."""
     headers: dict[str, str] = {}
     if retry_after_s is not None:
@@ -63,5 +65,22 @@ def error_response(dialect: Dialect, status: int, message: str, *, param: str | 
         if status >= 500 or status == 429:
             headers["x-should-retry"] = "true"
     body = error_payload(dialect, status, message, param=param, request_id=request_id,
-                         retry_after_s=retry_after_s or 0)
+                         retry_after_s=retry_after_s or 0, code=code)
     return Response(json.dumps(body), status_code=status, headers=headers, media_type="application/json")
+
+
+def context_overflow(dialect: Dialect, tokens: int, window: int) -> Response:
+    """The dialect's own context-length error, worded as the wire examples word it (the
+    clients classify it by `code` or by these words)."""
+    if dialect == "chat":
+        message = (f"This model's maximum context length is {window} tokens. However, your messages "
+                   f"resulted in {tokens} tokens. Please reduce the length of the messages.")
+        return error_response(dialect, 400, message, param="messages", code="context_length_exceeded")
+    if dialect == "responses":
+        message = ("Your input exceeds the context window of this model. "
+                   "Please adjust your input and try again.")
+        return error_response(dialect, 400, message, param="input", code="context_length_exceeded")
+    if dialect == "anthropic":
+        return error_response(dialect, 400, f"prompt is too long: {tokens} tokens > {window} maximum")
+    message = f"The input token count ({tokens}) exceeds the maximum number of tokens allowed ({window})."
+    return error_response(dialect, 400, message)

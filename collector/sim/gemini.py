@@ -31,6 +31,7 @@ from collector.sim.errors import SimError
 from collector.sim.generate import Generation
 from collector.sim.history import DEFAULT_CAP, CallLedger, ParsedRequest, require
 from collector.sim.policy import HistoryItem
+from collector.sim.thinking import call_signature, check
 from collector.sim.tokenizer import count_tokens
 
 PIECE = 64
@@ -68,6 +69,13 @@ def _parts(content: object, where: str) -> list[Any]:
     return parts
 
 
+def _missing_signature(name: str, position: int) -> str:
+    return ("Function call is missing a thought_signature in functionCall parts. This is required for tools "
+            "to work correctly, and missing thought_signature may lead to degraded model performance. "
+            f"Additional data, function call `default_api:{name}`, position {position}. Please refer to "
+            "https://ai.google.dev/gemini-api/docs/thought-signatures for more details.")
+
+
 def parse(body: dict[str, Any]) -> ParsedRequest:
     model = require(body, "model", str, "request")
     contents = require(body, "contents", list, "request")
@@ -75,12 +83,14 @@ def parse(body: dict[str, Any]) -> ParsedRequest:
         raise SimError(400, "* GenerateContentRequest.contents: contents is not specified")
     history: list[HistoryItem] = []
     ledger = CallLedger()
+    unreasoned: str | None = None
     for i, content in enumerate(contents):
         where = f"contents[{i}]"
         parts = _parts(content, where)
         role = content.get("role", "user")
         if role == "model":
             ledger.close_turn()
+            first_call = True
             for j, part in enumerate(parts):
                 pw = f"{where}.parts[{j}]"
                 if not isinstance(part, dict):
@@ -92,6 +102,12 @@ def parse(body: dict[str, Any]) -> ParsedRequest:
                 args = call.get("args", {})
                 if not isinstance(args, dict):
                     raise SimError(400, f"{pw}.functionCall.args: must be an object")
+                if "thoughtSignature" in part:
+                    check(part["thoughtSignature"], call_signature(name, args),
+                          f"* GenerateContentRequest.{pw}.thought_signature: Corrupted thought signature.")
+                elif first_call and unreasoned is None:
+                    unreasoned = _missing_signature(name, j + 1)
+                first_call = False
                 call_id = call.get("id")
                 key = call_id if isinstance(call_id, str) else f"\0{name}\0{j}"
                 ledger.open(key, name)
@@ -135,8 +151,18 @@ def parse(body: dict[str, Any]) -> ParsedRequest:
     cap = config.get("maxOutputTokens", DEFAULT_CAP)
     if not isinstance(cap, int) or isinstance(cap, bool) or cap < 1:
         raise SimError(400, "generationConfig.maxOutputTokens must be a positive integer")
+    thinking = config.get("thinkingConfig") or {}
+    if not isinstance(thinking, dict):
+        raise SimError(400, "generationConfig.thinkingConfig must be an object")
+    if "thinkingBudget" in thinking and "thinkingLevel" in thinking:
+        raise SimError(400, "You can only set only one of thinking budget and thinking level.")
+    budget = thinking.get("thinkingBudget")
+    if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget < -1):
+        raise SimError(400, "generationConfig.thinkingConfig.thinkingBudget must be an integer")
     return ParsedRequest(model=model, history=history, tools=frozenset(tools), cap=cap,
-                         stream=body.get("stream") is True)
+                         stream=body.get("stream") is True, unreasoned=unreasoned,
+                         thinking_budget=budget if isinstance(budget, int) and budget >= 0 else None,
+                         include_thoughts=thinking.get("includeThoughts") is True)
 
 
 def finish_reason(gen: Generation) -> str:
@@ -147,17 +173,35 @@ def finish_reason(gen: Generation) -> str:
     return "STOP"
 
 
-def _usage(req: ParsedRequest, output_tokens: int) -> dict[str, Any]:
+def _usage(req: ParsedRequest, output_tokens: int, thoughts: int = 0) -> dict[str, Any]:
+    # `candidatesTokenCount` excludes the thoughts, reported apart as `thoughtsTokenCount`.
     usage: dict[str, Any] = {"promptTokenCount": req.prompt_tokens}
-    if output_tokens:
-        usage["candidatesTokenCount"] = output_tokens
+    thoughts = min(thoughts, output_tokens)
+    if output_tokens - thoughts:
+        usage["candidatesTokenCount"] = output_tokens - thoughts
+    if thoughts:
+        usage["thoughtsTokenCount"] = thoughts
     usage["totalTokenCount"] = req.prompt_tokens + output_tokens
     return usage
 
 
+def _thought_parts(req: ParsedRequest, gen: Generation) -> list[dict[str, Any]]:
+    if gen.reasoning_tokens and req.include_thoughts:
+        return [{"text": gen.reasoning_text, "thought": True}]
+    return []
+
+
 def _call_parts(gen: Generation) -> list[dict[str, Any]]:
-    return [{"functionCall": {"id": c.call_id[:8], "name": c.name, "args": c.full_object}}
-            for c in gen.calls if c.closed]
+    parts: list[dict[str, Any]] = []
+    for c in gen.calls:
+        if c.closed:
+            call = {"id": c.call_id[:8], "name": c.name, "args": c.full_object}
+            part: dict[str, Any] = {"functionCall": call}
+            if gen.reasoning_tokens and not parts:
+                # Gemini signs the first call of a thinking turn; it must come back on that part.
+                part["thoughtSignature"] = call_signature(c.name, c.full_object)
+            parts.append(part)
+    return parts
 
 
 def _chunk(req: ParsedRequest, gen: Generation, content: dict[str, Any], reason: str | None,
@@ -169,7 +213,7 @@ def _chunk(req: ParsedRequest, gen: Generation, content: dict[str, Any], reason:
         bad = next(c for c in gen.calls if c.malformed)
         candidate["finishMessage"] = f"Malformed function call: {bad.name}({bad.arguments}"
     candidate["index"] = 0
-    return {"candidates": [candidate], "usageMetadata": _usage(req, output_tokens),
+    return {"candidates": [candidate], "usageMetadata": _usage(req, output_tokens, gen.reasoning_tokens),
             "modelVersion": req.model, "responseId": gen.hex_id[:22]}
 
 
@@ -177,7 +221,8 @@ def render(req: ParsedRequest, gen: Generation) -> dict[str, Any]:
     reason = finish_reason(gen)
     if reason == "MALFORMED_FUNCTION_CALL":
         return _chunk(req, gen, {}, reason, gen.output_tokens)
-    parts: list[dict[str, Any]] = [{"text": gen.text}] if gen.text else []
+    parts = _thought_parts(req, gen)
+    parts += [{"text": gen.text}] if gen.text else []
     parts += _call_parts(gen)
     content: dict[str, Any] = {"role": "model", "parts": parts} if parts else {"role": "model"}
     return _chunk(req, gen, content, reason, gen.output_tokens)
@@ -186,10 +231,13 @@ def render(req: ParsedRequest, gen: Generation) -> dict[str, Any]:
 def render_stream(req: ParsedRequest, gen: Generation) -> list[str]:
     events: list[str] = []
     reason = finish_reason(gen)
+    for part in _thought_parts(req, gen):
+        chunk = _chunk(req, gen, {"role": "model", "parts": [part]}, None, gen.reasoning_tokens)
+        events.append("data: " + json.dumps(chunk) + "\n\n")
     text = gen.text
     for i in range(0, len(text), PIECE):
         content = {"role": "model", "parts": [{"text": text[i:i + PIECE]}]}
-        chunk = _chunk(req, gen, content, None, count_tokens(text[:i + PIECE]))
+        chunk = _chunk(req, gen, content, None, gen.reasoning_tokens + count_tokens(text[:i + PIECE]))
         events.append("data: " + json.dumps(chunk) + "\n\n")
     if reason != "MALFORMED_FUNCTION_CALL":
         for part in _call_parts(gen):

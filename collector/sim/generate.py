@@ -156,6 +156,16 @@ class Generation:
     latency_s: float
     task: str
     extra: dict[str, Any] = field(default_factory=dict)
+    reasoning_text: str = ""
+    """The thought text (a thinking preset only); its tokens come first out of the cap."""
+    reasoning_tokens: int = 0
+    reasoning_field: str = "reasoning"
+    """Chat Completions: where the reasoning text goes (`ModelPreset.reasoning_field`)."""
+
+    @property
+    def thinking_cut(self) -> bool:
+        """The cap was spent on thinking: nothing visible and no call was emitted."""
+        return self.cut and self.reasoning_tokens > 0 and not self.text and not self.calls
 
     @property
     def cut_in_call(self) -> bool:
@@ -170,11 +180,28 @@ def _alnum(rng: random.Random, n: int) -> str:
     return "".join(rng.choices(_ALNUM, k=n))
 
 
-def generate(plan: Plan, preset: ModelPreset, cap: int, rng: random.Random) -> Generation:
-    """Write the plan out as `preset` would and cut it at `cap` output tokens."""
+def generate(
+    plan: Plan, preset: ModelPreset, cap: int, rng: random.Random, thinking_budget: int | None = None
+) -> Generation:
+    """Write the plan out as `preset` would and cut it at `cap` output tokens.
+
+    A thinking preset first thinks (one more draw, after the others, so presets that do not
+    think draw exactly as before), at most `thinking_budget` tokens, out of the same `cap`.
+    """
     u_len, u_text, u_err, u_err_pick, u_mal, u_mal_kind, u_leak, u_leak_kind, u_hidden, u_lat = (
         rng.random() for _ in range(10)
     )
+    think = 0
+    thought = ""
+    full_cap = cap
+    if preset.thinking is not None:
+        u_think = rng.random()
+        think = max(1, preset.thinking.sample(u_think))
+        if thinking_budget is not None:
+            think = min(think, thinking_budget)
+        think = min(think, cap)
+        thought = preamble_text(think, u_think).rstrip()
+        cap -= think  # what is left for the visible turn
     calls_planned = list(plan.calls)
     if calls_planned:
         text = preamble_text(preset.preamble.sample(u_len), u_text)
@@ -227,8 +254,9 @@ def generate(plan: Plan, preset: ModelPreset, cap: int, rng: random.Random) -> G
         if preset.latency_sigma > 0:
             latency *= random.Random(u_lat).lognormvariate(0.0, preset.latency_sigma)
     return Generation(
-        text=out_text, calls=calls, planned_calls=len(calls_planned), content_tokens=content,
-        output_tokens=budget, cap=cap, cut=cut, leak=leak, hidden_cut=hidden,
+        text=out_text, calls=calls, planned_calls=len(calls_planned), content_tokens=think + content,
+        output_tokens=think + budget, cap=full_cap, cut=cut, leak=leak, hidden_cut=hidden,
         hex_id=f"{rng.getrandbits(128):032x}", created=1_760_000_000 + rng.randrange(10_000_000),
         latency_s=latency, task=plan.task,
+        reasoning_text=thought, reasoning_tokens=think, reasoning_field=preset.reasoning_field,
     )

@@ -42,6 +42,13 @@ class ParsedRequest:
     return_token_ids: bool = False
     return_prompt_token_ids: bool = False
     logprobs: bool = False
+    thinking_budget: int | None = None
+    """Anthropic `thinking.budget_tokens` / Gemini `thinkingBudget`: the most a turn may think."""
+    include_thoughts: bool = False
+    """Gemini `includeThoughts` / Responses `include: ["reasoning.encrypted_content"]`."""
+    unreasoned: str | None = None
+    """The dialect's 400 for a call replayed without its reasoning; applied only when the model
+    thinks (`collector.sim.thinking`)."""
 
 
 class CallLedger:

@@ -156,6 +156,16 @@ class ModelPreset:
     arguments), so a turn's prompt ids do not start with the previous prompt + output."""
     stream_drops_token_ids: bool = False
     """Streams carry no `token_ids` (vLLM with a tool parser: vllm #27482, #28256)."""
+    thinking: LengthDist | None = None
+    """Reasoning tokens per turn (None: the model does not think). They come first and out of
+    the same output cap, so a turn whose thinking reaches the cap shows nothing else
+    (`collector.sim.thinking`). Keep `zero_prob` at 0: a thinking model thinks every turn."""
+    context_window: int | None = None
+    """Prompt tokens the model can read (None: unlimited). A longer prompt is refused with the
+    dialect's own context-length error (`collector.sim.errors.context_overflow`)."""
+    reasoning_field: Literal["reasoning", "reasoning_content"] = "reasoning"
+    """Chat Completions: the message field the reasoning text goes in (vLLM's new name, or
+    the older one SGLang, llama.cpp and DeepSeek still send)."""
 
     @property
     def fault_prob(self) -> float:
@@ -279,6 +289,21 @@ PRESETS: dict[str, ModelPreset] = {
             answer_preamble=LengthDist(zero_prob=0.5, median=6.0, sigma=0.8),
             latency_ms_median=50.0,
             latency_sigma=0.3,
+        ),
+        ModelPreset(
+            name="sim-thinker",
+            description="A reasoning model: thinks before every turn, out of the same output cap.",
+            preamble=LengthDist(zero_prob=0.5, median=6.0, sigma=0.8),
+            answer_preamble=LengthDist(zero_prob=0.5, median=6.0, sigma=0.8),
+            thinking=LengthDist(zero_prob=0.0, median=60.0, sigma=0.6, max_tokens=1024),
+        ),
+        ModelPreset(
+            name="sim-thinker-legacy",
+            description="sim-thinker behind a server that says `reasoning_content` (SGLang, llama.cpp).",
+            preamble=LengthDist(zero_prob=0.5, median=6.0, sigma=0.8),
+            answer_preamble=LengthDist(zero_prob=0.5, median=6.0, sigma=0.8),
+            thinking=LengthDist(zero_prob=0.0, median=60.0, sigma=0.6, max_tokens=1024),
+            reasoning_field="reasoning_content",
         ),
     )
 }

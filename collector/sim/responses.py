@@ -28,6 +28,7 @@ from collector.sim.history import (
     text_of,
 )
 from collector.sim.policy import HistoryItem
+from collector.sim.thinking import check, sign
 
 PIECE = 16
 
@@ -36,11 +37,13 @@ def parse(body: dict[str, Any]) -> ParsedRequest:
     model = require(body, "model", str, "request")
     raw_input = body.get("input")
     history: list[HistoryItem] = []
+    unreasoned: str | None = None
     if isinstance(raw_input, str):
         history.append(("user", raw_input))
     elif isinstance(raw_input, list) and raw_input:
         ledger = CallLedger()
         after_outputs = False
+        reasoned = False  # this turn's reasoning item came before its calls
         for i, item in enumerate(raw_input):
             where = f"input[{i}]"
             if not isinstance(item, dict):
@@ -51,6 +54,9 @@ def parse(body: dict[str, Any]) -> ParsedRequest:
                     ledger.close_turn()
                     after_outputs = False
                 call_id = require(item, "call_id", str, where)
+                if not reasoned and unreasoned is None:
+                    unreasoned = (f"Item with call_id {call_id!r} of type 'function_call' was provided "
+                                  "without its required 'reasoning' item.")
                 name = require(item, "name", str, where)
                 args = check_json_arguments(item.get("arguments"), where)
                 ledger.open(call_id, name)
@@ -60,15 +66,20 @@ def parse(body: dict[str, Any]) -> ParsedRequest:
                 name = ledger.settle(call_id)
                 history.append(("result", call_id, name, text_of(item.get("output"), where), False))
                 after_outputs = True
+                reasoned = False
             elif kind == "message":
                 role = require(item, "role", str, where)
                 ledger.close_turn()
                 after_outputs = False
                 if role == "user":
                     history.append(("user", text_of(item.get("content"), where)))
+                    reasoned = False
                 elif role not in ("assistant", "system", "developer"):
                     raise SimError(400, f"{where}: unknown role {role!r}.", param=f"{where}.role")
-            elif kind != "reasoning":
+            elif kind == "reasoning":
+                _check_reasoning(item, where)
+                reasoned = True
+            else:
                 raise SimError(400, f"{where}: unsupported item type {kind!r}.", param=f"{where}.type")
         ledger.close_turn()
     else:
@@ -79,13 +90,41 @@ def parse(body: dict[str, Any]) -> ParsedRequest:
             raise SimError(400, "tools[] entries need a name.", param="tools")
         tools.add(tool["name"])
     cap = optional_cap(body, "max_output_tokens") or DEFAULT_CAP
+    include = body.get("include")
     return ParsedRequest(model=model, history=history, tools=frozenset(tools), cap=cap,
-                         stream=body.get("stream") is True)
+                         stream=body.get("stream") is True, unreasoned=unreasoned,
+                         include_thoughts=isinstance(include, list)
+                         and "reasoning.encrypted_content" in include)
 
 
-def _items(gen: Generation, final: bool) -> list[dict[str, Any]]:
+def _summary_text(item: dict[str, Any]) -> str:
+    summary = item.get("summary")
+    parts = summary if isinstance(summary, list) else []
+    return "".join(p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str))
+
+
+def _check_reasoning(item: dict[str, Any], where: str) -> None:
+    """A replayed reasoning item: its `encrypted_content`, when sent, must be the one issued."""
+    item_id = require(item, "id", str, where)
+    if "encrypted_content" in item and item["encrypted_content"] is not None:
+        check(item["encrypted_content"], sign("responses", item_id, _summary_text(item)),
+              f"{where}: The encrypted content for item {item_id} could not be verified.")
+
+
+def _reasoning_item(req: ParsedRequest, gen: Generation, final: bool) -> dict[str, Any]:
+    item_id = "rs_" + gen.hex_id
+    summary = [{"type": "summary_text", "text": gen.reasoning_text}] if final else []
+    item: dict[str, Any] = {"id": item_id, "type": "reasoning", "summary": summary}
+    if req.include_thoughts:
+        item["encrypted_content"] = sign("responses", item_id, gen.reasoning_text) if final else None
+    return item
+
+
+def _items(req: ParsedRequest, gen: Generation, final: bool) -> list[dict[str, Any]]:
     """Output items, final (`final=True`) or as first announced by `output_item.added`."""
     items: list[dict[str, Any]] = []
+    if gen.reasoning_tokens:
+        items.append(_reasoning_item(req, gen, final))
     if gen.text:
         text_cut = gen.cut and not gen.calls
         items.append({"id": "msg_" + gen.hex_id, "type": "message", "role": "assistant",
@@ -109,14 +148,15 @@ def _response(req: ParsedRequest, gen: Generation, status: str) -> dict[str, Any
     if done:
         usage = {"input_tokens": req.prompt_tokens,
                  "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
-                 "output_tokens": gen.output_tokens, "output_tokens_details": {"reasoning_tokens": 0},
+                 "output_tokens": gen.output_tokens,
+                 "output_tokens_details": {"reasoning_tokens": gen.reasoning_tokens},
                  "total_tokens": req.prompt_tokens + gen.output_tokens}
     return {
         "id": "resp_" + gen.hex_id, "object": "response", "created_at": gen.created, "status": status,
         "completed_at": gen.created + 1 if status == "completed" else None, "error": None,
         "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
         "instructions": None, "max_output_tokens": req.cap, "model": req.model,
-        "output": _items(gen, final=True) if done else [], "parallel_tool_calls": True,
+        "output": _items(req, gen, final=True) if done else [], "parallel_tool_calls": True,
         "previous_response_id": None, "tool_choice": "auto", "tools": [], "usage": usage,
     }
 
@@ -134,8 +174,8 @@ def render_stream(req: ParsedRequest, gen: Generation) -> list[str]:
 
     emit("response.created", {"response": _response(req, gen, "in_progress")})
     emit("response.in_progress", {"response": _response(req, gen, "in_progress")})
-    started = _items(gen, final=False)
-    final = _items(gen, final=True)
+    started = _items(req, gen, final=False)
+    final = _items(req, gen, final=True)
     for index, (first, last) in enumerate(zip(started, final, strict=True)):
         emit("response.output_item.added", {"output_index": index, "item": first})
         item_id = last["id"]
@@ -147,6 +187,8 @@ def render_stream(req: ParsedRequest, gen: Generation) -> list[str]:
                 emit("response.output_text.delta", {**where, "delta": text[i:i + PIECE], "logprobs": []})
             emit("response.output_text.done", {**where, "text": text, "logprobs": []})
             emit("response.content_part.done", {**where, "part": _text_part(text)})
+        elif last["type"] == "reasoning":
+            pass  # announced empty, then whole at `output_item.done` (summary deltas not simulated)
         else:
             args = last["arguments"]
             for i in range(0, len(args), PIECE):

@@ -28,7 +28,7 @@ from typing import Any, Literal
 from collector.sim.generate import generate, serialize
 from collector.sim.policy import Plan, PlannedCall
 from collector.sim.presets import PRESETS, ModelPreset
-from collector.sim.tokenizer import call_tokens, count_tokens
+from collector.sim.tokenizer import CALL_HEAD_TOKENS, call_tokens, count_tokens
 
 Step = Literal["call", "answer"]
 
@@ -69,7 +69,53 @@ def turn_cut_probability(model: str, budget: int, step: Step, fixed_tokens: int 
     preset = _preset(model)
     dist = preset.preamble if step == "call" else preset.answer_preamble
     fixed = _fixed(model, step) if fixed_tokens is None else fixed_tokens
-    return dist.survival(budget - fixed)
+    if preset.thinking is None:
+        return dist.survival(budget - fixed)
+    # A thinking turn needs T + L + F tokens, T (at least 1) drawn independently of L.
+    return sum(p * dist.survival(budget - fixed - t) for t, p in _thinking_pmf(preset))
+
+
+def _thinking_pmf(preset: ModelPreset, thinking_budget: int | None = None) -> list[tuple[int, float]]:
+    """P(T == t) of the thought length as the generator draws it (a 0 draw thinks 1 token;
+    a request's thinking budget caps it)."""
+    assert preset.thinking is not None
+    pmf = list(preset.thinking.pmf())
+    if len(pmf) > 1:
+        pmf[1] += pmf[0]
+        pmf[0] = 0.0
+    if thinking_budget is not None and thinking_budget < len(pmf) - 1:
+        pmf[thinking_budget] += sum(pmf[thinking_budget + 1:])
+        del pmf[thinking_budget + 1:]
+    return [(t, p) for t, p in enumerate(pmf) if p > 0.0]
+
+
+def thinking_fills_cap_probability(model: str, budget: int, thinking_budget: int | None = None) -> float:
+    """Probability that the thought alone reaches the cap `budget` (reasoning tokens == cap):
+    the part of the thinking-cut rate that is the same on every wire and for every task."""
+    preset = _preset(model)
+    if preset.thinking is None:
+        return 0.0
+    return sum(p for t, p in _thinking_pmf(preset, thinking_budget) if t >= budget)
+
+
+def thinking_cut_probability(
+    model: str, budget: int, step: Step, thinking_budget: int | None = None
+) -> float:
+    """Probability that one turn of `model` spends the cap `budget` on thinking: cut with no
+    visible text and no call (0 for a model that does not think), with the request's
+    `thinking_budget` if any. It does not depend on the task's call or answer. "No call" as a
+    wire that shows a cut call (Chat, Responses, Anthropic); Gemini drops an unclosed call, so
+    there a cut inside the call after a thought and no preamble shows nothing either."""
+    preset = _preset(model)
+    if preset.thinking is None:
+        return 0.0
+    total = 0.0
+    for t, p in _thinking_pmf(preset, thinking_budget):
+        if t >= budget:
+            total += p  # the thought itself reached the cap
+        elif step == "call" and budget - t < CALL_HEAD_TOKENS:
+            total += p * preset.preamble.pmf()[0]  # no preamble and no room to open the call
+    return total
 
 
 def episode_truncation_probability(model: str, budget: int, calls: int, *, call_tokens: int | None = None,

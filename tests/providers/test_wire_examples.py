@@ -215,7 +215,9 @@ CASES = [
             ("p0x9c3vd", "read_file", OK, {"path": "src/main.py"}),
         ],
     ),
-    Case("gemini_response_maxtokens.json", "gemini", 256, FinishClass.LENGTH, "MAX_TOKENS", (FR, CAP)),
+    # 256 thought tokens, no parts: the cap went to thinking (issue 16).
+    Case("gemini_response_maxtokens.json", "gemini", 256, FinishClass.LENGTH, "MAX_TOKENS",
+         (FR, CAP, LengthSignal.REASONING)),
     Case("gemini_response_malformed.json", "gemini", 1024, FinishClass.OTHER, "MALFORMED_FUNCTION_CALL"),
     Case(
         "gemini_response_blocked.json",
