@@ -82,11 +82,12 @@ class TurnRecord:
     retries: list[str] | None = field(default_factory=list)
     """One cause per retried request of this turn: `429`, `5xx`, `timeout`, `dropped`
     (a stream or connection that broke off), `other` (a 200 reply not in the wire format...)."""
-    # --- issue 16 (reasoning): still schema version 3 (unreleased), the lead reconciles ---
+    # --- issue 16 (reasoning), schema version 3 ---
     reasoning_text: str | None = None
     """The reasoning text where the provider returned it (redacted like message text)."""
-    reasoning_tokens: int = 0
-    """Output tokens the provider says went to reasoning (included in `output_tokens`)."""
+    reasoning_tokens: int | None = 0
+    """Output tokens the provider says went to reasoning (included in `output_tokens`; None in
+    a version-2 shard, which predates it: nullable like every field version 3 added)."""
     reasoning_items: str | None = None
     """The opaque reasoning items replayed with the turn, as a JSON list in the provider's
     wire shape (Anthropic thinking blocks with signatures, Responses reasoning items with
