@@ -614,18 +614,28 @@ def format_stats(result: StatsResult, fmt: StatsFormat = "table") -> str:
     """Render a `StatsResult` as an aligned text table, CSV, or JSON (NaN becomes empty/null)."""
     if fmt == "table":
         return _table(result)
-    rows = [{k: _clean(v) for k, v in r.items()} for r in result.rows()]
+    return format_rows(result.rows(), result.columns(), fmt, {"by": list(result.by)},
+                       result.target, result.picks)
+
+
+def format_rows(
+    rows: Sequence[dict[str, Any]], columns: Sequence[str], fmt: StatsFormat, head: dict[str, Any],
+    target: float | None, picks: Sequence[Any],
+) -> str:
+    """CSV or JSON of a statistics table (NaN becomes empty / null): the one renderer of the
+    per-episode and the per-turn tables. `head` leads the JSON object; `picks` are dataclasses."""
+    clean = [{k: _clean(v) for k, v in r.items()} for r in rows]
     if fmt == "csv":
         buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=result.columns(), lineterminator="\n")
+        writer = csv.DictWriter(buf, fieldnames=list(columns), lineterminator="\n")
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows(clean)
         return buf.getvalue().rstrip("\n")
     if fmt == "json":
-        payload: dict[str, Any] = {"by": list(result.by), "rows": rows}
-        if result.target is not None:
-            payload["target"] = result.target
-            payload["picks"] = [{k: _clean(v) for k, v in asdict(p).items()} for p in result.picks]
+        payload: dict[str, Any] = {**head, "rows": clean}
+        if target is not None:
+            payload["target"] = target
+            payload["picks"] = [{k: _clean(v) for k, v in asdict(p).items()} for p in picks]
         return json.dumps(payload, indent=1)
     raise ConfigError(f"unknown stats format {fmt!r} (expected table, csv or json)")
 
@@ -636,6 +646,7 @@ __all__ = [
     "StatsResult",
     "aggregate",
     "compute_stats",
+    "format_rows",
     "format_stats",
     "groupable_columns",
     "pick_budgets",

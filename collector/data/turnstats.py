@@ -22,12 +22,9 @@ budget whose cut rate is at or under it, and the smallest whose upper bound is
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +34,7 @@ import pyarrow.compute as pc
 from collector.data.stats import (
     BudgetPick,
     StatsFormat,
+    format_rows,
     groupable_columns,
     pick_budgets,
     read_columns,
@@ -232,25 +230,9 @@ def _table(result: TurnStatsResult) -> str:
     return "\n".join(out)
 
 
-def _clean(value: Any) -> Any:
-    return None if isinstance(value, float) and math.isnan(value) else value
-
-
 def format_turn_stats(result: TurnStatsResult, fmt: StatsFormat = "table") -> str:
     """Render per-turn statistics as an aligned text table, CSV, or JSON (NaN: empty / null)."""
     if fmt == "table":
         return _table(result)
-    rows = [{k: _clean(v) for k, v in r.items()} for r in result.rows()]
-    if fmt == "csv":
-        buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=result.columns(), lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
-        return buf.getvalue().rstrip("\n")
-    if fmt == "json":
-        payload: dict[str, Any] = {"by": list(result.by), "per": "turn", "rows": rows}
-        if result.target is not None:
-            payload["target"] = result.target
-            payload["picks"] = [{k: _clean(v) for k, v in asdict(p).items()} for p in result.picks]
-        return json.dumps(payload, indent=1)
-    raise ConfigError(f"unknown stats format {fmt!r} (expected table, csv or json)")
+    return format_rows(result.rows(), result.columns(), fmt, {"by": list(result.by), "per": "turn"},
+                       result.target, result.picks)
