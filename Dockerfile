@@ -21,8 +21,9 @@ WORKDIR /app
 # Dependencies first, in a layer of their own: it is rebuilt only when pyproject.toml
 # changes, so a code change does not reinstall Ray and pyarrow.
 COPY pyproject.toml ./
-# The mcp extra too, so configs/mcp_demo.toml runs in the image.
-RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; print('\n'.join(p['dependencies'] + p['optional-dependencies']['mcp']))" \
+# The mcp extra too, so configs/mcp_demo.toml runs in the image, and the cluster extra: the
+# image is meant for every node of a cluster, started with `ray start`.
+RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; print('\n'.join(p['dependencies'] + p['optional-dependencies']['mcp'] + p['optional-dependencies']['cluster']))" \
         > /tmp/requirements.txt \
     && pip install -r /tmp/requirements.txt \
     && rm /tmp/requirements.txt

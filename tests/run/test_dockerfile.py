@@ -67,7 +67,7 @@ def test_dependencies_install_in_a_layer_before_the_source() -> None:
 
 def test_dependency_layer_lists_exactly_the_project_dependencies(tmp_path: Path) -> None:
     """The one-liner that writes requirements.txt in the image yields pyproject's dependencies and
-    the mcp extra's (configs/mcp_demo.toml runs in the image)."""
+    the mcp and cluster extras' (configs/mcp_demo.toml runs in the image; nodes run `ray start`)."""
     run = next(line for line in instruction("RUN") if "tomllib" in line)
     one_liner = re.search(r'python -c "(.+?)" \\?$', run) or re.search(r'python -c "(.+)"', run)
     assert one_liner is not None
@@ -76,7 +76,8 @@ def test_dependency_layer_lists_exactly_the_project_dependencies(tmp_path: Path)
                          text=True, check=True)
     with open(ROOT / "pyproject.toml", "rb") as f:
         project = tomllib.load(f)["project"]
-    assert out.stdout.split("\n")[:-1] == project["dependencies"] + project["optional-dependencies"]["mcp"]
+    extras = project["optional-dependencies"]
+    assert out.stdout.split("\n")[:-1] == project["dependencies"] + extras["mcp"] + extras["cluster"]
 
 
 def test_dockerignore_keeps_the_venv_and_runs_out_of_the_context() -> None:
