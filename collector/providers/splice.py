@@ -11,7 +11,8 @@ Which bytes are reused is decided by comparing the items, not by knowing the dia
 item equal to the one at the same place last turn (a cheap comparison: the strings are the
 same objects) gets last turn's bytes. So Anthropic's and Gemini's merging of consecutive
 blocks into one wire message, or any later change to a builder (reasoning blocks, a new
-field), stays correct: a changed item is simply encoded again. The result is byte for byte
+field), stays correct: a changed item is simply encoded again. The rest of the body is kept
+encoded too, and reused while it is equal. The result is byte for byte
 `encode_body(body)`: `[a,b]` with compact separators is `[` + `a` + `,` + `b` + `]`
 (tests/providers/test_splice.py compares the two for every dialect, streaming or not).
 """
@@ -31,29 +32,47 @@ __all__ = ["encode_spliced"]
 #: no text a model or a tool wrote can be mistaken for it.
 _MARK = "collector-history-" + secrets.token_hex(16)
 _MARK_BYTES = json.dumps(_MARK).encode()
+#: `encode_body`'s settings, made once: `json.dumps` with non-default arguments builds a new
+#: encoder on every call, which costs more than encoding a short item.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
+def _encode(value: Any) -> bytes:
+    """What `encode_body` makes of `value`, byte for byte (the same encoder settings)."""
+    return _ENCODER.encode(value).encode()
 
 
 def encode_spliced(body: JSONObject, history_key: str, cache: dict[str, Any]) -> bytes:
-    """`encode_body(body)`, reusing the bytes of the history items `cache` kept last turn."""
+    """`encode_body(body)`, reusing the bytes of the history items `cache` kept last turn.
+
+    The rest of the body (model, tools, cap, parameters) is reused too when it is equal,
+    keys in the same order, to last turn's: the tool schemas are most of a short body.
+    """
     items = body.get(history_key)
     if not isinstance(items, list):  # an `extra_body` replaced the history: nothing to reuse
         return encode_body(body)
     state = cache.get(history_key)
     parts: list[bytes] = []
+    rest = [(k, v) for k, v in body.items() if k != history_key]
+    shell: tuple[bytes, bytes] | None = None
     if state is not None:
-        old_items, old_parts = state
+        old_items, old_parts, old_rest, old_shell = state
         for new, old, encoded in zip(items, old_items, old_parts, strict=False):
             if new is not old and new != old:
                 break
             parts.append(encoded)
-    parts.extend(encode_body(item) for item in items[len(parts):])
-    cache[history_key] = (items, parts)
-    body[history_key] = [_MARK]
-    try:
-        shell = encode_body(body)
-    finally:
-        body[history_key] = items
-    head, found, tail = shell.partition(b"[" + _MARK_BYTES + b"]")
-    if not found:  # cannot happen (the mark is in the body); be safe
-        return encode_body(body)
-    return b"".join((head, b"[", b",".join(parts), b"]", tail))
+        if rest == old_rest:
+            shell = old_shell
+    parts.extend(_encode(item) for item in items[len(parts):])
+    if shell is None:
+        body[history_key] = [_MARK]
+        try:
+            whole = _encode(body)
+        finally:
+            body[history_key] = items
+        head, found, tail = whole.partition(b"[" + _MARK_BYTES + b"]")
+        if not found:  # cannot happen (the mark is in the body); be safe
+            return encode_body(body)
+        shell = (head, tail)
+    cache[history_key] = (items, parts, rest, shell)
+    return b"".join((shell[0], b"[", b",".join(parts), b"]", shell[1]))
