@@ -140,6 +140,53 @@ def _one(port: int, in_flight: int, latency_s: float, warmup: float, window: flo
             "code": which}
 
 
+PEER = """
+import asyncio, json, sys, time
+from agents import (Agent, FunctionTool, ModelSettings, OpenAIChatCompletionsModel, Runner,
+                    set_tracing_disabled)
+from openai import AsyncOpenAI
+from collector.envs.arithmetic import ArithmeticEnv
+
+port, in_flight, warmup, window = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+env = ArithmeticEnv(1000)
+tasks = env.tasks()
+ends = []
+
+async def main():
+    set_tracing_disabled(True)
+    client = AsyncOpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="not-a-key", max_retries=0)
+    model = OpenAIChatCompletionsModel(model="fake", openai_client=client)
+    stop = time.perf_counter() + warmup + window + 1
+    def wrap(tool):
+        async def invoke(_ctx, raw, fn=tool.function):
+            return str(fn(**json.loads(raw or "{}")))
+        return FunctionTool(name=tool.name, description=tool.description, params_json_schema=tool.parameters,
+                            on_invoke_tool=invoke, strict_json_schema=False)
+    async def slot(i):
+        while time.perf_counter() < stop:
+            task = tasks[i % len(tasks)]
+            world = env.start(task)
+            agent = Agent(name="arith", instructions=None, model=model, tools=[wrap(t) for t in world.tools],
+                          model_settings=ModelSettings(max_tokens=256))
+            await Runner.run(agent, task.prompt, max_turns=6)
+            ends.append(time.perf_counter())
+    t0 = time.perf_counter()
+    await asyncio.gather(*(slot(i) for i in range(in_flight)))
+    await client.close()
+    a, b = t0 + warmup, t0 + warmup + window
+    print(sum(1 for e in ends if a <= e < b) / window)
+
+asyncio.run(main())
+"""
+
+
+def _peer(port: int, in_flight: int, warmup: float, window: float) -> float:
+    """openai-agents' `Runner.run` on the same episodes, pinned like the run: episodes/s."""
+    out = subprocess.run(["taskset", "-c", "0", sys.executable, "-c", PEER, str(port), str(in_flight),
+                          str(warmup), str(window)], capture_output=True, text=True, check=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
 def _extract(rev: str, into: str) -> str:
     archive = subprocess.run(["git", "archive", rev, "collector"], cwd=ROOT, check=True,
                              capture_output=True).stdout
@@ -155,6 +202,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--window", type=float, default=6.0)
     p.add_argument("--nice0", action="store_true",
                    help="also run this tree with Ray's workers at nice 0 (Ray starts them at 15)")
+    p.add_argument("--peer", action="store_true",
+                   help="also openai-agents' Runner on the same episodes, pinned the same way")
     p.add_argument("--before", nargs="*", default=[], help="git revisions to measure beside this tree")
     args = p.parse_args(argv)
     rounds = args.rounds or (1 if args.quick else 3)
@@ -188,6 +237,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             for r in range(rounds):
                 for in_flight in args.in_flight:
                     order = variants[r % len(variants):] + variants[:r % len(variants)]
+                    if args.peer:
+                        rate = _peer(port, in_flight, args.warmup, args.window)
+                        row = {"variant": "openai-agents Runner", "in_flight": in_flight, "turns_s": 2 * rate,
+                               "little": in_flight / latency, "x_little": 2 * rate / (in_flight / latency),
+                               "cpu_us_turn": float("nan"), "cpu_bound": float("inf"),
+                               "client_util": float("nan"), "round": r}
+                        rows.append(row)
+                        print(row, flush=True)
                     for name, path, extra in order:
                         row = _one(port, in_flight, latency, args.warmup, args.window, path, name, extra)
                         row["round"] = r
@@ -197,8 +254,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             server.terminate()
             server.wait(10)
     summary = []
+    names = [name for name, _, _ in variants] + (["openai-agents Runner"] if args.peer else [])
     for in_flight in args.in_flight:
-        for name, _, _ in variants:
+        for name in names:
             mine = [row for row in rows if row["variant"] == name and row["in_flight"] == in_flight]
             summary.append({"variant": name, "in_flight": in_flight,
                             "turns_s": median([m["turns_s"] for m in mine]),
@@ -210,6 +268,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                             "x_min_bound": median([m["turns_s"] / min(m["little"], m["cpu_bound"])
                                                    for m in mine]),
                             "client_util": median([m["client_util"] for m in mine])})
+    if args.peer:  # episodes/s of each variant over the peer's, round by round (2 turns an episode)
+        for row in summary:
+            ratios = [m["turns_s"] / p["turns_s"] for m in rows for p in rows
+                      if m["variant"] == row["variant"] and m["in_flight"] == row["in_flight"]
+                      and p["variant"] == "openai-agents Runner" and p["in_flight"] == m["in_flight"]
+                      and p["round"] == m["round"]]
+            row["x_openai_agents"] = median(ratios)
     return report("e2e", "collector run end to end vs Little's bound (steady window)", args, rows, summary)
 
 
