@@ -262,3 +262,6 @@ class TurnRequest:
     tools: list[ToolSpec]
     max_output_tokens: int
     params: SamplingParams = field(default_factory=SamplingParams)
+    wire_cache: dict[str, Any] = field(default_factory=dict)
+    """Scratch an adapter keeps across the turns of one episode (the loop passes the same dict
+    every turn): the encoded history items (`collector.providers.splice`). Never recorded."""

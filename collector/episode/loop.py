@@ -104,6 +104,7 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from collector.config import LoopConfig, RedactionConfig
 from collector.data.chat import chat_messages, system_prompt, tools_json
@@ -303,12 +304,14 @@ class _Episode:
         "tokens",
         "tool_errors",
         "turns",
+        "wire_cache",
     )
 
     def __init__(self, task: Task, settings: LoopConfig, redactor: Redactor) -> None:
         prompt: list[Message]
         prompt = [UserMessage(task.prompt)] if isinstance(task.prompt, str) else list(task.prompt)
         self.history = prompt
+        self.wire_cache: dict[str, Any] = {}  # the adapter's encoded history, turn to turn
         self.records: list[MessageRecord] = redactor.message_records(prompt, None)
         self.settings = settings
         self.redactor = redactor
@@ -545,7 +548,7 @@ async def _drive(
             if room < 1:
                 return StopReason.CONTEXT_OVERFLOW
             cap = min(cap, room)
-        request = TurnRequest(spec.model, run.history, specs, cap, params)
+        request = TurnRequest(spec.model, run.history, specs, cap, params, run.wire_cache)
         try:  # 1
             turn = await provider.complete(request)
         except ContextOverflow as exc:

@@ -40,12 +40,12 @@ from collector.providers.common import (
     as_int,
     call_from_object,
     call_from_text,
-    encode_body,
     finish_turn,
     merge_extra,
     replay_object,
 )
 from collector.providers.http import Headers, Http, Sleep
+from collector.providers.splice import encode_spliced
 from collector.providers.sse import SSEEvent
 from collector.turn import (
     AssistantMessage,
@@ -211,7 +211,7 @@ class AnthropicProvider:
         self._streaming = endpoint.streaming
 
     async def complete(self, request: TurnRequest) -> Turn:
-        body = encode_body(build_anthropic_body(request, self._streaming))
+        body = encode_spliced(build_anthropic_body(request, self._streaming), "messages", request.wire_cache)
         cap = request.max_output_tokens
         extra = request.params.extra_headers
         if self._streaming:

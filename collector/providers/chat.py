@@ -38,12 +38,12 @@ from collector.providers.base import Endpoint
 from collector.providers.common import (
     as_int,
     call_from_text,
-    encode_body,
     finish_turn,
     merge_extra,
     replay_text,
 )
 from collector.providers.http import Headers, Http, Sleep
+from collector.providers.splice import encode_spliced
 from collector.providers.sse import SSEEvent
 from collector.turn import (
     AssistantMessage,
@@ -249,7 +249,8 @@ class ChatProvider:
             return await self.complete(request)
 
     async def _complete(self, request: TurnRequest) -> Turn:
-        body = encode_body(build_chat_body(request, self._cap_field, self._streaming))
+        built = build_chat_body(request, self._cap_field, self._streaming)
+        body = encode_spliced(built, "messages", request.wire_cache)
         cap = request.max_output_tokens
         extra = request.params.extra_headers
         if self._streaming:

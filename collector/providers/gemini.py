@@ -42,12 +42,12 @@ from collector.providers.base import Endpoint
 from collector.providers.common import (
     as_int,
     call_from_object,
-    encode_body,
     finish_turn,
     merge_extra,
     replay_object,
 )
 from collector.providers.http import Headers, Http, Sleep
+from collector.providers.splice import encode_spliced
 from collector.providers.sse import SSEEvent
 from collector.turn import (
     AssistantMessage,
@@ -293,7 +293,7 @@ class GeminiProvider:
         return f"{self._base}{model}:generateContent"
 
     async def complete(self, request: TurnRequest) -> Turn:
-        body = encode_body(build_gemini_body(request))
+        body = encode_spliced(build_gemini_body(request), "contents", request.wire_cache)
         url = self._url(request.model)
         cap = request.max_output_tokens
         extra = request.params.extra_headers

@@ -40,12 +40,12 @@ from collector.providers.base import Endpoint
 from collector.providers.common import (
     as_int,
     call_from_text,
-    encode_body,
     finish_turn,
     merge_extra,
     replay_text,
 )
 from collector.providers.http import Headers, Http, Sleep
+from collector.providers.splice import encode_spliced
 from collector.providers.sse import SSEEvent
 from collector.turn import (
     AssistantMessage,
@@ -271,7 +271,7 @@ class ResponsesProvider:
         self._streaming = endpoint.streaming
 
     async def complete(self, request: TurnRequest) -> Turn:
-        body = encode_body(build_responses_body(request, self._streaming))
+        body = encode_spliced(build_responses_body(request, self._streaming), "input", request.wire_cache)
         cap = request.max_output_tokens
         extra = request.params.extra_headers
         if self._streaming:

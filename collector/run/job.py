@@ -728,7 +728,13 @@ class _Driver:
             if not waiting:  # cannot happen with a ready slot and a non-empty queue; be safe
                 time.sleep(WAIT_S)
                 continue
-            ready, _ = ray.wait(waiting, num_returns=len(waiting), timeout=WAIT_S, fetch_local=True)
+            # Wake on the first batch back (not all of them: that made waves, each worker
+            # draining its slots between refills), then take whatever else is already back.
+            # The timeout still bounds each pass, for the deadlines and for Ctrl-C.
+            ready, rest = ray.wait(waiting, num_returns=1, timeout=WAIT_S, fetch_local=True)
+            if ready and rest:
+                more, _ = ray.wait(rest, num_returns=len(rest), timeout=0, fetch_local=True)
+                ready += more
             for ref in ready:
                 if ref in self.inflight:
                     self.collect(ref)

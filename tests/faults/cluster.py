@@ -164,8 +164,18 @@ class TwoNodeCluster:
         return False
 
     def kill_second_node(self) -> None:
-        """SIGKILL the second node's raylet, as a preempted machine would vanish."""
-        os.kill(self.second_raylet_pid(), signal.SIGKILL)
+        """SIGKILL the second node's raylet and its workers, as a preempted machine would vanish.
+
+        The workers too: a worker whose raylet alone died goes on serving its actor calls
+        until it notices, and could finish the held batch and reply before the run sees a
+        death (seen once the driver refilled continuously and runs got shorter).
+        """
+        raylet = self.second_raylet_pid()
+        workers = [pid for pid in self.pids() if pid != raylet and self.on_second_node(pid)]
+        os.kill(raylet, signal.SIGKILL)
+        for pid in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
     def stop(self) -> None:
         """Kill every process of this cluster by pid, wait for them, remove the temp dir."""
