@@ -483,6 +483,7 @@ class RunStore:
         entries: list[dict[str, Any]] = []
         shard_ids: list[list[str]] = []
         left_out: set[str] = set()
+        io_failed = False  # a cell failed on I/O (a full disk), not on a value
         causes: list[str] = []  # one per cell that lost episodes, for the message
         before = len(self._manifest["shards"])
         try:
@@ -492,6 +493,7 @@ class RunStore:
                     placed = self._place_cell(model, budget, group, written, rejected)
                 except Exception as e:  # noqa: BLE001 - any failure of one cell is that cell's
                     placed, rejected = [], {ep.episode_id: _one_line(e) for ep in group}
+                    io_failed = io_failed or isinstance(e, OSError)
                 if rejected:
                     left_out.update(rejected)
                     causes.append(f"model {model!r}, budget {budget}: {next(iter(rejected.values()))}")
@@ -499,7 +501,14 @@ class RunStore:
                     entries.append(entry)
                     shard_ids.append(chunk_ids)
             if not entries:
-                raise OutputError(f"commit to {self.root} failed ({causes[0]})")
+                if io_failed or not left_out:  # the disk, not a value: nothing later will commit either
+                    raise OutputError(f"commit to {self.root} failed ({causes[0]})")
+                # Only poisoned values (rows or a cell that cannot become a shard): left out like
+                # any other, so whether a run goes on never depends on which cells a commit held.
+                raise CommitIncomplete(
+                    f"{len(left_out)} episode(s) could not be committed to {self.root} ({causes[0]})",
+                    0, left_out,
+                )
             fsync_dir(self.root / TMP_DIR)
             self._check_writable()  # the lock again, just before the swap (the shards took time)
             self._manifest["shards"].extend(entries)

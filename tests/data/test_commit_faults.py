@@ -202,6 +202,31 @@ def test_one_poisoned_episode_costs_only_itself(tmp_path: Path) -> None:
     assert check_run(run).ok
 
 
+def test_a_commit_of_only_the_poisoned_cell_is_incomplete_not_fatal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit that holds nothing but a cell whose values cannot be stored is a CommitIncomplete
+    (the run goes on), exactly as when it shares the commit with healthy cells: whether a run
+    continues must not depend on which cells a commit happened to hold."""
+    run = tmp_path / "run"
+    real = store_mod.episodes_to_table
+
+    def poisoned(episodes: list[Episode]) -> pa.Table:
+        if episodes[0].budget == 64:
+            raise OverflowError("Python int too large to convert to C long")
+        return real(episodes)
+
+    monkeypatch.setattr(store_mod, "episodes_to_table", poisoned)
+    bad = make_batch(3, budget=64)
+    with open_store(run) as st:
+        with pytest.raises(CommitIncomplete) as info:
+            st.commit(bad)
+        assert info.value.committed == 0
+        assert info.value.uncommitted == {e.episode_id for e in bad}
+        assert st.commit(make_batch(2, budget=128, start=50)) == 2  # the store goes on
+    assert len(stored_ids(run)) == 2
+
+
 def test_a_commit_where_every_cell_fails_commits_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
