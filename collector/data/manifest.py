@@ -51,7 +51,7 @@ import re
 import uuid
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, unquote
+from urllib.parse import quote
 
 from collector.data.shards import EXTENSIONS
 from collector.errors import OutputError
@@ -75,7 +75,6 @@ __all__ = [
     "commit_record_path",
     "commit_record_seqs",
     "committed_shard_paths",
-    "decode_partition_value",
     "file_digest",
     "fsync_dir",
     "is_legacy",
@@ -389,8 +388,3 @@ def committed_shard_paths(run_dir: str | Path) -> list[Path]:
     root = Path(run_dir)
     kept, _ = unique_entries(read_manifest(root)["shards"])
     return [shard_location(root, entry["path"]) for entry in kept]
-
-
-def decode_partition_value(segment: str) -> str:
-    """Inverse of the escaping in `partition_dir` for one ``key=value`` segment's value."""
-    return unquote(segment.split("=", 1)[1])

@@ -500,19 +500,16 @@ class RunStore:
                 for entry, chunk_ids in placed:
                     entries.append(entry)
                     shard_ids.append(chunk_ids)
-            if not entries:
-                if io_failed or not left_out:  # the disk, not a value: nothing later will commit either
-                    raise OutputError(f"commit to {self.root} failed ({causes[0]})")
-                # Only poisoned values (rows or a cell that cannot become a shard): left out like
-                # any other, so whether a run goes on never depends on which cells a commit held.
-                raise CommitIncomplete(
-                    f"{len(left_out)} episode(s) could not be committed to {self.root} ({causes[0]})",
-                    0, left_out,
-                )
-            fsync_dir(self.root / TMP_DIR)
-            self._check_writable()  # the lock again, just before the swap (the shards took time)
-            self._manifest["shards"].extend(entries)
-            self._append("commit", [], entries)
+            if not entries and (io_failed or not left_out):  # the disk, not a value: stop
+                raise OutputError(f"commit to {self.root} failed ({causes[0]})")
+            # With no entry, only poisoned values (rows, or a cell that cannot become a shard)
+            # were left out: a CommitIncomplete below like any other, so whether a run goes on
+            # never depends on which cells a commit held.
+            if entries:
+                fsync_dir(self.root / TMP_DIR)
+                self._check_writable()  # the lock again, just before the swap (the shards took time)
+                self._manifest["shards"].extend(entries)
+                self._append("commit", [], entries)
         except Exception as e:
             # Abort: whatever this call wrote is not in the manifest; remove it now rather
             # than leaving it for the next open. Broad on purpose: any failure aborts.
@@ -526,8 +523,9 @@ class RunStore:
             self._where.update(dict.fromkeys(chunk_ids, entry["path"]))
             self._ids.update(chunk_ids)
             committed += len(chunk_ids)
-        self._check_lock_after_swap(committed)
-        self._publish(entries)
+        if entries:
+            self._check_lock_after_swap(committed)
+            self._publish(entries)
         if left_out:
             more = f"; and {len(causes) - 1} more cell(s)" if len(causes) > 1 else ""
             raise CommitIncomplete(
