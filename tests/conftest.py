@@ -40,3 +40,7 @@ def ray_cluster() -> Iterator[str]:
     finally:
         ray.shutdown()
         shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+# The object-storage fixtures (a moto S3 server on loopback, a bucket per test).
+from tests.s3server import s3_bucket, s3_endpoint  # noqa: E402,F401
