@@ -230,7 +230,9 @@ class Redactor:
         reasoning also loses every value redaction hid in `messages` (the episode's history,
         unredacted), and each reasoning item that changed is marked `REDACTED_ITEM_KEY`.
         """
-        self._scrub_reasoning(episode, self.redacted_values(messages))
+        if any(t.reasoning_text or t.reasoning_items for t in episode.turns):
+            # Only then: collecting the values walks the history again (bench/overhead.py).
+            self._scrub_reasoning(episode, self.redacted_values(messages))
         if self._credential_pattern is not None:
             self._scrub_fields(episode)
         return episode

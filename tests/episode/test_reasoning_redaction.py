@@ -11,9 +11,9 @@ from pathlib import Path
 from collector.config import LoopConfig
 from collector.data.store import RunStore
 from collector.episode.loop import EpisodeSpec, run_episode
-from collector.episode.redact import REDACTED_ITEM_KEY
+from collector.episode.redact import REDACTED_ITEM_KEY, Redactor
 from collector.providers.scripted import ScriptedProvider, call, calls, text
-from collector.turn import AssistantMessage, Turn
+from collector.turn import AssistantMessage, ToolResultMessage, Turn, UserMessage
 from tests.faults.secret_env import SecretEnv
 from tests.faults.secret_scan import leaks_in
 
@@ -67,3 +67,18 @@ async def test_thinking_that_repeats_a_secret_argument_stores_no_secret(tmp_path
     replayed = next(m for m in provider.requests[1].messages if isinstance(m, AssistantMessage))
     assert replayed.reasoning_items == _script()[0].reasoning_items
     assert PASSWORD in json.dumps(replayed.reasoning_items)
+
+
+def test_values_hidden_in_results_and_prose_are_collected_for_the_reasoning_scrub() -> None:
+    """What redaction hides in a JSON tool result, a `key=value` pair of a text result and a
+    Bearer credential is what stored reasoning loses too; values under 4 characters are left."""
+    history = [
+        ToolResultMessage("c1", "lookup", json.dumps({"session_id": "PLANTED-sess-1", "name": "bob"})),
+        ToolResultMessage("c2", "lookup", "ok, token=PLANTED-t2; pin: abc"),
+        UserMessage("Authorization: Bearer PLANTED-bearer-xyz"),
+        AssistantMessage("", [call("login", {"password": "abc", "user": "bob"})]),
+    ]
+    values = Redactor().redacted_values(history)
+    assert {"PLANTED-sess-1", "PLANTED-t2", "PLANTED-bearer-xyz"} <= values
+    assert "bob" not in values
+    assert "abc" not in values  # too short to scrub from prose without hiding ordinary words
