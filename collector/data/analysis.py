@@ -16,6 +16,10 @@ the statistics exactly as `collector stats` computes them (`collector.data.stats
     from collector.data.analysis import load_run, truncation_table
     table = load_run("runs/demo", columns=["model", "budget", "stop_reason", "reward"])
     df = truncation_table("runs/demo", target=0.05).to_pandas()
+
+A sweep over reasoning settings (`sweep.reasoning`) is split by the setting, never pooled:
+`reasoning_grouping(episodes)` is ``("model", "budget", "reasoning")`` for a run with more
+than one setting, ``("model", "budget")`` otherwise (what the notebook groups by).
 """
 
 from __future__ import annotations
@@ -42,8 +46,10 @@ __all__ = [
     "episode_row",
     "get_episode",
     "list_episodes",
+    "load_analysis",
     "load_episodes",
     "load_run",
+    "reasoning_grouping",
     "render_episode",
     "render_transcript",
     "resolve_episode_id",
@@ -70,12 +76,45 @@ def load_run(
     return read_committed(run_dir, columns, filter)
 
 
+#: The columns the truncation tables and the notebook's figures read.
+ANALYSIS_COLUMNS = ("model", "budget", "stop_reason", "is_truncated", "reward", "wasted_output_tokens",
+                    "output_tokens", "turns")
+#: Columns newer shards add (issue 16's reasoning axis and thinking cut, the retry causes):
+#: read where the run's shards hold them.
+_NEWER_COLUMNS = ("reasoning", "thinking_cut", "retries")
+
+
+def load_analysis(run_dir: str | Path) -> pa.Table:
+    """The committed episodes with the columns the truncation tables and figures read
+    (`ANALYSIS_COLUMNS`, and `reasoning`, `thinking_cut`, `retries` where the shards hold them)."""
+    stored = set(run_dataset(run_dir).schema.names)
+    return load_run(run_dir, columns=[*ANALYSIS_COLUMNS, *(c for c in _NEWER_COLUMNS if c in stored)])
+
+
+def reasoning_grouping(source: RunOrTable, by: Sequence[str] = ("model", "budget")) -> tuple[str, ...]:
+    """`by`, with ``reasoning`` added when the episodes hold more than one reasoning setting.
+
+    Settings of one sweep cell are different experiments (the thinking shares the cap), so a
+    table over them is split by the setting; a run with one setting or none keeps `by`.
+    """
+    if isinstance(source, pa.Table):
+        if "reasoning" not in source.column_names:
+            return tuple(by)
+        column = source.column("reasoning")
+    else:
+        if "reasoning" not in run_dataset(source).schema.names:
+            return tuple(by)
+        column = load_run(source, columns=["reasoning"]).column("reasoning")
+    settings = pc.count_distinct(column, mode="all").as_py()
+    return (*by, "reasoning") if settings > 1 and "reasoning" not in by else tuple(by)
+
+
 def _table(source: RunOrTable, columns: Sequence[str]) -> pa.Table:
     if isinstance(source, pa.Table):
         return source
-    # Columns a newer schema added (`retries`) are read only where the shards hold them.
-    if "retries" in columns and "retries" not in run_dataset(source).schema.names:
-        columns = [c for c in columns if c != "retries"]
+    # Columns a newer schema added (`retries`, `thinking_cut`) are read only where the shards hold them.
+    stored = run_dataset(source).schema.names
+    columns = [c for c in columns if c not in ("retries", "thinking_cut") or c in stored]
     return load_run(source, columns=sorted(set(columns)))
 
 
@@ -87,7 +126,7 @@ def truncation_table(
     `source` is a run dir or an already loaded (and perhaps filtered) episode table.
     """
     needed = [*by, "stop_reason", "is_truncated", "reward", "wasted_output_tokens", "output_tokens",
-              "retries"]
+              "retries", "thinking_cut"]
     return aggregate(_table(source, needed), by, target).to_arrow()
 
 

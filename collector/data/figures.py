@@ -8,7 +8,12 @@ and returns a matplotlib Figure. The conventions are the same in every figure:
   those), so 96 and 192 have their own labelled tick;
 - a stop reason has one colour in every figure of every run (`STOP_COLOURS`), whichever
   reasons a run happens to contain; a model keeps its colour across the figures of a run;
-- quantities per cell are per episode, never raw sums (a sum follows the cell's size).
+- quantities per cell are per episode, never raw sums (a sum follows the cell's size);
+- a table grouped by the reasoning setting too (a `reasoning` column: a sweep with
+  `sweep.reasoning`, `collector.analysis.reasoning_grouping`) gets one line per model and
+  setting, the setting told by its marker (`SETTING_MARKERS`) and named in the label; the
+  truncation figure adds, dotted, the thinking-cut rate of every line that had any. A table
+  without the column draws as before.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ STOP_COLOURS: dict[str, str] = {
     StopReason.DONE.value: "#2ca02c",
     StopReason.MAX_STEPS.value: "#1f77b4",
     StopReason.LENGTH.value: "#ff7f0e",
+    StopReason.CONTEXT_OVERFLOW.value: "#e377c2",
     StopReason.MALFORMED_TOOL_CALL.value: "#d62728",
     StopReason.TIMEOUT.value: "#9467bd",
     StopReason.ERROR.value: "#7f7f7f",
@@ -37,8 +43,27 @@ OTHER_COLOUR = "#17becf"
 #: Models take matplotlib's tab10 colours in name order (fixed within a run).
 _MODEL_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
                   "#7f7f7f", "#bcbd22", "#17becf")
+#: One marker per reasoning setting, in the settings' sorted order (the first is the marker
+#: of a run without settings).
+SETTING_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 #: A pandas DataFrame of a `collector.analysis` table (pandas ships no type stubs).
 Frame: TypeAlias = Any
+
+
+def series(frame: Frame) -> list[tuple[str, str, str, Frame]]:
+    """The lines of a figure: (label, colour, marker, rows) per model, or per model and reasoning
+    setting when the frame has a `reasoning` column; the colour is the model's."""
+    colours = model_colours(list(frame["model"].unique()))
+    if "reasoning" not in frame:
+        return [(m, c, SETTING_MARKERS[0], frame[frame["model"] == m]) for m, c in colours.items()]
+    settings = sorted({str(s) for s in frame["reasoning"]})
+    out = []
+    for model, colour in colours.items():
+        for i, setting in enumerate(settings):
+            rows = frame[(frame["model"] == model) & (frame["reasoning"].astype(str) == setting)]
+            if len(rows):
+                out.append((f"{model} [{setting}]", colour, SETTING_MARKERS[i % len(SETTING_MARKERS)], rows))
+    return out
 
 
 def stop_colour(reason: str) -> str:
@@ -68,17 +93,20 @@ def truncation_figure(trunc: Frame, target: float | None = None) -> Figure:
     """Truncation rate against budget per model, Wilson 95% bands, the target line and, per
     model, the budget picked for it (the `target_budget` column) marked with a star."""
     fig, ax = plt.subplots(figsize=(7, 4))
-    colours = model_colours(list(trunc["model"].unique()))
-    for model, colour in colours.items():
-        g = trunc[trunc["model"] == model].sort_values("budget")
-        ax.plot(g["budget"], g["truncation_rate"], marker="o", color=colour, label=model)
+    for label, colour, marker, rows in series(trunc):
+        g = rows.sort_values("budget")
+        ax.plot(g["budget"], g["truncation_rate"], marker=marker, color=colour, label=label)
         ax.fill_between(g["budget"], g["trunc_low"], g["trunc_high"], color=colour, alpha=0.2)
+        if "thinking_cut_rate" in g and float(g["thinking_cut_rate"].fillna(0).max()) > 0:
+            # The part of the truncation rate whose cap went on reasoning (`LengthSignal.REASONING`).
+            ax.plot(g["budget"], g["thinking_cut_rate"], marker=marker, color=colour, linestyle=":",
+                    linewidth=1, markerfacecolor="none", label=f"{label}: thinking cut")
         picked = g["target_budget"].dropna().unique() if "target_budget" in g else []
         if len(picked):
             budget = int(picked[0])
             rate = float(g.loc[g["budget"] == budget, "truncation_rate"].iloc[0])
             ax.plot([budget], [rate], marker="*", markersize=16, color=colour, linestyle="none",
-                    label=f"{model}: picked {budget}")
+                    label=f"{label}: picked {budget}")
             ax.axvline(budget, color=colour, linestyle=":", linewidth=1)
     if target is not None:
         ax.axhline(target, color="grey", linestyle="--", linewidth=1, label=f"target {target:.0%}")
@@ -94,9 +122,9 @@ def error_figure(trunc: Frame) -> Figure:
     """Error rate against budget per model: the truncation rate leaves `error` episodes out,
     so a cell where the provider failed often looks healthy without this one."""
     fig, ax = plt.subplots(figsize=(7, 3))
-    for model, colour in model_colours(list(trunc["model"].unique())).items():
-        g = trunc[trunc["model"] == model].sort_values("budget")
-        ax.plot(g["budget"], g["error_rate"], marker="o", color=colour, label=model)
+    for label, colour, marker, rows in series(trunc):
+        g = rows.sort_values("budget")
+        ax.plot(g["budget"], g["error_rate"], marker=marker, color=colour, label=label)
     budget_axis(ax, trunc["budget"])
     ax.set_ylabel("share of episodes in error")
     ax.set_ylim(0, max(0.05, float(trunc["error_rate"].max()) * 1.1))
@@ -108,17 +136,17 @@ def error_figure(trunc: Frame) -> Figure:
 def per_turn_figure(per_turn: Frame, target: float | None = None) -> Figure:
     """Turns cut / turns against budget: left by turn index (first four), right by kind."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
-    for model, colour in model_colours(list(per_turn["model"].unique())).items():
-        rows = per_turn[per_turn["model"] == model]
+    for label, colour, marker, rows in series(per_turn):
         styles = ("-", "--", "-.", ":")
         for index, style in zip(sorted(rows["turn_index"].dropna().unique())[:4], styles, strict=False):
             g = rows[rows["turn_index"] == index].sort_values("budget")
-            left.plot(g["budget"], g["cut_rate"], style, marker="o", color=colour,
-                      label=f"{model} turn {int(index)}")
+            left.plot(g["budget"], g["cut_rate"], style, marker=marker, color=colour,
+                      label=f"{label} turn {int(index)}")
             left.fill_between(g["budget"], g["cut_low"], g["cut_high"], color=colour, alpha=0.1)
         for kind, style in (("call", "-"), ("answer", "--")):
             g = rows[rows["turn_kind"] == kind].sort_values("budget")
-            right.plot(g["budget"], g["cut_rate"], style, marker="o", color=colour, label=f"{model} {kind}")
+            right.plot(g["budget"], g["cut_rate"], style, marker=marker, color=colour,
+                       label=f"{label} {kind}")
             right.fill_between(g["budget"], g["cut_low"], g["cut_high"], color=colour, alpha=0.1)
     for ax, title in ((left, "by turn index"), (right, "by turn kind")):
         if target is not None:
@@ -133,15 +161,17 @@ def per_turn_figure(per_turn: Frame, target: float | None = None) -> Figure:
 
 
 def stop_mix_figure(mix: Frame) -> Figure:
-    """Stacked share of each stop reason per model and budget, in the fixed colours."""
-    table = mix.pivot_table(index=["model", "budget"], columns="stop_reason", values="share",
+    """Stacked share of each stop reason per model (and reasoning setting) and budget, in the
+    fixed colours."""
+    index = [c for c in ("model", "reasoning", "budget") if c in mix]
+    table = mix.pivot_table(index=index, columns="stop_reason", values="share",
                             fill_value=0.0, observed=True)
     reasons = ordered_reasons(str(c) for c in table.columns)
     table = table[reasons]
     fig, ax = plt.subplots(figsize=(8, 4))
     table.plot(kind="bar", stacked=True, width=0.8, ax=ax, color=[stop_colour(r) for r in reasons])
     ax.set_ylabel("share of episodes")
-    ax.set_xlabel("model, budget")
+    ax.set_xlabel(", ".join(index))
     ax.legend(title="stop reason", bbox_to_anchor=(1.02, 1), loc="upper left")
     ax.set_title("Stop-reason mix")
     fig.tight_layout()
@@ -152,11 +182,11 @@ def wasted_figure(trunc: Frame) -> Figure:
     """Output tokens wasted on cut or discarded turns: per episode (left) and as a share of all
     output tokens (right), so cells of different sizes compare."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    for model, colour in model_colours(list(trunc["model"].unique())).items():
-        g = trunc[trunc["model"] == model].sort_values("budget")
+    for label, colour, marker, rows in series(trunc):
+        g = rows.sort_values("budget")
         per_episode = g["wasted_output_tokens"] / g["episodes"]
-        left.plot(g["budget"], per_episode, marker="o", color=colour, label=model)
-        right.plot(g["budget"], g["wasted_fraction"], marker="o", color=colour, label=model)
+        left.plot(g["budget"], per_episode, marker=marker, color=colour, label=label)
+        right.plot(g["budget"], g["wasted_fraction"], marker=marker, color=colour, label=label)
     for ax, label in ((left, "wasted output tokens per episode"), (right, "share of output tokens wasted")):
         budget_axis(ax, trunc["budget"])
         ax.set_ylabel(label)
@@ -169,9 +199,9 @@ def wasted_figure(trunc: Frame) -> Figure:
 def reward_figure(trunc: Frame) -> Figure:
     """Mean stored reward against budget per model (the stop_on reasons count 0, by policy)."""
     fig, ax = plt.subplots(figsize=(7, 4))
-    for model, colour in model_colours(list(trunc["model"].unique())).items():
-        g = trunc[trunc["model"] == model].sort_values("budget")
-        ax.plot(g["budget"], g["mean_reward"], marker="o", color=colour, label=model)
+    for label, colour, marker, rows in series(trunc):
+        g = rows.sort_values("budget")
+        ax.plot(g["budget"], g["mean_reward"], marker=marker, color=colour, label=label)
     budget_axis(ax, trunc["budget"])
     ax.set_ylabel("mean reward per episode")
     ax.set_ylim(0, 1.05)

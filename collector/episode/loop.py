@@ -714,4 +714,6 @@ async def run_episode(
         reasoning=spec.reasoning,
         retries=run.retries,
     )
-    return redactor.finish(episode)  # no credential the run was given, anywhere in the record
+    # No credential the run was given anywhere in the record, and no value redaction hid in
+    # the history left in the stored reasoning.
+    return redactor.finish(episode, run.history)

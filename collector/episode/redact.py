@@ -41,6 +41,15 @@ written to shards goes through here. The rules, and why:
   is secret-like (the same word-part rule), and ``Bearer ...`` and ``Basic <base64>``
   credentials.
 
+- Stored reasoning (`TurnRecord.reasoning_text`, every string inside `reasoning_items`):
+  a model's thinking repeats tool arguments verbatim, so every value the rules above hid
+  anywhere in the episode (under a secret key in a call's arguments or a JSON result, in a
+  secret ``key=value`` pair, a ``Bearer``/``Basic`` credential) is replaced there too, by
+  exact value (`Redactor.finish` with the episode's messages; values shorter than
+  `MIN_SCRUBBED_CHARS` are left, they would hide ordinary words). A stored item that changed
+  no longer matches its signature: it gets ``"collector_redacted": true`` so nobody replays
+  it from a shard expecting a valid one. The live replay keeps the original items.
+
 What is *not* redacted: a secret the run was not given, in prose with no key beside it
 ("my code is hunter2") or under an innocent key (``{"note": "sk-..."}``). Environments
 that handle real credentials should keep them out of tool results in the first place.
@@ -49,10 +58,11 @@ that handle real credentials should keep them out of tool results in the first p
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 from urllib.parse import quote
 
@@ -64,6 +74,17 @@ REDACTED = "[REDACTED]"
 
 #: What replaces the value of a credential the run was given, wherever it appears.
 REDACTED_CREDENTIAL = "[redacted credential]"
+
+#: Marks a stored reasoning item whose content redaction changed (its signature no longer fits).
+REDACTED_ITEM_KEY = "collector_redacted"
+
+#: Redacted values shorter than this are not scrubbed from stored reasoning (a 2-letter
+#: value would hide ordinary words of the thinking text).
+MIN_SCRUBBED_CHARS = 4
+
+#: Keys of reasoning items whose string values are the model's thinking text: these get the
+#: free-text pass too (`redact_text`), the other strings (signatures) only the exact scrub.
+_THINKING_TEXT_KEYS = frozenset({"text", "thinking"})
 
 #: What replaces an unparsed tool-call block in stored assistant text.
 UNPARSED_MARKER = "[unparsed tool-call block: {chars} chars]"
@@ -200,16 +221,105 @@ class Redactor:
         out.append(text[done:])
         return "".join(out)
 
-    def finish(self, episode: Episode) -> Episode:
+    def finish(self, episode: Episode, messages: Sequence[Message] = ()) -> Episode:
         """The episode with every form of every credential the run was given replaced, in place.
 
         Walks every string of the record (message text, arguments, tool names and ids, turn
         fields, the error message), so no path from the provider or an environment to the
-        record can carry a credential's exact value, whatever key it is under.
+        record can carry a credential's exact value, whatever key it is under. The stored
+        reasoning also loses every value redaction hid in `messages` (the episode's history,
+        unredacted), and each reasoning item that changed is marked `REDACTED_ITEM_KEY`.
         """
+        if any(t.reasoning_text or t.reasoning_items for t in episode.turns):
+            # Only then: collecting the values walks the history again (bench/overhead.py).
+            self._scrub_reasoning(episode, self.redacted_values(messages))
         if self._credential_pattern is not None:
             self._scrub_fields(episode)
         return episode
+
+    def redacted_values(self, messages: Sequence[Message]) -> set[str]:
+        """Every value the record's redaction hides in `messages`: the leaves under secret keys
+        of call arguments and JSON text, the values of secret ``key=value`` pairs and
+        ``Bearer``/``Basic`` credentials in free text (at least `MIN_SCRUBBED_CHARS` long)."""
+        found: set[str] = set()
+        for m in messages:
+            if isinstance(m, AssistantMessage):
+                self._text_values(m.text, found)
+                for c in m.tool_calls:
+                    for value in (c.arguments, c.raw_object):
+                        if value is not None:
+                            self._keyed_values(value, found)
+                    if c.raw_arguments is not None:
+                        self._text_values(c.raw_arguments, found)
+            elif isinstance(m, ToolResultMessage):
+                self._text_values(m.content, found)
+            else:
+                self._text_values(getattr(m, "text", ""), found)
+        return {v for v in found if len(v) >= MIN_SCRUBBED_CHARS}
+
+    def _keyed_values(self, value: Any, found: set[str]) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                if isinstance(k, str) and self.is_secret_key(k):
+                    found.update(_leaves(v))
+                else:
+                    self._keyed_values(v, found)
+        elif isinstance(value, list):
+            for v in value:
+                self._keyed_values(v, found)
+
+    def _text_values(self, text: str, found: set[str]) -> None:
+        """What `redact_text` hides in `text`, collected instead of replaced."""
+        if not text or self.redact_text(text) == text:
+            return
+        if text.lstrip()[:1] in ("{", "["):
+            with contextlib.suppress(ValueError):
+                self._keyed_values(json.loads(text), found)
+        search_from = 0
+        while self._key_pattern is not None and (head := _PAIR_HEAD.search(text, search_from)) is not None:
+            search_from = head.end()
+            if self.is_secret_key(head.group(1)):
+                value = _PAIR_VALUE.match(text, head.end())
+                if value is not None:
+                    found.add(value.group(0).strip("\"'"))
+                    search_from = value.end()
+        for pattern in (_BEARER, _BASIC):
+            found.update(m.group(0)[len(m.group(1)):] for m in pattern.finditer(text))
+
+    def _scrub_reasoning(self, episode: Episode, values: set[str]) -> None:
+        forms = sorted({f for v in values for f in _stored_forms(v)}, key=len, reverse=True)
+        hidden = re.compile("|".join(map(re.escape, forms))) if forms else None
+
+        def scrub(text: str) -> str:
+            if hidden is not None:
+                text = hidden.sub(REDACTED, text)
+            if self._credential_pattern is not None:
+                text = self._credential_pattern.sub(REDACTED_CREDENTIAL, text)
+            return text
+
+        for turn in episode.turns:
+            if turn.reasoning_text:
+                turn.reasoning_text = scrub(turn.reasoning_text)
+            if turn.reasoning_items:
+                items = json.loads(turn.reasoning_items)
+                stored = []
+                for item in items:
+                    redacted = self._scrub_item(item, scrub)
+                    if redacted != item and isinstance(redacted, dict):
+                        redacted[REDACTED_ITEM_KEY] = True
+                    stored.append(redacted)
+                if stored != items:
+                    turn.reasoning_items = json.dumps(stored, ensure_ascii=False)
+
+    def _scrub_item(self, value: Any, scrub: Callable[[str], str], key: str | None = None) -> Any:
+        """A copy of a reasoning item with every string scrubbed (thinking text also redacted)."""
+        if isinstance(value, str):
+            return scrub(self.redact_text(value) if key in _THINKING_TEXT_KEYS else value)
+        if isinstance(value, dict):
+            return {k: self._scrub_item(v, scrub, k) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self._scrub_item(v, scrub, key) for v in value]
+        return value
 
     def _scrub_fields(self, record: Any) -> None:
         for f in dataclasses.fields(record):
@@ -310,6 +420,20 @@ def credential_values(
         if value and (name.lower() == "key" or keys.is_secret_key(name)):
             found += [value, quote(value, safe="")]
     return tuple(dict.fromkeys(v for v in found if v))
+
+
+def _leaves(value: Any) -> Iterable[str]:
+    """The scalar values inside a redacted value, as the text a model would write them."""
+    if isinstance(value, dict):
+        for v in value.values():
+            yield from _leaves(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _leaves(v)
+    elif isinstance(value, str):
+        yield value
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        yield str(value)
 
 
 def _stored_forms(credential: str) -> set[str]:

@@ -20,7 +20,10 @@ no candidates) are content_filter turns with the block reason as the incomplete 
 
 Thinking: `thought: true` parts are kept verbatim (`Turn.reasoning_items`, their text the
 reasoning text, `usageMetadata.thoughtsTokenCount` the count) and replayed first in the
-model turn, each `thoughtSignature` on the part that carried it. A budget or level is sent
+model turn, each `thoughtSignature` on the part that carried it. A thinking turn without a
+call may sign its text part instead (streamed, on any of its pieces): that part is kept as a
+reasoning item too (`{"text", "thoughtSignature"}`, no `thought`) and replayed as the turn's
+text part with its signature, in the text's place. A budget or level is sent
 as `thinkingConfig` (`thinkingBudget` or `thinkingLevel`, not both) with `includeThoughts`.
 
 History: system messages go to `systemInstruction`; assistant turns become `model` contents
@@ -104,11 +107,16 @@ def build_gemini_body(request: TurnRequest) -> JSONObject:
                 response = {"id": m.call_id, **response}
             add("user", {"functionResponse": response})
         elif isinstance(m, AssistantMessage):
-            # Thought parts first, verbatim (each `thoughtSignature` on the part that carried it).
+            # Thought parts first, verbatim (each `thoughtSignature` on the part that carried it),
+            # then the text part, with the signature it came with when it had one.
+            text_part: JSONObject = {"text": m.text}
             for item in m.reasoning_items:
-                add("model", dict(item))
+                if _is_signed_text(item):
+                    text_part["thoughtSignature"] = item["thoughtSignature"]
+                else:
+                    add("model", dict(item))
             if m.text or not m.tool_calls:
-                add("model", {"text": m.text})
+                add("model", text_part)
             for c in m.tool_calls:
                 calls[c.id] = c
                 fc: JSONObject = {"name": c.name, "args": replay_object(c)}
@@ -167,11 +175,16 @@ def build_gemini_body(request: TurnRequest) -> JSONObject:
     return body
 
 
+def _is_signed_text(item: JSONObject) -> bool:
+    """A reasoning item that is the turn's signed text part, not a thought part."""
+    return not item.get("thought") and "text" in item and isinstance(item.get("thoughtSignature"), str)
+
+
 class _Reply:
     """Parts of candidate 0 gathered over one body or many stream chunks."""
 
     __slots__ = ("block_reason", "calls", "finish", "logprobs", "model", "reasoning", "reasoning_items",
-                 "reasoning_tokens", "response_id", "text", "usage")
+                 "reasoning_tokens", "response_id", "text", "text_signature", "usage")
 
     def __init__(self) -> None:
         self.text: list[str] = []
@@ -185,6 +198,7 @@ class _Reply:
         self.reasoning = False
         self.reasoning_items: list[JSONObject] = []
         self.reasoning_tokens = 0
+        self.text_signature: str | None = None
 
     def feed(self, chunk: Any, http: Http) -> None:
         if chunk.get("error"):
@@ -220,6 +234,8 @@ class _Reply:
                 self.calls.append(call)
             elif isinstance(part.get("text"), str) and not part.get("thought"):
                 self.text.append(part["text"])
+                if isinstance(part.get("thoughtSignature"), str):
+                    self.text_signature = part["thoughtSignature"]
             elif part.get("thought"):
                 self.reasoning = True
                 self.reasoning_items.append(dict(part))
@@ -246,8 +262,13 @@ class _Reply:
             mapped = FinishClass.CONTENT_FILTER
         else:
             mapped = FinishClass.OTHER
+        text = "".join(self.text)
+        items = self.reasoning_items
+        if self.text_signature is not None:
+            # Kept with the reasoning items so the replay can put it back on the text part.
+            items = [*items, {"text": text, "thoughtSignature": self.text_signature}]
         return finish_turn(
-            text="".join(self.text),
+            text=text,
             tool_calls=self.calls,
             raw_finish_reason=raw,
             mapped=mapped,
@@ -264,7 +285,7 @@ class _Reply:
                 p["text"] for p in self.reasoning_items if isinstance(p.get("text"), str)
             ) or None,
             reasoning_tokens=self.reasoning_tokens,
-            reasoning_items=self.reasoning_items,
+            reasoning_items=items,
         )
 
 

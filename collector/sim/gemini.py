@@ -16,6 +16,9 @@ no parts, and a part with no data (`{"text": ""}`, since proto3 cannot tell an e
 from an unset one), whatever the role. A collector that replays a turn in which the model
 said nothing must fail here, not first in production.
 
+A thinking turn signs its first call part, or, when it has no call, its text part (the
+last streamed piece carries it): either must come back on the same part, unchanged.
+
 Calls carry an 8-character `id` (Gemini 3 style); a `functionResponse` is matched by `id`
 when its call had one, else by name. The model comes from the URL path.
 Streams are `data: <GenerateContentResponse>` events with no end marker; the last one has
@@ -31,7 +34,7 @@ from collector.sim.errors import SimError
 from collector.sim.generate import Generation
 from collector.sim.history import DEFAULT_CAP, CallLedger, ParsedRequest, require
 from collector.sim.policy import HistoryItem
-from collector.sim.thinking import call_signature, check
+from collector.sim.thinking import call_signature, check, text_signature
 from collector.sim.tokenizer import count_tokens
 
 PIECE = 64
@@ -76,6 +79,13 @@ def _missing_signature(name: str, position: int) -> str:
             "https://ai.google.dev/gemini-api/docs/thought-signatures for more details.")
 
 
+def _missing_text_signature(position: int) -> str:
+    return ("Text part is missing a thought_signature in a model turn without function calls. Thought "
+            "signatures must be returned on the part that carried them. Additional data, text part, "
+            f"position {position}. Please refer to https://ai.google.dev/gemini-api/docs/thought-signatures "
+            "for more details.")
+
+
 def parse(body: dict[str, Any]) -> ParsedRequest:
     model = require(body, "model", str, "request")
     contents = require(body, "contents", list, "request")
@@ -91,12 +101,20 @@ def parse(body: dict[str, Any]) -> ParsedRequest:
         if role == "model":
             ledger.close_turn()
             first_call = True
+            unsigned_text: int | None = None  # position of a text part sent without its signature
             for j, part in enumerate(parts):
                 pw = f"{where}.parts[{j}]"
                 if not isinstance(part, dict):
                     raise SimError(400, f"{pw}: parts must be objects")
                 call = part.get("functionCall")
                 if call is None:
+                    if isinstance(part.get("text"), str) and not part.get("thought"):
+                        if "thoughtSignature" in part:
+                            check(part["thoughtSignature"], text_signature(part["text"]),
+                                  f"* GenerateContentRequest.{pw}.thought_signature: Corrupted thought "
+                                  "signature.")
+                        elif unsigned_text is None:
+                            unsigned_text = j + 1
                     continue
                 name = require(call, "name", str, pw + ".functionCall")
                 args = call.get("args", {})
@@ -112,6 +130,8 @@ def parse(body: dict[str, Any]) -> ParsedRequest:
                 key = call_id if isinstance(call_id, str) else f"\0{name}\0{j}"
                 ledger.open(key, name)
                 history.append(("call", key, name, args))
+            if first_call and unsigned_text is not None and unreasoned is None:
+                unreasoned = _missing_text_signature(unsigned_text)  # no call: the text was signed
         elif role in ("user", "function"):
             texts: list[str] = []
             for j, part in enumerate(parts):
@@ -204,6 +224,14 @@ def _call_parts(gen: Generation) -> list[dict[str, Any]]:
     return parts
 
 
+def _text_part(gen: Generation, text: str, last: bool) -> dict[str, Any]:
+    """A text part; a thinking turn without a call signs its (last) text part with the whole text."""
+    part: dict[str, Any] = {"text": text}
+    if last and gen.reasoning_tokens and not any(c.closed for c in gen.calls):
+        part["thoughtSignature"] = text_signature(gen.text)
+    return part
+
+
 def _chunk(req: ParsedRequest, gen: Generation, content: dict[str, Any], reason: str | None,
            output_tokens: int) -> dict[str, Any]:
     candidate: dict[str, Any] = {"content": content}
@@ -222,7 +250,7 @@ def render(req: ParsedRequest, gen: Generation) -> dict[str, Any]:
     if reason == "MALFORMED_FUNCTION_CALL":
         return _chunk(req, gen, {}, reason, gen.output_tokens)
     parts = _thought_parts(req, gen)
-    parts += [{"text": gen.text}] if gen.text else []
+    parts += [_text_part(gen, gen.text, True)] if gen.text else []
     parts += _call_parts(gen)
     content: dict[str, Any] = {"role": "model", "parts": parts} if parts else {"role": "model"}
     return _chunk(req, gen, content, reason, gen.output_tokens)
@@ -236,7 +264,7 @@ def render_stream(req: ParsedRequest, gen: Generation) -> list[str]:
         events.append("data: " + json.dumps(chunk) + "\n\n")
     text = gen.text
     for i in range(0, len(text), PIECE):
-        content = {"role": "model", "parts": [{"text": text[i:i + PIECE]}]}
+        content = {"role": "model", "parts": [_text_part(gen, text[i:i + PIECE], i + PIECE >= len(text))]}
         chunk = _chunk(req, gen, content, None, gen.reasoning_tokens + count_tokens(text[:i + PIECE]))
         events.append("data: " + json.dumps(chunk) + "\n\n")
     if reason != "MALFORMED_FUNCTION_CALL":

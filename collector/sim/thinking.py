@@ -15,7 +15,8 @@ reasoning is a 400 in the dialect's words:
 - Responses: a `reasoning` item's `encrypted_content` covers its id and summary text; every
   run of `function_call` items must follow a `reasoning` item.
 - Gemini: the `thoughtSignature` on a model turn's first `functionCall` part covers that
-  call's name and arguments; it must be there.
+  call's name and arguments; it must be there. A thinking turn without a call carries its
+  signature on its text part instead (covering the text), and that one must come back too.
 
 The parsers collect the "sent back without its reasoning" message in
 `ParsedRequest.unreasoned`; the app applies it only for thinking presets (a model that never
@@ -44,6 +45,11 @@ def sign(*pieces: str) -> str:
 def call_signature(name: str, args: dict[str, Any]) -> str:
     """The Gemini `thoughtSignature` of a call (covers its name and arguments)."""
     return sign("gemini-call", name, json.dumps(args, sort_keys=True, ensure_ascii=False))
+
+
+def text_signature(text: str) -> str:
+    """The Gemini `thoughtSignature` of a thinking turn's text part when it has no call."""
+    return sign("gemini-text", text)
 
 
 def check(signature: object, expected: str, message: str) -> None:

@@ -1,5 +1,6 @@
 """The notebook's figures (`collector.data.figures`): budget ticks, fixed colours, per-episode
-waste, the picked budget, the error rate and reward against budget, read back from the axes."""
+waste, the picked budget, the error rate and reward against budget, the split by reasoning
+setting, read back from the axes."""
 
 from __future__ import annotations
 
@@ -14,7 +15,13 @@ import pandas as pd
 import pytest
 from matplotlib.colors import to_rgba
 
-from collector.analysis import stop_reason_mix, truncation_table, turn_truncation_table
+from collector.analysis import (
+    load_analysis,
+    reasoning_grouping,
+    stop_reason_mix,
+    truncation_table,
+    turn_truncation_table,
+)
 from collector.data import figures
 from collector.data.store import RunStore
 from collector.stop import StopReason
@@ -108,3 +115,73 @@ def test_error_rate_and_reward_are_drawn_against_budget(run: Path) -> None:
     reward = figures.reward_figure(graded).axes[0]
     assert [list(line.get_ydata()) for line in reward.get_lines()] == [[0.2, 0.5]]
     assert "reward" in reward.get_ylabel()
+
+
+SETTINGS = {
+    # effort=high thinks its cap away more often at 64; both hit the context window sometimes.
+    "effort=low": {64: (S.LENGTH, S.DONE, S.DONE, S.CONTEXT_OVERFLOW),
+                   128: (S.DONE, S.DONE, S.DONE, S.LENGTH)},
+    "effort=high": {64: (S.LENGTH, S.LENGTH, S.CONTEXT_OVERFLOW, S.DONE),
+                    128: (S.LENGTH, S.DONE, S.DONE, S.DONE)},
+}
+
+
+def reasoning_run(path: Path) -> Path:
+    """One model, two reasoning settings x budgets 64 and 128 (20 episodes a cell): every cut
+    turn of effort=high spent its cap on thinking, none of effort=low's did."""
+    with RunStore.open(path, "fp", {}, "arrow", 64) as store:
+        for n, (setting, mixes) in enumerate(SETTINGS.items()):
+            for budget, stops in mixes.items():
+                batch = make_batch(20, model="sim-thinker", budget=budget, stops=stops, start=100 * n)
+                for ep in batch:
+                    ep.reasoning = setting
+                    if setting == "effort=high" and ep.stop_reason is S.LENGTH:
+                        ep.turns[-1].length_signals = ["finish_reason", "reasoning"]
+                store.commit(batch)
+    return path
+
+
+def test_a_sweep_over_reasoning_settings_is_split_by_setting(tmp_path: Path) -> None:
+    """With two reasoning settings the table has a row per setting and budget, the truncation
+    figure a line per setting (named in the legend) with its thinking-cut rate beside it, and
+    `context_overflow` its own column and colour in the stop mix."""
+    run = reasoning_run(tmp_path / "run")
+    by = reasoning_grouping(run)
+    assert by == ("model", "budget", "reasoning")
+    trunc = truncation_table(load_analysis(run), by=by, target=0.3).to_pandas()
+    rows = {(r.reasoning, r.budget): r for r in trunc.itertuples()}
+    assert sorted(rows) == [("effort=high", 64), ("effort=high", 128),
+                            ("effort=low", 64), ("effort=low", 128)]
+    assert rows[("effort=high", 64)].truncation_rate == 0.5
+    assert rows[("effort=high", 64)].thinking_cut_rate == 0.5
+    assert rows[("effort=low", 64)].thinking_cut_rate == 0.0
+    assert rows[("effort=low", 64)].context_overflow_rate == 0.25
+    assert rows[("effort=high", 128)].context_overflow_rate == 0.0
+
+    ax = figures.truncation_figure(trunc, 0.3).axes[0]
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    high, low = lines["sim-thinker [effort=high]"], lines["sim-thinker [effort=low]"]
+    assert list(high.get_ydata()) == [0.5, 0.25]
+    assert list(low.get_ydata()) == [0.25, 0.25]
+    assert high.get_marker() != low.get_marker()
+    assert list(lines["sim-thinker [effort=high]: thinking cut"].get_ydata()) == [0.5, 0.25]
+    assert "sim-thinker [effort=low]: thinking cut" not in lines  # no thinking cut: no line
+    assert len(figures.reward_figure(trunc).axes[0].get_lines()) == 2
+
+    mix = stop_reason_mix(load_analysis(run), by=by).to_pandas()
+    stack = figures.stop_mix_figure(mix).axes[0]
+    handles, labels = stack.get_legend_handles_labels()
+    colour = {label: to_rgba(h.patches[0].get_facecolor()) for h, label in zip(handles, labels, strict=True)}
+    assert colour["context_overflow"] == to_rgba(figures.STOP_COLOURS["context_overflow"])
+    assert len(set(colour.values())) == len(colour) == 3  # done, length, context_overflow
+    assert len(stack.patches) == 3 * 4  # a bar per setting and budget, stacked by reason
+
+
+def test_a_run_without_reasoning_settings_is_drawn_per_model_only(run: Path) -> None:
+    """A run with no reasoning setting keeps the model x budget table and one line per model,
+    with no thinking-cut line."""
+    assert reasoning_grouping(run) == ("model", "budget")
+    trunc = truncation_table(load_analysis(run), by=reasoning_grouping(run)).to_pandas()
+    assert "reasoning" not in trunc
+    labels = [line.get_label() for line in figures.truncation_figure(trunc).axes[0].get_lines()]
+    assert labels == ["sim-perfect"]

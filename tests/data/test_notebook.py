@@ -18,6 +18,7 @@ from nbclient import NotebookClient
 from collector.data.store import RunStore
 from collector.stop import StopReason
 from tests.data.factory import make_batch
+from tests.data.test_figures import reasoning_run
 
 S = StopReason
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "truncation_analysis.ipynb"
@@ -62,6 +63,37 @@ def test_notebook_renders_its_figures(tmp_path: Path, monkeypatch: pytest.Monkey
     assert all(p.startswith(PNG_MAGIC) and len(p) > 5_000 for p in pngs)
     first = "".join(o.get("text", "") for o in code_cells[0].outputs if o.output_type == "stream")
     assert "120 episodes, 2 models, budgets [64, 128, 256]" in first
+
+
+def _execute(run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[nbformat.NotebookNode]:
+    """The notebook's code cells, executed headless over `run`."""
+    monkeypatch.setenv("RUN_DIR", str(run))
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    monkeypatch.setenv("JUPYTER_PLATFORM_DIRS", "1")
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    resources = {"metadata": {"path": str(tmp_path)}}
+    NotebookClient(nb, timeout=120, kernel_name="python3", resources=resources).execute()
+    return [c for c in nb.cells if c.cell_type == "code"]
+
+
+def test_notebook_splits_a_reasoning_sweep_by_setting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over a run with two reasoning settings the notebook's table has a row per setting and
+    budget with the thinking-cut and context-overflow rates, and every figure still renders."""
+    code_cells = _execute(reasoning_run(tmp_path / "run"), tmp_path, monkeypatch)
+    assert not [o for c in code_cells for o in c.outputs if o.output_type == "error"]
+    first = "".join(o.get("text", "") for o in code_cells[0].outputs if o.output_type == "stream")
+    assert "80 episodes, 1 models, budgets [64, 128], reasoning ['effort=high', 'effort=low']" in first
+    (table,) = [o["data"]["text/html"] for o in code_cells[0].outputs if "text/html" in o.get("data", {})]
+    header = re.search(r"<thead>(.*?)</thead>", table, re.S)
+    assert header is not None
+    for column in ("reasoning", "thinking_cut_rate", "context_overflow_rate"):
+        assert f"<th>{column}</th>" in header.group(1)
+    assert table.count("effort=high") == 2  # one row per budget
+    assert table.count("effort=low") == 2
+    pngs = [o for c in code_cells for o in c.outputs if "image/png" in o.get("data", {})]
+    assert len(pngs) == 6
 
 
 @pytest.mark.parametrize("cwd", [".", "notebooks"])

@@ -20,11 +20,14 @@ from collector.data.record import Episode
 from collector.data.shards import episodes_from_table, episodes_to_table
 from collector.envs.support_desk import SupportDeskEnv
 from collector.episode.loop import EpisodeSpec, run_episode
+from collector.errors import ProviderError
 from collector.providers import base_url_for, build_provider
 from collector.providers.base import Endpoint, Provider
+from collector.providers.gemini import build_gemini_body
 from collector.sim.app import create_app
+from collector.sim.thinking import text_signature
 from collector.stop import StopReason
-from collector.turn import Turn, TurnRequest
+from collector.turn import AssistantMessage, Message, SamplingParams, Turn, TurnRequest, UserMessage
 from tests.episode.test_sim_e2e import APPROVAL
 
 PATHS = list(itertools.product(["chat", "responses", "anthropic", "gemini"], [False, True]))
@@ -164,3 +167,54 @@ async def test_a_cap_spent_on_thinking_is_a_length_turn_flagged_as_such(
     assert episode.thinking_cut
     (stored,) = episodes_from_table(episodes_to_table([episode]))
     assert stored.thinking_cut
+
+
+def _without_text_signature(items: list[dict[str, object]]) -> list[dict[str, object]]:
+    return [i for i in items if i.get("thought") or "thoughtSignature" not in i]
+
+
+def _with_altered_text_signature(items: list[dict[str, object]]) -> list[dict[str, object]]:
+    return [i if i.get("thought") else {**i, "thoughtSignature": f"{i['thoughtSignature']}x"} for i in items]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+async def test_gemini_text_part_signature_is_replayed_on_that_part(
+    client: httpx.AsyncClient, stream: bool
+) -> None:
+    """A Gemini thinking turn without a call signs its text part: the signature is kept with the
+    turn's reasoning items and sent back on the text part, turn after turn, and a replay that
+    drops or alters it is the dialect's 400."""
+
+    async def no_sleep(seconds: float) -> None:
+        return None
+
+    endpoint = Endpoint(base_url_for("gemini", "http://sim.test"), streaming=stream)
+    provider = build_provider("gemini", endpoint, client, sleep=no_sleep)
+    params = SamplingParams(reasoning_effort="low")
+    messages: list[Message] = [UserMessage("Tell me about the weather, briefly.")]
+    for _ in range(3):  # each request replays every earlier signed text turn
+        turn = await provider.complete(TurnRequest("sim-thinker", list(messages), [], 512, params))
+        assert turn.text
+        assert not turn.tool_calls
+        signed = [i for i in turn.reasoning_items if not i.get("thought")]
+        assert signed == [{"text": turn.text, "thoughtSignature": text_signature(turn.text)}]
+        assert turn.reasoning_text
+        assert all(i.get("thought") for i in turn.reasoning_items[:-1])
+        messages += [AssistantMessage(turn.text, [], reasoning_items=turn.reasoning_items),
+                     UserMessage("And tomorrow?")]
+    body = build_gemini_body(TurnRequest("sim-thinker", messages, [], 512, params))
+    model_turns = [c for c in body["contents"] if c["role"] == "model"]
+    replayed = [p for c in model_turns for p in c["parts"] if not p.get("thought")]
+    assert len(replayed) == 3
+    assert [p.get("thoughtSignature") for p in replayed] == [text_signature(p["text"]) for p in replayed]
+
+    for mutate, words in ((_without_text_signature, "missing a thought_signature"),
+                          (_with_altered_text_signature, "Corrupted thought signature")):
+        last = messages[-2]
+        assert isinstance(last, AssistantMessage)
+        broken = [*messages[:-2], dataclasses.replace(last, reasoning_items=mutate(last.reasoning_items)),
+                  messages[-1]]
+        with pytest.raises(ProviderError) as refused:
+            await provider.complete(TurnRequest("sim-thinker", broken, [], 512, params))
+        assert refused.value.status == 400
+        assert words in str(refused.value)

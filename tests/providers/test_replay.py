@@ -25,7 +25,7 @@ from collector.turn import (
     UserMessage,
 )
 from tests.providers.conftest import MakeProvider, request
-from tests.providers.wirefab import KINDS, WIRE, Fab, FabCall, build
+from tests.providers.wirefab import KINDS, WIRE, Fab, FabCall, build, sse
 
 
 def wire(name: str) -> Any:
@@ -186,6 +186,41 @@ def test_gemini_made_up_ids_are_never_sent_back() -> None:
     assert body["contents"][1]["parts"][0] == {"functionCall": {"name": "read_file", "args": {"path": "a"}}}
     assert body["contents"][2]["parts"][0] == {
         "functionResponse": {"name": "read_file", "response": {"output": "x"}}
+    }
+
+
+def _gemini_chunk(part: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    candidate: dict[str, Any] = {"content": {"role": "model", "parts": [part]}, "index": 0}
+    if finish is not None:
+        candidate["finishReason"] = finish
+    return {"candidates": [candidate], "usageMetadata": {"promptTokenCount": 9, "candidatesTokenCount": 4,
+                                                         "thoughtsTokenCount": 30}}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+async def test_gemini_text_part_signature_goes_back_on_the_text_part(
+    make: MakeProvider, stream: bool
+) -> None:
+    """A signature Gemini put on the text part of a turn without a call (in a stream, on a last,
+    empty text piece) is kept and sent back on the one text part of that turn, whole text."""
+    if stream:
+        reply = sse([(None, _gemini_chunk({"text": "Sunny, "})),
+                             (None, _gemini_chunk({"text": "then rain."})),
+                             (None, _gemini_chunk({"text": "", "thoughtSignature": "SIG=="}, "STOP"))])
+    else:
+        reply = json.dumps(_gemini_chunk({"text": "Sunny, then rain.", "thoughtSignature": "SIG=="},
+                                         "STOP")).encode()
+    provider, _, _ = await make("gemini", reply, stream=stream)
+    turn = await provider.complete(request())
+    assert turn.text == "Sunny, then rain."
+    assert turn.reasoning_items == [{"text": "Sunny, then rain.", "thoughtSignature": "SIG=="}]
+    assert turn.reasoning_text is None  # the signed text is the answer, not a thought
+    history: list[Message] = [UserMessage("weather?"),
+                              AssistantMessage(turn.text, [], reasoning_items=turn.reasoning_items),
+                              UserMessage("and tomorrow?")]
+    body = build_gemini_body(TurnRequest("m", history, [], 8))
+    assert body["contents"][1] == {
+        "role": "model", "parts": [{"text": "Sunny, then rain.", "thoughtSignature": "SIG=="}]
     }
 
 
