@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from collector.data.manifest import committed_shard_paths
+from collector.data.mirror import resolve_run
 from collector.data.record import Episode, MessageRecord, ToolCallRecord
 from collector.data.shards import SCHEMA, ShardError, describe_exception, episodes_from_table, read_shard
 from collector.data.stats import aggregate, read_committed, run_dataset
@@ -65,9 +66,11 @@ def load_run(
 ) -> pa.Table:
     """The committed episodes of a run as one Arrow table (optionally some columns, a filter).
 
-    OutputError (one line naming the file) when a committed shard cannot be read.
+    `run_dir` is a run directory or ``s3://bucket/prefix`` (read through its synced local
+    mirror, `collector.data.mirror`). OutputError (one line naming the file) when a
+    committed shard cannot be read.
     """
-    return read_committed(run_dir, columns, filter)
+    return read_committed(resolve_run(run_dir), columns, filter)
 
 
 def _table(source: RunOrTable, columns: Sequence[str]) -> pa.Table:
