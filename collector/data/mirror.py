@@ -89,7 +89,13 @@ def cache_root() -> Path:
 
 
 def mirror_dir(location: ObjectLocation) -> Path:
-    """The local copy of the run at `location` (the same relative paths as its keys)."""
+    """The local copy of the run at `location` (the same relative paths as its keys).
+
+    A prefix with ``.`` or ``..`` segments is refused: its mirror would lie outside the cache,
+    and a sync removes every local file there that is not a key.
+    """
+    if any(part in ("", ".", "..") for part in location.prefix.split("/")) and location.prefix:
+        raise OutputError(f"{location}: a run's prefix cannot hold '.' or '..' segments or '//'")
     root = cache_root() / location.scheme / location.bucket
     return root / location.prefix if location.prefix else root
 

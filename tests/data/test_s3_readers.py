@@ -308,6 +308,62 @@ def test_without_boto3_the_error_names_the_extra(
                    "pip install 'collector[s3]'\n")
 
 
+def test_a_prefix_climbing_out_of_the_cache_is_refused(
+        tmp_path: Path, s3_bucket: S3Bucket, capsys: pytest.CaptureFixture[str]) -> None:
+    """`s3://bucket/../..`-style prefixes are one line, exit 2, and no file outside the cache is touched."""
+    _bucket_run(tmp_path, s3_bucket)
+    bystander = tmp_path / "keep.txt"
+    bystander.write_text("mine")
+    # S3 keys may hold such segments: with a manifest there, a sync of the "run" would mirror
+    # it into tmp_path (cache/s3/<bucket>/runs/../../../..) and remove every file not a key.
+    climbing = "runs/../../../.."
+    s3_bucket.client.put_object(Bucket=s3_bucket.name, Key=f"{climbing}/{MANIFEST}",
+                                Body=(tmp_path / "local-parquet" / MANIFEST).read_bytes())
+    assert f"{climbing}/{MANIFEST}" in s3_bucket.keys(prefix="runs/")
+    code, out, err = _cli(capsys, "check", f"s3://{s3_bucket.name}/{climbing}")
+    assert bystander.exists()
+    assert (code, out) == (2, "")
+    assert err.count("\n") == 1
+    assert "'..' segments" in err
+
+
+def test_a_server_that_never_answers_ends_in_one_line(
+        tmp_path: Path, s3_bucket: S3Bucket, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """An endpoint that accepts the connection and never replies ends (bounded read timeout and
+    retries) in one line, exit 2, instead of hanging the reader."""
+    import socket
+
+    _, uri = _bucket_run(tmp_path, s3_bucket)
+    monkeypatch.setattr(mirror, "READ_TIMEOUT_S", 0.2)
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)  # the kernel completes the handshakes; nothing ever reads or answers
+        monkeypatch.setenv("AWS_ENDPOINT_URL_S3", f"http://127.0.0.1:{silent.getsockname()[1]}")
+        code, out, err = _cli(capsys, "stats", uri)
+    assert (code, out) == (2, "")
+    assert re.fullmatch(rf"collector: error: {re.escape(uri)}: cannot reach 127\.0\.0\.1:\d+ "
+                        r"\(ReadTimeoutError\)\n", err), err
+
+
+@pytest.mark.parametrize(("code", "status", "says"), [
+    ("AccessDenied", 403, "access to bucket 'b-1' denied"),
+    ("InvalidAccessKeyId", 403, "the credentials were refused (InvalidAccessKeyId)"),
+    ("SignatureDoesNotMatch", 403, "the credentials were refused (SignatureDoesNotMatch)"),
+    ("SlowDown", 503, "the object store answered SlowDown (HTTP 503)"),
+])
+def test_store_errors_are_named_by_code_never_by_their_message(code: str, status: int, says: str) -> None:
+    """Permission and credential failures name the bucket and the code; the server's message (which
+    may quote the request) is never repeated."""
+    from botocore.exceptions import ClientError
+
+    error = ClientError({"Error": {"Code": code, "Message": f"key {SECRET_ACCESS_KEY}"},
+                         "ResponseMetadata": {"HTTPStatusCode": status}}, "ListObjectsV2")
+    message = str(mirror._store_error(ObjectLocation("s3", "b-1", "run"), error))
+    assert message.startswith(f"s3://b-1/run: {says}")
+    assert SECRET_ACCESS_KEY not in message
+
+
 def _closed_port() -> int:
     """A loopback port nothing listens on (bound, then released)."""
     import socket
