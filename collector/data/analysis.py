@@ -76,6 +76,7 @@ def load_run(
 def _table(source: RunOrTable, columns: Sequence[str]) -> pa.Table:
     if isinstance(source, pa.Table):
         return source
+    source = resolve_run(source)  # once, for the schema probe and the read below
     # Columns a newer schema added (`retries`) are read only where the shards hold them.
     if "retries" in columns and "retries" not in run_dataset(source).schema.names:
         columns = [c for c in columns if c != "retries"]

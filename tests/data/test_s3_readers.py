@@ -24,7 +24,7 @@ import pyarrow.dataset as ds
 import pyarrow.fs
 import pytest
 
-from collector.analysis import load_run
+from collector.analysis import load_run, truncation_table
 from collector.cli import main
 from collector.data import mirror
 from collector.data.location import ObjectLocation, parse_location
@@ -122,11 +122,13 @@ def test_check_of_the_bucket_says_ok_and_reports_a_stray_file(
 
 
 def test_load_run_of_the_uri_equals_the_local_run(tmp_path: Path, s3_bucket: S3Bucket) -> None:
-    """`load_run("s3://...")` returns the same table as `load_run` on the local run dir."""
+    """`load_run("s3://...")` returns the same table as `load_run` on the local run dir, and so do
+    the analysis tables given the URI."""
     run, uri = _bucket_run(tmp_path, s3_bucket, "arrow")
     remote, local = load_run(uri), load_run(run)
     assert local.num_rows == 11
     assert remote.sort_by("episode_id").equals(local.sort_by("episode_id"))
+    assert truncation_table(uri).equals(truncation_table(run))
 
 
 def test_episodes_show_export_and_trainer_view_read_the_bucket(
