@@ -329,6 +329,22 @@ def test_a_prefix_climbing_out_of_the_cache_is_refused(
     assert "'..' segments" in err
 
 
+def test_directory_markers_are_not_files_and_escaping_keys_are_refused(
+        tmp_path: Path, s3_bucket: S3Bucket, capsys: pytest.CaptureFixture[str]) -> None:
+    """A "folder" marker key (`data/`, as consoles create) is no file and no stray; a key climbing out
+    of the run (`data/../../x`) is refused in one line naming it, and nothing is written outside."""
+    _, uri = _bucket_run(tmp_path, s3_bucket)
+    s3_bucket.client.put_object(Bucket=s3_bucket.name, Key="runs/r1/data/", Body=b"")
+    code, out, _ = _cli(capsys, "check", uri)
+    assert (code, out.splitlines()[-1]) == (0, f"{uri}: ok")
+    s3_bucket.client.put_object(Bucket=s3_bucket.name, Key="runs/r1/data/../../../escaped", Body=b"x")
+    code, out, err = _cli(capsys, "check", uri)
+    assert (code, out) == (2, "")
+    assert err == (f"collector: error: {uri}: key 'runs/r1/data/../../../escaped' is not a plain "
+                   "relative path; it cannot be mirrored\n")
+    assert not list(tmp_path.rglob("escaped"))
+
+
 def test_a_server_that_never_answers_ends_in_one_line(
         tmp_path: Path, s3_bucket: S3Bucket, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
