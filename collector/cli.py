@@ -18,6 +18,9 @@ command ran and found a problem (`check` with violations).
     collector sim [--host H] [--port N] [--seed S]
     collector trainer-view RUN_DIR OUT [--mode sequence|stepwise]
 
+Every RUN_DIR may also be ``s3://bucket/prefix``: it is read through a local mirror synced
+first (`collector.data.mirror.resolve_run`, the one place the argument is resolved).
+
 A closed stdout (`collector stats RUN | head`) ends the command quietly with exit code 141,
 as a command killed by SIGPIPE would. An interrupted run (Ctrl-C or SIGTERM) commits what
 it holds and exits 128 + the signal number: 130 for SIGINT, 143 for SIGTERM.
@@ -101,10 +104,10 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     if args.per == "turn":
         from collector.data.turnstats import compute_turn_stats, format_turn_stats
 
-        turns = compute_turn_stats(args.run_dir, by=_by(args.by), target=args.target)
+        turns = compute_turn_stats(args.run, by=_by(args.by), target=args.target)
         print(format_turn_stats(turns, args.format))
         return EXIT_OK
-    stats = compute_stats(args.run_dir, by=_by(args.by), target=args.target)
+    stats = compute_stats(args.run, by=_by(args.by), target=args.target)
     print(format_stats(stats, args.format))
     return EXIT_OK
 
@@ -112,7 +115,7 @@ def _cmd_stats(args: argparse.Namespace) -> int:
 def _cmd_show(args: argparse.Namespace) -> int:
     from collector.data.analysis import render_episode
 
-    print(render_episode(args.run_dir, args.episode_id, args.format))
+    print(render_episode(args.run, args.episode_id, args.format))
     return EXIT_OK
 
 
@@ -133,7 +136,7 @@ def _where(args: argparse.Namespace) -> dict[str, str]:
 def _cmd_episodes(args: argparse.Namespace) -> int:
     from collector.data.analysis import format_listing, list_episodes
 
-    table = list_episodes(args.run_dir, _where(args), args.limit)
+    table = list_episodes(args.run, _where(args), args.limit)
     text = format_listing(table, args.format)
     if text:
         print(text)
@@ -163,7 +166,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 def _cmd_check(args: argparse.Namespace) -> int:
     from collector.data.check import check_run
 
-    report = check_run(args.run_dir)
+    report = check_run(args.run)
     for problem in report.problems:
         print(problem)
     for note in report.notes:  # not errors, but a user looking at the dir should know
@@ -178,7 +181,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
 def _cmd_export(args: argparse.Namespace) -> int:
     from collector.data.export import export_run
 
-    rows = export_run(args.run_dir, args.out, args.format, args.where)
+    rows = export_run(args.run, args.out, args.format, args.where)
     print(f"{args.out}: {rows} episodes ({args.format})", file=sys.stderr)
     return EXIT_OK
 
@@ -214,12 +217,12 @@ def _cmd_sim(args: argparse.Namespace) -> int:
 def _cmd_trainer_view(args: argparse.Namespace) -> int:
     from collector.data.trainer import token_summary, trainer_table, write_view
 
-    view = trainer_table(args.run_dir, args.mode)
+    view = trainer_table(args.run, args.mode)
     write_view(view, args.out)
     left_out = ", ".join(f"{n} {why}" for why, n in sorted(view.skipped.items())) or "none"
     print(f"{args.out}: {len(view.rows)} rows from {view.episodes} episodes ({args.mode}); "
           f"left out: {left_out}", file=sys.stderr)
-    t = token_summary(args.run_dir)
+    t = token_summary(args.run)
     print(f"token capture: {t['turns_with_ids']} of {t['turns']} turns with ids, "
           f"{t['turns_not_returned']} asked for and not returned, {t['turns_withheld']} withheld, "
           f"{t['turns_count_mismatch']} miscounted; prefix-consistent: {t['prefix_consistent']} "
@@ -257,7 +260,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("config", metavar="CONFIG", help="the run's TOML config file")
 
     def run_dir(p: argparse.ArgumentParser) -> None:
-        p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (output.path of a run)")
+        p.add_argument("run_dir", metavar="RUN_DIR",
+                       help="a run directory or s3://bucket/prefix (output.path of a run)")
 
     p = sub.add_parser("run", help="run (or resume) the sweep a config describes")
     p.add_argument("config", metavar="CONFIG", nargs="?", default=None,
@@ -385,6 +389,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _dispatch(args: argparse.Namespace) -> int:
     try:
+        if getattr(args, "run_dir", None) is not None:
+            # Every reader's RUN_DIR, resolved once: a path as given, an s3:// URI to its
+            # synced local mirror (`args.run_dir` stays what the user typed, for messages).
+            from collector.data.mirror import resolve_run
+
+            args.run = resolve_run(args.run_dir)
         code: int = args.func(args)
         sys.stdout.flush()  # inside the handlers: a closed pipe shows up here, not at exit
     except CollectorError as exc:

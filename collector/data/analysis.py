@@ -34,6 +34,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from collector.data.manifest import committed_shard_paths
+from collector.data.mirror import resolve_run
 from collector.data.record import Episode, MessageRecord, ToolCallRecord
 from collector.data.shards import SCHEMA, ShardError, describe_exception, episodes_from_table, read_shard
 from collector.data.stats import aggregate, read_committed, run_dataset
@@ -71,9 +72,11 @@ def load_run(
 ) -> pa.Table:
     """The committed episodes of a run as one Arrow table (optionally some columns, a filter).
 
-    OutputError (one line naming the file) when a committed shard cannot be read.
+    `run_dir` is a run directory or ``s3://bucket/prefix`` (read through its synced local
+    mirror, `collector.data.mirror`). OutputError (one line naming the file) when a
+    committed shard cannot be read.
     """
-    return read_committed(run_dir, columns, filter)
+    return read_committed(resolve_run(run_dir), columns, filter)
 
 
 #: The columns the truncation tables and the notebook's figures read.
@@ -87,6 +90,7 @@ _NEWER_COLUMNS = ("reasoning", "thinking_cut", "retries")
 def load_analysis(run_dir: str | Path) -> pa.Table:
     """The committed episodes with the columns the truncation tables and figures read
     (`ANALYSIS_COLUMNS`, and `reasoning`, `thinking_cut`, `retries` where the shards hold them)."""
+    run_dir = resolve_run(run_dir)  # once, for the schema probe and the read below
     stored = set(run_dataset(run_dir).schema.names)
     return load_run(run_dir, columns=[*ANALYSIS_COLUMNS, *(c for c in _NEWER_COLUMNS if c in stored)])
 
@@ -102,6 +106,7 @@ def reasoning_grouping(source: RunOrTable, by: Sequence[str] = ("model", "budget
             return tuple(by)
         column = source.column("reasoning")
     else:
+        source = resolve_run(source)
         if "reasoning" not in run_dataset(source).schema.names:
             return tuple(by)
         column = load_run(source, columns=["reasoning"]).column("reasoning")
@@ -112,6 +117,7 @@ def reasoning_grouping(source: RunOrTable, by: Sequence[str] = ("model", "budget
 def _table(source: RunOrTable, columns: Sequence[str]) -> pa.Table:
     if isinstance(source, pa.Table):
         return source
+    source = resolve_run(source)  # once, for the schema probe and the read below
     # Columns a newer schema added (`retries`, `thinking_cut`) are read only where the shards hold them.
     stored = run_dataset(source).schema.names
     columns = [c for c in columns if c not in ("retries", "thinking_cut") or c in stored]

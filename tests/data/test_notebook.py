@@ -19,6 +19,7 @@ from collector.data.store import RunStore
 from collector.stop import StopReason
 from tests.data.factory import make_batch
 from tests.data.test_figures import reasoning_run
+from tests.s3server import S3Bucket
 
 S = StopReason
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "truncation_analysis.ipynb"
@@ -65,7 +66,7 @@ def test_notebook_renders_its_figures(tmp_path: Path, monkeypatch: pytest.Monkey
     assert "120 episodes, 2 models, budgets [64, 128, 256]" in first
 
 
-def _execute(run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[nbformat.NotebookNode]:
+def _execute(run: Path | str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[nbformat.NotebookNode]:
     """The notebook's code cells, executed headless over `run`."""
     monkeypatch.setenv("RUN_DIR", str(run))
     monkeypatch.setenv("MPLBACKEND", "Agg")
@@ -123,3 +124,20 @@ def test_analysis_extra_installs_what_the_notebook_needs() -> None:
     extra = pyproject["project"]["optional-dependencies"]["analysis"]
     names = {re.split(r"[<>=\[ ;]", requirement, maxsplit=1)[0] for requirement in extra}
     assert {"jupyterlab", "nbclient", "ipykernel", "matplotlib", "pandas"} <= names
+
+
+def test_notebook_reads_a_run_in_a_bucket(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, s3_bucket: S3Bucket
+) -> None:
+    """RUN_DIR=s3://bucket/prefix: the notebook reads the run through its synced mirror and
+    prints the same summary as over the local directory."""
+    run = tmp_path / "run"
+    small_run(run)
+    for path in sorted(p for p in run.rglob("*") if p.is_file()):
+        key = f"runs/nb/{path.relative_to(run).as_posix()}"
+        s3_bucket.client.put_object(Bucket=s3_bucket.name, Key=key, Body=path.read_bytes())
+    monkeypatch.setenv("COLLECTOR_CACHE_DIR", str(tmp_path / "cache"))
+    code_cells = _execute(s3_bucket.uri("runs/nb"), tmp_path, monkeypatch)
+    assert not [o for c in code_cells for o in c.outputs if o.output_type == "error"]
+    first = "".join(o.get("text", "") for o in code_cells[0].outputs if o.output_type == "stream")
+    assert f"{s3_bucket.uri('runs/nb')}: 120 episodes, 2 models, budgets [64, 128, 256]" in first
