@@ -1,0 +1,221 @@
+"""A run in S3 (moto on loopback): exactly-once commits, one writer, recovery, refusals."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from typing import Any, ClassVar
+
+import pytest
+
+from collector.data import s3client
+from collector.data.objectstore import ObjectRunStore, pending_rel
+from collector.data.runstore import open_run_store
+from collector.data.store import LockLost
+from collector.errors import OutputError
+from tests.data.factory import make_batch
+from tests.s3server import SECRET_ACCESS_KEY, S3Bucket
+
+FP = "fingerprint-aaaaaaaaaaaa"
+CFG: dict[str, Any] = {"name": "t"}
+
+
+def open_s3(bucket: S3Bucket, rows: int = 3, fmt: str = "arrow", **kw: Any) -> ObjectRunStore:
+    return ObjectRunStore.open(bucket.uri(), FP, CFG, fmt, rows, **kw)  # type: ignore[arg-type]
+
+
+def data_ids(bucket: S3Bucket, store: ObjectRunStore) -> list[str]:
+    """Every episode id in the objects under data/ (a plain listing, no manifest), with repeats."""
+    ids: list[str] = []
+    for key in bucket.keys("run/data/"):
+        ids.extend(store.read_shard({"path": key.removeprefix("run/")}, ["episode_id"])
+                   .column("episode_id").to_pylist())
+    return ids
+
+
+@pytest.mark.parametrize("fmt", ["arrow", "parquet"])
+def test_commit_reopen_forget_round_trip(s3_bucket: S3Bucket, fmt: str) -> None:
+    """Committed ids survive a reopen, data/ holds exactly the committed shards, forget takes ids out."""
+    work = make_batch(10)
+    with open_s3(s3_bucket, fmt=fmt) as st:
+        assert st.commit(work[:7]) == 7
+        assert st.commit(work[4:]) == 3  # overlap: only the new ones
+    assert not [k for k in s3_bucket.keys("run/") if "/tmp/" in k]
+    with open_s3(s3_bucket, fmt=fmt) as st:
+        assert st.warnings == []
+        assert st.committed_ids() == {e.episode_id for e in work}
+        assert sorted(data_ids(s3_bucket, st)) == sorted(e.episode_id for e in work)
+        assert {e["path"] for e in st.shards} == {k.removeprefix("run/") for k in s3_bucket.keys("run/data/")}
+        assert st.forget([work[0].episode_id, work[8].episode_id, "not-committed"]) == 2
+    with open_s3(s3_bucket, fmt=fmt) as st:
+        left = {e.episode_id for e in work} - {work[0].episode_id, work[8].episode_id}
+        assert st.committed_ids() == left
+        assert sorted(data_ids(s3_bucket, st)) == sorted(left)
+        assert st.warnings == []
+    got = s3_bucket.client.get_object(Bucket=s3_bucket.name, Key="run/.collector/manifest.json")
+    manifest = json.loads(got["Body"].read())
+    assert manifest["format"] == fmt
+    assert manifest["fingerprint"] == FP
+    assert not [k for k in s3_bucket.keys("run/.collector/") if "commit-" in k]  # compacted on close
+    assert "run/.collector/run.lock" not in s3_bucket.keys("run/")  # released
+
+
+def test_a_second_writer_is_refused_in_one_line(s3_bucket: S3Bucket) -> None:
+    """While one store holds the run, a second open is refused in one line naming the holder."""
+    with open_s3(s3_bucket) as st:
+        st.commit(make_batch(2))
+        with pytest.raises(OutputError) as info:
+            open_s3(s3_bucket)
+        message = str(info.value)
+        assert "in use by another collector process" in message
+        assert "\n" not in message
+        assert f"host {socket.gethostname()}" in message
+        assert "pid " in message
+        assert st.commit(make_batch(4)) == 2  # the first writer is unaffected
+
+
+def test_a_writer_whose_lock_was_taken_over_gets_lock_lost(s3_bucket: S3Bucket) -> None:
+    """A writer whose expired lease was taken over gets LockLost; the bucket holds the other's work."""
+    first, second, third = make_batch(3), make_batch(3, start=10), make_batch(3, start=20)
+    a = open_s3(s3_bucket, lease_s=0.0)  # a lease that has always expired: anyone may take it over
+    a.commit(first)
+    with open_s3(s3_bucket) as b:
+        assert b.committed_ids() == {e.episode_id for e in first}
+        b.commit(second)
+        with pytest.raises(LockLost, match="taken over"):
+            a.commit(third)
+        with pytest.raises(LockLost):
+            a.commit(third)  # and stays stopped
+        a.close()
+        assert "run/.collector/run.lock" in s3_bucket.keys("run/")  # a's close left b's lock alone
+    with open_s3(s3_bucket) as st:
+        assert st.committed_ids() == {e.episode_id for e in first + second}
+        assert sorted(data_ids(s3_bucket, st)) == sorted(e.episode_id for e in first + second)
+        assert st.warnings == []
+
+
+def test_a_deleted_and_recreated_lock_stops_the_old_writer(s3_bucket: S3Bucket) -> None:
+    """A lock object deleted and re-created by someone else is not ours: the next commit is LockLost."""
+    with open_s3(s3_bucket) as st:
+        st.commit(make_batch(2))
+        key = "run/.collector/run.lock"
+        s3_bucket.client.delete_object(Bucket=s3_bucket.name, Key=key)
+        s3_bucket.client.put_object(Bucket=s3_bucket.name, Key=key, Body=b'{"host": "elsewhere", "pid": 1}')
+        with pytest.raises(LockLost):
+            st.commit(make_batch(4))
+    with open_s3(s3_bucket, lease_s=0.0) as st:  # (the foreign lock has no lease_s: ours, 0, applies)
+        assert len(st.committed_ids()) == 2
+    with open_s3(s3_bucket) as st:
+        s3_bucket.client.delete_object(Bucket=s3_bucket.name, Key=key)  # deleted, not re-created
+        with pytest.raises(LockLost):
+            st.commit(make_batch(4))
+    with open_s3(s3_bucket) as st:
+        assert len(st.committed_ids()) == 2
+
+
+def test_a_dead_holder_on_this_host_is_taken_over_at_once(s3_bucket: S3Bucket) -> None:
+    """A lock left by a process of this host that is gone does not block the next run."""
+    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    dead_pid = int(proc.stdout)
+    token = {"host": socket.gethostname(), "pid": dead_pid, "uuid": "x", "started": "then", "lease_s": 3600}
+    with open_s3(s3_bucket) as st:
+        st.commit(make_batch(2))
+    s3_bucket.client.put_object(Bucket=s3_bucket.name, Key="run/.collector/run.lock", Body=json.dumps(token))
+    with open_s3(s3_bucket) as st:
+        assert len(st.committed_ids()) == 2
+    token["pid"] = 1  # alive (init), so its unexpired lease holds
+    s3_bucket.client.put_object(Bucket=s3_bucket.name, Key="run/.collector/run.lock", Body=json.dumps(token))
+    with pytest.raises(OutputError, match="in use by another collector process"):
+        open_s3(s3_bucket)
+
+
+def test_an_interrupted_copy_is_finished_and_strays_quarantined(s3_bucket: S3Bucket) -> None:
+    """A committed shard left in tmp/ is copied into data/ on open; a stray in data/ is moved aside."""
+    work = make_batch(5)
+    with open_s3(s3_bucket) as st:
+        st.commit(work)
+        entry = st.shards[0]
+    # As if the process died between the record and the copy: the shard is only in tmp/.
+    c, b = s3_bucket.client, s3_bucket.name
+    c.copy_object(Bucket=b, Key=f"run/{pending_rel(entry['path'])}",
+                  CopySource={"Bucket": b, "Key": f"run/{entry['path']}"})
+    c.delete_object(Bucket=b, Key=f"run/{entry['path']}")
+    c.put_object(Bucket=b, Key="run/data/part-stray.arrow", Body=b"not ours")
+    c.put_object(Bucket=b, Key="run/.collector/tmp/part-orphan.arrow.tmp", Body=b"uncommitted")
+    with open_s3(s3_bucket) as st:
+        assert st.committed_ids() == {e.episode_id for e in work}
+        assert any("finished copying 1" in w for w in st.warnings)
+        assert any("stray object data/part-stray.arrow" in w for w in st.warnings)
+        assert sorted(data_ids(s3_bucket, st)) == sorted(e.episode_id for e in work)
+    keys = s3_bucket.keys("run/")
+    assert not [k for k in keys if "/tmp/" in k]
+    assert "run/.collector/quarantine/data__part-stray.arrow.quarantined" in keys
+
+
+def test_a_damaged_shard_is_quarantined_and_its_episodes_run_again(s3_bucket: S3Bucket) -> None:
+    """A committed object whose bytes changed (same size) fails its sha256: quarantined, ids not committed."""
+    with open_s3(s3_bucket) as st:
+        st.commit(make_batch(6))
+        entry = st.shards[0]
+    key = f"run/{entry['path']}"
+    body = bytearray(s3_bucket.client.get_object(Bucket=s3_bucket.name, Key=key)["Body"].read())
+    body[len(body) // 2] ^= 0xFF
+    s3_bucket.client.put_object(Bucket=s3_bucket.name, Key=key, Body=bytes(body))
+    with open_s3(s3_bucket) as st:
+        assert len(st.committed_ids()) == 6 - entry["rows"]
+        assert any("checksum differs" in w for w in st.warnings)
+    assert key not in s3_bucket.keys("run/")
+
+
+def test_an_endpoint_ignoring_if_none_match_is_refused(
+    s3_bucket: S3Bucket, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store that accepts a create-only PUT over an existing key is refused before anything is written."""
+    real = s3client.make_client
+
+    def stripping() -> Any:
+        client = real()
+
+        def strip(params: dict[str, Any], **_: Any) -> None:
+            params.pop("IfNoneMatch", None)
+
+        client.meta.events.register("provide-client-params.s3.PutObject", strip)
+        return client
+
+    monkeypatch.setattr(s3client, "make_client", stripping)
+    with pytest.raises(OutputError) as info:
+        open_s3(s3_bucket)
+    assert "ignores conditional writes (If-None-Match); exactly-once cannot be guaranteed" in str(info.value)
+    assert s3_bucket.keys("run/") == []  # the probe deleted, no lock, no manifest
+
+
+def test_a_missing_bucket_and_a_wrong_secret_are_one_line(
+    s3_bucket: S3Bucket, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """S3 failures are one line naming the bucket and the S3 code, never the secret."""
+    with pytest.raises(OutputError) as info:
+        ObjectRunStore.open("s3://no-such-bucket-here/run", FP, CFG)
+    assert "s3://no-such-bucket-here/" in str(info.value)
+    assert "NoSuchBucket" in str(info.value)
+    with pytest.raises(OutputError, match="is not an object-store location"):
+        ObjectRunStore.open("runs/local", FP, CFG)
+    assert isinstance(open_run_store(s3_bucket.uri(), FP, CFG), ObjectRunStore)
+
+
+def test_a_failure_names_the_code_and_scrubs_the_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Text surfaced from botocore never carries a credential's value."""
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_ACCESS_KEY)
+
+    class Failure(Exception):
+        response: ClassVar[dict[str, Any]] = {
+            "Error": {"Code": "Weird", "Message": f"bad {SECRET_ACCESS_KEY} here"},
+            "ResponseMetadata": {"HTTPStatusCode": 400},
+        }
+
+    code, meaning = s3client.describe(Failure())
+    assert code == "Weird"
+    assert SECRET_ACCESS_KEY not in meaning
+    assert "***" in meaning
