@@ -69,6 +69,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     cfg = load_config(_run_config_path(args), args.set)
     result = run_job(cfg, address=args.address, show_progress=not args.quiet, retry_errors=args.retry_errors)
     print(result.summary(), file=sys.stderr)
+    if isinstance(result.run_dir, str):  # a run in object storage: its readers are not built here yet
+        print(f"statistics: collector stats {result.run_dir}", file=sys.stderr)
+        return EXIT_OK
     stats = compute_stats(result.run_dir, target=args.target)
     print(format_stats(stats, "table"))
     return EXIT_OK

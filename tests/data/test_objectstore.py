@@ -83,9 +83,9 @@ def test_a_writer_whose_lock_was_taken_over_gets_lock_lost(s3_bucket: S3Bucket) 
     a.commit(first)
     with open_s3(s3_bucket) as b:
         assert b.committed_ids() == {e.episode_id for e in first}
-        b.commit(second)
         with pytest.raises(LockLost, match="taken over"):
-            a.commit(third)
+            a.commit(third)  # before b's first commit: the renewal alone must refuse it
+        b.commit(second)
         with pytest.raises(LockLost):
             a.commit(third)  # and stays stopped
         a.close()
@@ -94,6 +94,37 @@ def test_a_writer_whose_lock_was_taken_over_gets_lock_lost(s3_bucket: S3Bucket) 
         assert st.committed_ids() == {e.episode_id for e in first + second}
         assert sorted(data_ids(s3_bucket, st)) == sorted(e.episode_id for e in first + second)
         assert st.warnings == []
+
+
+def test_a_record_another_writer_created_first_is_never_overwritten(s3_bucket: S3Bucket) -> None:
+    """The commit record is create-only: when its seq exists already, the commit is LockLost and
+    nothing of it reaches data/ or the record."""
+    with open_s3(s3_bucket) as st:
+        st.commit(make_batch(3))
+        theirs = {"seq": 2, "op": "commit", "at": "then", "next_part": 99, "remove": [], "add": []}
+        key = "run/.collector/commit-000000002.json"
+        s3_bucket.client.put_object(Bucket=s3_bucket.name, Key=key, Body=json.dumps(theirs))
+        before = s3_bucket.keys("run/data/")
+        with pytest.raises(LockLost, match="another writer committed record 2"):
+            st.commit(make_batch(3, start=10))
+        assert s3_bucket.keys("run/data/") == before
+        assert not s3_bucket.keys("run/.collector/tmp/")
+        got = s3_bucket.client.get_object(Bucket=s3_bucket.name, Key=key)
+        assert json.loads(got["Body"].read()) == theirs
+
+
+def test_a_compaction_never_overwrites_a_base_it_did_not_read(s3_bucket: S3Bucket) -> None:
+    """The base manifest is replaced only over the version this writer read (If-Match on its ETag)."""
+    st = open_s3(s3_bucket)
+    st.commit(make_batch(3))
+    key = "run/.collector/manifest.json"
+    got = s3_bucket.client.get_object(Bucket=s3_bucket.name, Key=key)
+    theirs = {**json.loads(got["Body"].read()), "updated": "by another writer"}
+    s3_bucket.client.put_object(Bucket=s3_bucket.name, Key=key, Body=json.dumps(theirs))
+    st.close()  # compacts on close: refused, the other's base stays
+    got = s3_bucket.client.get_object(Bucket=s3_bucket.name, Key=key)
+    assert json.loads(got["Body"].read())["updated"] == "by another writer"
+    assert "run/.collector/commit-000000001.json" in s3_bucket.keys("run/")  # the record stays the truth
 
 
 def test_a_deleted_and_recreated_lock_stops_the_old_writer(s3_bucket: S3Bucket) -> None:
