@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 import socket
 import subprocess
 import sys
@@ -250,3 +251,33 @@ def test_a_failure_names_the_code_and_scrubs_the_secret(monkeypatch: pytest.Monk
     assert code == "Weird"
     assert SECRET_ACCESS_KEY not in meaning
     assert "***" in meaning
+
+
+def test_worker_side_shards_are_committed_by_name_once(s3_bucket: S3Bucket) -> None:
+    """A pickled sink's pending shard is invisible until commit_pending names it; a duplicate is dropped."""
+    from collector.data.shards import episodes_to_table
+    from collector.data.store import CommitIncomplete
+
+    work = make_batch(6)
+
+    def write(sink: Any, eps: list[Any]) -> Any:
+        return sink.write(episodes_to_table(eps), "sim-perfect", 128, tuple(e.episode_id for e in eps))
+
+    with open_s3(s3_bucket) as st:
+        sink = pickle.loads(pickle.dumps(st.sink()))  # as a worker receives it
+        shard = write(sink, work[:4])
+        assert s3_bucket.keys("run/data/") == []  # pending: no reader sees it
+        assert f"run/{pending_rel(shard.path)}" in s3_bucket.keys("run/")
+        assert st.commit_pending([shard]) == 4
+        assert s3_bucket.keys("run/data/") == [f"run/{shard.path}"]
+        late = write(sink, work[2:6])
+        with pytest.raises(CommitIncomplete) as info:
+            st.commit_pending([late])  # holds 2 committed ids: dropped whole, the 2 new ones run again
+        assert info.value.uncommitted == {e.episode_id for e in work[4:6]}
+        orphan = write(sink, work[4:6])
+    with open_s3(s3_bucket) as st:
+        assert st.committed_ids() == {e.episode_id for e in work[:4]}
+        assert st.warnings == []  # size and sha256 the sink recorded match the object
+        assert st.commit(work) == 2
+    assert f"run/{pending_rel(orphan.path)}" not in s3_bucket.keys("run/")  # removed by the open
+    assert not s3_bucket.keys("run/.collector/tmp/")
