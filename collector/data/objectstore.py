@@ -111,6 +111,7 @@ LEASE_S = 120.0
 _VERIFY_THREADS = 4
 _RECORD_NAME = re.compile(r"commit-(\d{9,})\.json")
 _PROBE_PREFIX = f"{META_DIR}/probe-"
+_RECORD_PREFIX = f"{META_DIR}/commit-"
 
 
 def encode_shard(table: pa.Table, fmt: ShardFormat) -> bytes:
@@ -376,10 +377,10 @@ class ObjectRunStore:
         return store
 
     @staticmethod
-    def _rels(bucket: S3Bucket, loc: ObjectLocation) -> set[str]:
-        """Every key under the run's prefix, relative to it."""
+    def _rels(bucket: S3Bucket, loc: ObjectLocation, under: str = "") -> set[str]:
+        """Every key under the run's prefix (and starting with `under`), relative to the prefix."""
         base = loc.key("")
-        return {key[len(base):] for key in bucket.keys(base)}
+        return {key[len(base):] for key in bucket.keys(base + under)}
 
     @classmethod
     def _load_or_create(cls, bucket: S3Bucket, loc: ObjectLocation, fingerprint: str,
@@ -410,9 +411,8 @@ class ObjectRunStore:
         through = base.get("log_through", 0)
         if not isinstance(through, int) or isinstance(through, bool) or through < 0:
             raise OutputError(f'{loc}/{MANIFEST}: invalid "log_through": {through!r}')
-        seqs = sorted(int(m.group(1)) for rel in cls._rels(bucket, loc)
-                      if (m := _RECORD_NAME.fullmatch(rel.removeprefix(f"{META_DIR}/")))
-                      and rel.startswith(f"{META_DIR}/"))
+        seqs = sorted(int(m.group(1)) for rel in cls._rels(bucket, loc, _RECORD_PREFIX)
+                      if (m := _RECORD_NAME.fullmatch(rel.removeprefix(f"{META_DIR}/"))))
         seqs = [s for s in seqs if s > through]
         if seqs != list(range(through + 1, through + 1 + len(seqs))):
             raise OutputError(f"{loc}/{META_DIR}: the commit log has a gap after record {through} "
@@ -834,7 +834,8 @@ class ObjectRunStore:
             self._lock_lost = self._lease.lost_message("another writer replaced the manifest")
             raise LockLost(self._lock_lost) from None
         self._base_through = self._seq
-        self._drop_folded_records(self._rels(self.bucket, self.location))
+        # Only the records are listed: a compaction's cost does not grow with the shards in data/.
+        self._drop_folded_records(self._rels(self.bucket, self.location, _RECORD_PREFIX))
 
     def _drop_folded_records(self, rels: set[str]) -> None:
         for rel in sorted(rels):

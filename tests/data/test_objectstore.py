@@ -281,3 +281,10 @@ def test_worker_side_shards_are_committed_by_name_once(s3_bucket: S3Bucket) -> N
         assert st.commit(work) == 2
     assert f"run/{pending_rel(orphan.path)}" not in s3_bucket.keys("run/")  # removed by the open
     assert not s3_bucket.keys("run/.collector/tmp/")
+
+
+def test_without_boto3_an_s3_run_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """boto3 not installed: one line naming the extra to install, not an ImportError traceback."""
+    monkeypatch.setitem(sys.modules, "boto3", None)  # `import boto3` now raises ImportError
+    with pytest.raises(OutputError, match=r"pip install 'collector\[s3\]'"):
+        ObjectRunStore.open("s3://some-bucket/run", FP, CFG)
