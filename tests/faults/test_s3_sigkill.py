@@ -33,9 +33,15 @@ _KILLER = textwrap.dedent(
     first, count, n = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[5])
     objectstore._COMPACT_MIN_RECORDS = 3  # compactions inside the loop, not only on close
     seen = 0
+    forgetting = False
 
     def matches(method, kw):
+        global kind
         key = kw.get("Key", "")
+        if kind.startswith("forget-"):  # only the requests of the forget at the end of the run
+            if not forgetting:
+                return False
+            kind = kind.removeprefix("forget-")
         if kind == "record":
             return method == "put_object" and "/.collector/commit-" in key
         if kind == "shard":
@@ -76,15 +82,19 @@ _KILLER = textwrap.dedent(
     done = st.committed_ids()
     for i in range(0, len(work), 7):  # overlapping batches: many commits, late duplicates among them
         st.commit([e for e in work[max(0, i - 3):i + 7] if e.episode_id not in done])
+    forgetting = True
+    st.forget([e.episode_id for e in work[::6]])  # shards replaced: copies aside, a record, copies back
     st.close()
+    print(seen)
     sys.exit(3)  # not killed: the kill point is past the end of this run
     """
 )
 
 _RNG = random.Random(19)
 # (first task, kind of request, n-th of that kind, before/after it). Each child run has 20 new
-# episodes at least (about 3 commits of 2-3 shards, a compaction every 3 records, and the
-# recovery of the previous kill), overlapping the previous run's range; n fits inside that.
+# episodes at least, overlapping the previous run's range: counted without a kill, a run makes
+# about 7 record PUTs (commits and a forget), 6 shard PUTs, 12 copies, 27 deletes and a
+# compaction (every 3 records, and on close), plus the recovery of the previous kill.
 _KILLS = [
     (0, "record", 2, "after"),
     (20, "copy", _RNG.randint(1, 6), "before"),
@@ -95,6 +105,12 @@ _KILLS = [
     (120, "compaction", 1, "before"),
     (140, "copy", _RNG.randint(1, 6), "after"),
     (160, "delete", _RNG.randint(1, 6), "after"),
+    # Inside the forget that ends each run (it replaces 2 shards at least: 2 copies aside, 2
+    # deletes from data/, 1 record, then the replacements copied in and the old copies deleted).
+    (180, "forget-record", 1, "before"),
+    (200, "forget-record", 1, "after"),
+    (220, "forget-copy", _RNG.randint(1, 3), _RNG.choice(["before", "after"])),
+    (240, "forget-delete", _RNG.randint(1, 2), _RNG.choice(["before", "after"])),
 ]
 
 
@@ -125,7 +141,8 @@ def _committed_paths(bucket: S3Bucket) -> set[str]:
 
 
 def test_sigkill_at_any_s3_request_never_loses_or_duplicates(s3_bucket: S3Bucket) -> None:
-    """SIGKILL at a record PUT, copy, delete, shard PUT or compaction: no id twice, nothing committed lost.
+    """SIGKILL at a record PUT, copy, delete, shard PUT or compaction, in a commit or a forget: no id
+    twice, nothing committed lost.
 
     After each kill, before anything reopens the run: a listing of data/ counts each id at
     most once, and only ids the reopened store reports committed; every shard the bucket's
