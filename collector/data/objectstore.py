@@ -512,11 +512,12 @@ class ObjectRunStore:
                 self._warn(f"stray object {rel} (not in the manifest) moved to {moved}")
 
     def _verify(self, entry: dict[str, Any]) -> tuple[list[str], str | None]:
-        """A committed shard's ids, or why it cannot be trusted (size, sha256, decode, rows)."""
-        try:
-            found = self.bucket.get(self._key(entry["path"]))
-        except OutputError as e:
-            return [], f"unreadable ({e})"
+        """A committed shard's ids, or why it cannot be trusted (size, sha256, decode, rows).
+
+        A GET that fails (a timeout, no permission) raises: over a network that says nothing
+        about the object, and quarantining a good shard would run its episodes again.
+        """
+        found = self.bucket.get(self._key(entry["path"]))
         if found is None:
             return [], "object is missing"
         data = found[0]

@@ -288,3 +288,26 @@ def test_without_boto3_an_s3_run_says_how_to_install_it(monkeypatch: pytest.Monk
     monkeypatch.setitem(sys.modules, "boto3", None)  # `import boto3` now raises ImportError
     with pytest.raises(OutputError, match=r"pip install 'collector\[s3\]'"):
         ObjectRunStore.open("s3://some-bucket/run", FP, CFG)
+
+
+def test_a_failed_read_while_verifying_stops_the_open_and_quarantines_nothing(
+    s3_bucket: S3Bucket, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A GET that fails on open (throttling, a timeout) is one line; no good shard is moved aside."""
+    with open_s3(s3_bucket) as st:
+        st.commit(make_batch(6))
+    real = s3client.S3Bucket.get
+
+    def throttled(self: s3client.S3Bucket, key: str) -> Any:
+        if "/data/" in key:
+            raise OutputError(f"s3://{self.name}/{key}: read failed: slow down (SlowDown)")
+        return real(self, key)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(s3client.S3Bucket, "get", throttled)
+        with pytest.raises(OutputError, match="SlowDown"):
+            open_s3(s3_bucket)
+    assert not s3_bucket.keys("run/.collector/quarantine/")
+    with open_s3(s3_bucket) as st:
+        assert len(st.committed_ids()) == 6
+        assert st.warnings == []
