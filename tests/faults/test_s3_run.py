@@ -119,3 +119,18 @@ def test_a_wrong_secret_key_is_one_line_and_exit_2_without_the_secret(
     assert "SignatureDoesNotMatch" in lines[0]
     assert wrong not in proc.stderr + proc.stdout
     assert key["SecretAccessKey"] not in proc.stderr + proc.stdout
+
+
+def test_retry_errors_finds_the_error_episodes_of_a_run_in_s3(s3_bucket: S3Bucket) -> None:
+    """`--retry-errors` reads stop reasons through the store: the error episodes of an S3 run are found."""
+    from collector.run.job import committed_error_ids
+    from collector.stop import StopReason
+    from tests.data.factory import make_batch
+
+    work = make_batch(6, stops=(StopReason.DONE, StopReason.ERROR))
+    with ObjectRunStore.open(s3_bucket.uri(), "fp", {}, "arrow", 4) as st:
+        st.commit(work)
+        errors = committed_error_ids(st)
+        assert errors == {e.episode_id for e in work if e.stop_reason is StopReason.ERROR}
+        assert st.forget(errors) == 3
+        assert committed_error_ids(st) == set()
