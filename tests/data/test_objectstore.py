@@ -311,3 +311,18 @@ def test_a_failed_read_while_verifying_stops_the_open_and_quarantines_nothing(
     with open_s3(s3_bucket) as st:
         assert len(st.committed_ids()) == 6
         assert st.warnings == []
+
+
+def test_a_foreign_prefix_another_config_or_format_is_refused_in_one_line(s3_bucket: S3Bucket) -> None:
+    """Like a local run dir: another fingerprint, another format, or a prefix of other objects is refused."""
+    with open_s3(s3_bucket) as st:
+        st.commit(make_batch(2))
+    with pytest.raises(OutputError, match="written by a different config"):
+        ObjectRunStore.open(s3_bucket.uri(), "another-fingerprint", CFG, "arrow", 3)
+    with pytest.raises(OutputError, match=r'holds arrow shards; set output\.format = "arrow"'):
+        open_s3(s3_bucket, fmt="parquet")
+    s3_bucket.client.put_object(Bucket=s3_bucket.name, Key="other/notes.txt", Body=b"not a run")
+    with pytest.raises(OutputError, match=r"is not empty and is not a run .*it holds notes\.txt"):
+        ObjectRunStore.open(s3_bucket.uri("other"), FP, CFG)
+    with open_s3(s3_bucket) as st:  # every refusal released the lock it took
+        assert len(st.committed_ids()) == 2
