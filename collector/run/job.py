@@ -791,6 +791,9 @@ def _run_job(
 ) -> JobResult:
     started = time.monotonic()
     check_run_config(cfg)
+    # output.path: a local path or s3://bucket/prefix (gs://, credentials in the URI, a bad
+    # bucket name: one line before any work). Checked here, not in config: it is the data layer's.
+    where = parse_location(cfg.output.path)
     plan = plan_work(cfg)
     address = resolve_address(address, cfg)
     temp_dir = ray_temp_dir(cfg) if address is None else None
@@ -816,7 +819,6 @@ def _run_job(
             retried = store.forget(committed_error_ids(store) & planned_ids)
         committed = store.committed_ids()
         todo = [item for item in plan.items if item.episode_id not in committed]
-        where = parse_location(cfg.output.path)
         result = JobResult(
             str(where) if isinstance(where, ObjectLocation) else where,
             plan.run_id,

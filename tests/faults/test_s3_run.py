@@ -134,3 +134,19 @@ def test_retry_errors_finds_the_error_episodes_of_a_run_in_s3(s3_bucket: S3Bucke
         assert errors == {e.episode_id for e in work if e.stop_reason is StopReason.ERROR}
         assert st.forget(errors) == 3
         assert committed_error_ids(st) == set()
+
+
+@pytest.mark.parametrize(("path", "says"), [
+    ("gs://some-bucket/run", "gs:// is not supported"),
+    ("s3://AKIAX:uri-secret-5d1e9b@some-bucket/run", "carries credentials in the URI"),
+])
+def test_an_unsupported_or_credential_bearing_output_uri_is_one_line_and_exit_2(
+    tmp_path: Path, path: str, says: str
+) -> None:
+    """output.path gs://... or with credentials in it: one line, exit 2, the URI's secret not echoed."""
+    proc = run_collector(write_config(tmp_path, path), {})
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert says in lines[0]
+    assert "uri-secret-5d1e9b" not in proc.stderr + proc.stdout
