@@ -37,6 +37,9 @@ Refusing a store that cannot give the guarantee. Open PUTs a probe key twice wit
 ``If-None-Match: *``; an endpoint that accepts the second ignores conditional writes and is
 refused in one line (older MinIO, some S3 gateways) rather than silently weakened.
 
+The lock lives in `collector.data.s3lock`, shard bytes and the workers' `S3Sink` in
+`collector.data.s3shards`, the S3 calls and their one-line errors in `collector.data.s3client`.
+
 Deviations from the local store, with reasons: fsync has no meaning here (a finished PUT is
 durable); a forget "moves aside" an old shard by copying it to tmp and deleting it from
 ``data/`` (there is no rename), with the same recovery: named in the manifest, data missing,
@@ -47,33 +50,22 @@ sha256 over its bytes) in a few threads.
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
-import hashlib
 import json
 import logging
-import os
 import re
-import socket
-import tempfile
-import threading
 import uuid
 from collections.abc import Collection, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.ipc as ipc
-import pyarrow.parquet as pq
 
 from collector.data.location import ObjectLocation, parse_location
 from collector.data.manifest import (
     CHECKSUM_ALGORITHM,
     DATA_DIR,
-    LOCK,
     MANIFEST,
     MANIFEST_VERSION,
     META_DIR,
@@ -81,16 +73,17 @@ from collector.data.manifest import (
     QUARANTINE_SUFFIX,
     RESOLVED_CONFIG,
     TMP_DIR,
-    TMP_SUFFIX,
     _entry_problem,
     _fold,
     now_iso,
     unique_entries,
 )
-from collector.data.pending import PendingShard, pending_shard_name
+from collector.data.pending import PendingShard
 from collector.data.record import SCHEMA_VERSION, Episode
 from collector.data.s3client import PreconditionFailed, S3Bucket
-from collector.data.shards import EXTENSIONS, ShardError, ShardFormat, read_shard, schema_version_of
+from collector.data.s3lock import LEASE_S, PROBE_PREFIX, Lease, probe_conditional_writes
+from collector.data.s3shards import S3Sink, digest, encode_shard, json_bytes, pending_rel, table_of
+from collector.data.shards import EXTENSIONS, ShardError, ShardFormat, schema_version_of
 from collector.data.store import (
     _COMPACT_MIN_RECORDS,
     CommitIncomplete,
@@ -100,201 +93,18 @@ from collector.data.store import (
 )
 from collector.errors import OutputError
 
-__all__ = ["LEASE_S", "ObjectRunStore", "S3Sink", "encode_shard"]
+__all__ = ["LEASE_S", "ObjectRunStore", "S3Sink", "pending_rel", "record_rel"]
 
 log = logging.getLogger(__name__)
 
-#: How long a lock stays valid without renewal. Renewed before every commit, so any driver
-#: committing every `commit_interval_s` (30 s) keeps it; a holder dead on another host is
-#: taken over this long after its last commit.
-LEASE_S = 120.0
 _VERIFY_THREADS = 4
 _RECORD_NAME = re.compile(r"commit-(\d{9,})\.json")
-_PROBE_PREFIX = f"{META_DIR}/probe-"
 _RECORD_PREFIX = f"{META_DIR}/commit-"
-
-
-def encode_shard(table: pa.Table, fmt: ShardFormat) -> bytes:
-    """The bytes of a shard file of `table` (zstd), as `collector.data.shards.write_shard` writes it."""
-    sink = pa.BufferOutputStream()
-    if fmt == "arrow":
-        with ipc.new_file(sink, table.schema, options=ipc.IpcWriteOptions(compression="zstd")) as w:
-            w.write_table(table)
-    elif fmt == "parquet":
-        pq.write_table(table, sink, compression="zstd")
-    else:
-        raise ValueError(f"unknown shard format {fmt!r}")
-    return bytes(sink.getvalue().to_pybytes())
-
-
-def _digest(data: bytes) -> str:
-    return f"{CHECKSUM_ALGORITHM}:{hashlib.new(CHECKSUM_ALGORITHM, data).hexdigest()}"
-
-
-def pending_rel(rel: str) -> str:
-    """The run-relative key where the committed shard `rel` waits before its copy into data/."""
-    return f"{TMP_DIR}/{rel.rsplit('/', 1)[-1]}{TMP_SUFFIX}"
 
 
 def record_rel(seq: int) -> str:
     return f"{META_DIR}/commit-{seq:09d}.json"
 
-
-def _json(payload: Any) -> bytes:
-    return json.dumps(payload, indent=1, default=str).encode()
-
-
-def _table_of(data: bytes, name: str, columns: Sequence[str] | None, where: str) -> pa.Table:
-    """Decode and validate shard bytes with the local reader (one code path for both stores)."""
-    with tempfile.TemporaryDirectory(prefix="collector-shard-") as tmp:
-        path = Path(tmp) / name.removesuffix(TMP_SUFFIX)
-        path.write_bytes(data)
-        try:
-            return read_shard(path, columns)
-        except ShardError as e:
-            raise ShardError(where, e.reason) from None
-
-
-_buckets: dict[tuple[int, str], S3Bucket] = {}
-_buckets_lock = threading.Lock()
-
-
-def _bucket(name: str) -> S3Bucket:
-    """One client per process and bucket (a worker's sink writes many shards)."""
-    with _buckets_lock:
-        key = (os.getpid(), name)
-        if key not in _buckets:
-            _buckets[key] = S3Bucket(name)
-        return _buckets[key]
-
-
-@dataclass(frozen=True)
-class S3Sink:
-    """Writes pending shards of a run under `location` (picklable: no client inside it)."""
-
-    location: ObjectLocation
-    fmt: ShardFormat
-
-    def write(self, table: pa.Table, model: str, budget: int, episode_ids: tuple[str, ...]) -> PendingShard:
-        data = encode_shard(table, self.fmt)
-        rel = f"{DATA_DIR}/{pending_shard_name(self.fmt)}"
-        _bucket(self.location.bucket).put(self.location.key(pending_rel(rel)), data, create_only=True)
-        return PendingShard(rel, table.num_rows, model, budget, len(data), _digest(data), episode_ids)
-
-    def discard(self, shard: PendingShard) -> None:
-        with contextlib.suppress(OutputError):
-            _bucket(self.location.bucket).delete(self.location.key(pending_rel(shard.path)))
-
-
-# --- the lock -------------------------------------------------------------------------------
-
-@dataclass
-class _Lease:
-    """The run's lock object, held by this store while its ETag is the one we wrote."""
-
-    bucket: S3Bucket
-    key: str
-    where: str
-    lease_s: float
-    token: dict[str, Any] = field(default_factory=dict)
-    etag: str = ""
-
-    @classmethod
-    def acquire(cls, bucket: S3Bucket, loc: ObjectLocation, lease_s: float) -> _Lease:
-        lease = cls(bucket, loc.key(LOCK), str(loc), lease_s)
-        lease.token = {"host": socket.gethostname(), "pid": os.getpid(), "uuid": uuid.uuid4().hex,
-                       "started": now_iso(), "renewed": now_iso(), "lease_s": lease_s}
-        try:
-            lease.etag = bucket.put(lease.key, _json(lease.token), create_only=True)
-            return lease
-        except PreconditionFailed:
-            pass
-        found = bucket.get(lease.key)
-        if found is None:  # released between our create and our read: one more try
-            try:
-                lease.etag = bucket.put(lease.key, _json(lease.token), create_only=True)
-                return lease
-            except PreconditionFailed:
-                raise OutputError(f"run {loc} is in use by another collector process (its lock was "
-                                  "re-created while this one tried to take it)") from None
-        body, etag, modified = found
-        try:
-            holder = json.loads(body)
-            if not isinstance(holder, dict):
-                raise ValueError
-        except ValueError:
-            holder = {}
-        who = (f"host {holder.get('host', '?')}, pid {holder.get('pid', '?')}, "
-               f"since {holder.get('started', '?')}")
-        dead = holder.get("host") == socket.gethostname() and _pid_dead(holder.get("pid"))
-        held = holder.get("lease_s")
-        held_s = float(held) if isinstance(held, int | float) else lease_s
-        age = (dt.datetime.now(dt.UTC) - modified).total_seconds()
-        if not dead and age < held_s:
-            raise OutputError(
-                f"run {loc} is in use by another collector process ({who}; its lease, renewed "
-                f"{age:.0f} s ago, expires in {held_s - age:.0f} s unless renewed)"
-            )
-        try:
-            lease.etag = bucket.put(lease.key, _json(lease.token), if_match=etag)
-        except PreconditionFailed:
-            raise OutputError(f"run {loc} is in use by another collector process (it took over the "
-                              f"lock of {who} first)") from None
-        why = "its process is gone" if dead else f"its lease expired {age - held_s:.0f} s ago"
-        log.warning("took over the lock of %s from %s: %s", loc, who, why)
-        return lease
-
-    def lost_message(self, what: str) -> str:
-        return (f"{self.where}/{LOCK} was taken over or deleted while this run was writing (another "
-                f"process may be writing {self.where}); stopped: {what}")
-
-    def renew(self) -> None:
-        """Extend the lease (a conditional PUT on our ETag); LockLost when it is no longer ours."""
-        self.token["renewed"] = now_iso()
-        try:
-            self.etag = self.bucket.put(self.key, _json(self.token), if_match=self.etag)
-        except PreconditionFailed:
-            raise LockLost(self.lost_message("uncommitted episodes run again on the next run")) from None
-
-    def held(self) -> bool:
-        head = self.bucket.head(self.key)
-        return head is not None and str(head.get("ETag")) == self.etag
-
-    def release(self) -> None:
-        with contextlib.suppress(OutputError):
-            self.bucket.delete(self.key, if_match=self.etag)  # not a lock another writer took over
-
-
-def _pid_dead(pid: Any) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except OSError:
-        return False  # exists, someone else's
-    return False
-
-
-def _probe_conditional_writes(bucket: S3Bucket, loc: ObjectLocation) -> None:
-    """Refuse an endpoint that accepts a create-only PUT over an existing key."""
-    key = loc.key(f"{_PROBE_PREFIX}{uuid.uuid4().hex}")
-    bucket.put(key, b"probe", create_only=True)
-    try:
-        bucket.put(key, b"probe", create_only=True)
-    except PreconditionFailed:
-        return
-    finally:
-        with contextlib.suppress(OutputError):
-            bucket.delete(key)
-    raise OutputError(
-        f"{loc}: the endpoint ignores conditional writes (If-None-Match); exactly-once cannot be "
-        "guaranteed there"
-    )
-
-
-# --- the store -------------------------------------------------------------------------------
 
 class ObjectRunStore:
     """The single writer of one run under an object-store prefix (see the module docstring).
@@ -303,7 +113,7 @@ class ObjectRunStore:
     `commit_pending` | `forget`)* -> `close`; each commit is all in the manifest or none of it.
     """
 
-    def __init__(self, loc: ObjectLocation, bucket: S3Bucket, lease: _Lease, manifest: dict[str, Any],
+    def __init__(self, loc: ObjectLocation, bucket: S3Bucket, lease: Lease, manifest: dict[str, Any],
                  rows_per_shard: int, base_through: int, base_etag: str) -> None:
         self.location = loc
         self.root = loc
@@ -356,8 +166,8 @@ class ObjectRunStore:
         if not isinstance(loc, ObjectLocation):
             raise OutputError(f"{location} is not an object-store location (s3://bucket/prefix)")
         bucket = S3Bucket(loc.bucket)
-        _probe_conditional_writes(bucket, loc)
-        lease = _Lease.acquire(bucket, loc, lease_s)
+        probe_conditional_writes(bucket, loc)
+        lease = Lease.acquire(bucket, loc, lease_s)
         try:
             manifest, base_through, base_etag = cls._load_or_create(bucket, loc, config_fingerprint, fmt)
             store = cls(loc, bucket, lease, manifest, rows_per_shard, base_through, base_etag)
@@ -365,7 +175,7 @@ class ObjectRunStore:
             lease.release()
             raise
         try:
-            bucket.put(loc.key(RESOLVED_CONFIG), _json({
+            bucket.put(loc.key(RESOLVED_CONFIG), json_bytes({
                 "fingerprint": config_fingerprint,
                 "schema_version": SCHEMA_VERSION,
                 "config": resolved_config,
@@ -404,7 +214,7 @@ class ObjectRunStore:
                 "log_through": 0,
                 "shards": [],
             }
-            etag = bucket.put(loc.key(MANIFEST), _json(manifest), create_only=True)
+            etag = bucket.put(loc.key(MANIFEST), json_bytes(manifest), create_only=True)
             return manifest, 0, etag
         body, etag, _ = found
         base = cls._parse(loc, MANIFEST, body)
@@ -505,7 +315,7 @@ class ObjectRunStore:
             self._drop_folded_records(rels)
         named = {entry["path"] for entry in entries}  # the corrupt ones are quarantined already
         for rel in sorted(rels):
-            if rel.startswith((f"{TMP_DIR}/", _PROBE_PREFIX)):
+            if rel.startswith((f"{TMP_DIR}/", PROBE_PREFIX)):
                 self.bucket.delete(self._key(rel))  # uncommitted (we hold the lock: no live writer's)
             elif rel.startswith(f"{DATA_DIR}/") and rel not in named:
                 moved = self._quarantine(rel)
@@ -527,10 +337,10 @@ class ObjectRunStore:
         if checksum is not None:
             if not checksum.startswith(f"{CHECKSUM_ALGORITHM}:"):
                 return [], f"unknown checksum algorithm in {checksum.split(':', 1)[0]!r}"
-            if _digest(data) != checksum:
+            if digest(data) != checksum:
                 return [], "checksum differs from the one recorded at commit (object damaged)"
         try:
-            table = _table_of(data, entry["path"].rsplit("/", 1)[-1],
+            table = table_of(data, entry["path"].rsplit("/", 1)[-1],
                               ["episode_id"] if checksum is not None else None, self._uri(entry["path"]))
         except ShardError as e:
             return [], f"unreadable ({e.reason})"
@@ -567,7 +377,7 @@ class ObjectRunStore:
         for rel in (entry["path"], pending_rel(entry["path"])):
             found = self.bucket.get(self._key(rel))
             if found is not None:
-                return _table_of(found[0], rel.rsplit("/", 1)[-1], columns, self._uri(rel))
+                return table_of(found[0], rel.rsplit("/", 1)[-1], columns, self._uri(rel))
         raise ShardError(self._uri(entry["path"]), "object is missing")
 
     def sink(self) -> S3Sink:
@@ -702,7 +512,7 @@ class ObjectRunStore:
         written.append(pending_rel(rel))
         self.bucket.put(self._key(pending_rel(rel)), data)
         return {"path": rel, "rows": table.num_rows, "model": model, "budget": budget,
-                "size": len(data), "checksum": _digest(data), "committed": now_iso()}
+                "size": len(data), "checksum": digest(data), "committed": now_iso()}
 
     def _record(self, what: str, remove: list[str], add: list[dict[str, Any]], written: list[str],
                 next_part: int) -> None:
@@ -725,7 +535,7 @@ class ObjectRunStore:
         record = {"seq": self._seq + 1, "op": what, "at": self._manifest["updated"],
                   "next_part": self._manifest["next_part"], "remove": remove, "add": add}
         try:
-            self.bucket.put(self._key(record_rel(self._seq + 1)), _json(record), create_only=True)
+            self.bucket.put(self._key(record_rel(self._seq + 1)), json_bytes(record), create_only=True)
         except PreconditionFailed:
             self._lock_lost = self._lease.lost_message(
                 f"another writer committed record {self._seq + 1}; uncommitted episodes run again on "
@@ -829,7 +639,7 @@ class ObjectRunStore:
         self._manifest["log_through"] = self._seq
         self._manifest["updated"] = now_iso()
         try:
-            self._base_etag = self.bucket.put(self._key(MANIFEST), _json(self._manifest),
+            self._base_etag = self.bucket.put(self._key(MANIFEST), json_bytes(self._manifest),
                                               if_match=self._base_etag)
         except PreconditionFailed:
             self._lock_lost = self._lease.lost_message("another writer replaced the manifest")
