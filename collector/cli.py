@@ -72,7 +72,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     cfg = load_config(_run_config_path(args), args.set)
     result = run_job(cfg, address=args.address, show_progress=not args.quiet, retry_errors=args.retry_errors)
     print(result.summary(), file=sys.stderr)
-    stats = compute_stats(result.run_dir, target=args.target)
+    from collector.data.mirror import resolve_run
+
+    # A run in object storage is read through its synced mirror, as `collector stats` reads it.
+    stats = compute_stats(resolve_run(result.run_dir), target=args.target)
     print(format_stats(stats, "table"))
     return EXIT_OK
 

@@ -111,6 +111,7 @@ from collector.data.manifest import (
     now_iso,
     pending_path,
     read_manifest_and_base,
+    shard_location,
     unique_entries,
     write_json_atomic,
 )
@@ -395,6 +396,10 @@ class RunStore:
     def shards(self) -> list[dict[str, Any]]:
         """The manifest's shard entries (path relative to the run dir, rows, model, budget)."""
         return [dict(e) for e in self._manifest["shards"]]
+
+    def read_shard(self, entry: dict[str, Any], columns: Sequence[str] | None = None) -> pa.Table:
+        """The committed shard `entry` names (in ``data/``, or still pending after a crash)."""
+        return read_shard(shard_location(self.root, entry["path"]), columns)
 
     def _write_pending(self, table: pa.Table, model: str, budget: int, written: list[Path]) -> dict[str, Any]:
         """Write `table` as the next shard, in ``.collector/tmp/`` only, and return its manifest

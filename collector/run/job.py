@@ -71,8 +71,10 @@ import ray
 import ray.exceptions
 
 from collector.config import RunConfig, check_run_config, resolved_config, with_absolute_paths
+from collector.data.location import ObjectLocation, parse_location
+from collector.data.objectstore import ObjectRunStore
 from collector.data.record import Episode
-from collector.data.shards import read_shard
+from collector.data.runstore import open_run_store
 from collector.data.store import CommitIncomplete, RunStore
 from collector.errors import CollectorError, ConfigError, OutputError, QuotaExhausted, RequestRejected
 from collector.providers.http import PATH_MARK
@@ -104,7 +106,8 @@ _STATUS_SUFFIX = re.compile(r"\(HTTP (\d{3})\)$")
 
 @dataclass(slots=True)
 class JobResult:
-    run_dir: Path
+    run_dir: Path | str
+    """The run directory, or the ``s3://`` URI of a run in object storage."""
     run_id: str
     planned: int
     """Episodes the config describes."""
@@ -746,11 +749,11 @@ class _Driver:
             self.show()
 
 
-def committed_error_ids(store: RunStore) -> set[str]:
+def committed_error_ids(store: RunStore | ObjectRunStore) -> set[str]:
     """Ids of the committed episodes whose stop_reason is `error` (reads two columns only)."""
     found: set[str] = set()
     for entry in store.shards:
-        table = read_shard(store.root / entry["path"], ["episode_id", "stop_reason"])
+        table = store.read_shard(entry, ["episode_id", "stop_reason"])
         ids = table.column("episode_id").to_pylist()
         reasons = table.column("stop_reason").to_pylist()
         found.update(i for i, r in zip(ids, reasons, strict=True) if r == StopReason.ERROR.value)
@@ -788,6 +791,9 @@ def _run_job(
 ) -> JobResult:
     started = time.monotonic()
     check_run_config(cfg)
+    # output.path: a local path or s3://bucket/prefix (gs://, credentials in the URI, a bad
+    # bucket name: one line before any work). Checked here, not in config: it is the data layer's.
+    where = parse_location(cfg.output.path)
     plan = plan_work(cfg)
     address = resolve_address(address, cfg)
     temp_dir = ray_temp_dir(cfg) if address is None else None
@@ -802,7 +808,7 @@ def _run_job(
         # The served model is the asked one (collector.run.modelcheck), once, before Ray.
         asyncio.run(check_models(plan.providers, [p.base_url or "" for p in plan.providers],
                                  cfg.sweep.models, "in this shell"))
-    with RunStore.open(
+    with open_run_store(
         cfg.output.path, plan.fingerprint, resolved_config(cfg), cfg.output.format, cfg.output.rows_per_shard
     ) as store:
         retried = 0
@@ -814,7 +820,7 @@ def _run_job(
         committed = store.committed_ids()
         todo = [item for item in plan.items if item.episode_id not in committed]
         result = JobResult(
-            Path(cfg.output.path),
+            str(where) if isinstance(where, ObjectLocation) else where,
             plan.run_id,
             len(plan.items),
             len(plan.items) - len(todo),
