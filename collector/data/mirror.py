@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import importlib
 import json
 import os
 import uuid
@@ -53,6 +52,7 @@ from collector.data.manifest import (
     shard_location,
     unique_entries,
 )
+from collector.data.s3client import make_client
 from collector.errors import OutputError
 
 __all__ = ["SYNC_ATTEMPTS", "SyncResult", "cache_root", "index_path", "local_view", "mirror_dir",
@@ -63,8 +63,6 @@ SYNC_ATTEMPTS = 5
 #: Bounded waits on the object store (seconds), so that no reader hangs on a dead endpoint.
 CONNECT_TIMEOUT_S = 10
 READ_TIMEOUT_S = 60
-#: Attempts per request (the SDK's standard retry mode backs off between them).
-MAX_ATTEMPTS = 3
 _CHUNK = 1 << 20
 _INDEX_VERSION = 1
 
@@ -250,20 +248,9 @@ def _write_index(path: Path, index: dict[str, Any]) -> None:
 
 def _client(location: ObjectLocation) -> Any:
     """An S3 client from the SDK's usual configuration (AWS_* variables, profile, role), with
-    bounded timeouts and retries."""
-    try:
-        # By name: boto3 ships no type information, and this keeps mypy's view of it `Any`.
-        boto3 = importlib.import_module("boto3")
-        config_module = importlib.import_module("botocore.config")
-    except ImportError:
-        raise OutputError(f"{location}: reading a run in object storage needs boto3: "
-                          "pip install 'collector[s3]'") from None
-    config = config_module.Config(connect_timeout=CONNECT_TIMEOUT_S, read_timeout=READ_TIMEOUT_S,
-                    retries={"max_attempts": MAX_ATTEMPTS, "mode": "standard"})
-    try:
-        return boto3.session.Session().client("s3", config=config)
-    except Exception as e:  # noqa: BLE001 - a bad profile or region: one line, no traceback
-        raise _store_error(location, e) from None
+    bounded timeouts and retries (a mirror downloads whole shards: a longer read timeout)."""
+    return make_client(f"{location}: reading a run in object storage",
+                       connect_timeout_s=CONNECT_TIMEOUT_S, read_timeout_s=READ_TIMEOUT_S)
 
 
 def _list(client: Any, location: ObjectLocation) -> dict[str, tuple[int, str]]:

@@ -55,18 +55,20 @@ def scrub(text: str) -> str:
     return " ".join(text.split())
 
 
-def make_client() -> Any:
-    """A boto3 S3 client with bounded timeouts and retries; OutputError when boto3 is missing."""
+def make_client(purpose: str = "an s3:// output", *, connect_timeout_s: float = _CONNECT_TIMEOUT_S,
+                read_timeout_s: float = _READ_TIMEOUT_S) -> Any:
+    """A boto3 S3 client with bounded timeouts and retries (the writer's and the readers'
+    mirror's: one place that builds them); OutputError naming `purpose` when boto3 is missing."""
     try:
         import boto3  # type: ignore[import-untyped]
         from botocore.config import Config  # type: ignore[import-untyped]
     except ImportError:
         raise OutputError(
-            "an s3:// output needs boto3, which is not installed: pip install 'collector[s3]'"
+            f"{purpose} needs boto3, which is not installed: pip install 'collector[s3]'"
         ) from None
     config = Config(
-        connect_timeout=_CONNECT_TIMEOUT_S,
-        read_timeout=_READ_TIMEOUT_S,
+        connect_timeout=connect_timeout_s,
+        read_timeout=read_timeout_s,
         retries={"max_attempts": _MAX_ATTEMPTS, "mode": "standard"},
     )
     try:

@@ -306,8 +306,8 @@ def test_without_boto3_the_error_names_the_extra(
     monkeypatch.setitem(sys.modules, "boto3", None)
     code, _, err = _cli(capsys, "stats", s3_bucket.uri())
     assert code == 2
-    assert err == (f"collector: error: {s3_bucket.uri()}: reading a run in object storage needs boto3: "
-                   "pip install 'collector[s3]'\n")
+    assert err == (f"collector: error: {s3_bucket.uri()}: reading a run in object storage needs boto3, "
+                   "which is not installed: pip install 'collector[s3]'\n")
 
 
 def test_a_prefix_climbing_out_of_the_cache_is_refused(
