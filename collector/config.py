@@ -394,6 +394,13 @@ class OutputConfig(_Model):
     commit_interval_s: PositiveFloat = 30.0
     """Commit whatever is buffered at least this often. A killed driver loses at most this
     much work (rerun to resume); shorter means more, smaller shards."""
+    worker_writes: Literal["auto"] | bool = "auto"
+    """Who writes the shards. `true`: each worker writes the shards of its batches itself
+    (one per cell of a batch) and the driver commits only their names, sizes and checksums,
+    so episode bytes never cross Ray; `false`: workers return episodes and the driver writes
+    (shards of `rows_per_shard`). `"auto"`: workers write when `path` is in object storage
+    (``s3://``), the driver otherwise. `true` with a local path declares that path a shared
+    filesystem (NFS, Lustre, ...) that resolves to the same directory on every node."""
 
 
 class RunConfig(_Model):

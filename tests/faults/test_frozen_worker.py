@@ -64,8 +64,10 @@ class Freezer(threading.Thread):
                 os.kill(self.frozen, signal.SIGKILL)
 
 
-def test_sigstopped_worker_batches_rerun_elsewhere_exactly_once(tmp_path: Path) -> None:
-    """A worker SIGSTOPped mid-episode: its batches time out, run on another worker, each episode once."""
+@pytest.mark.parametrize("worker_writes", [False, True], ids=["driver-writes", "worker-writes"])
+def test_sigstopped_worker_batches_rerun_elsewhere_exactly_once(tmp_path: Path, worker_writes: bool) -> None:
+    """A worker SIGSTOPped mid-episode: its batches time out, run on another worker, each episode once
+    (also when workers write their shards: the frozen one's never are)."""
     gate = tmp_path / "gate"
     gate.mkdir()
     cfg = small_config(
@@ -79,6 +81,7 @@ def test_sigstopped_worker_batches_rerun_elsewhere_exactly_once(tmp_path: Path) 
         ray__episodes_in_flight=2,
         ray__batch_size=2,
         ray__batch_timeout_s=10.0,
+        output__worker_writes=worker_writes,
     )
     freezer = Freezer(gate)
     freezer.start()
