@@ -738,7 +738,8 @@ class _Driver:
         size = {cell: sum(s.rows for s, _ in shards) for cell, shards in self.pending.items()}
         due = [cell for cell, n in size.items() if everything or n >= rows]
         left = sum(size.values()) - sum(size[cell] for cell in due)
-        for cell in sorted(set(size) - set(due), key=lambda c: -size[c]):
+        rest = sorted((c for c in size if c not in due), key=lambda c: -size[c]) if left > cap else []
+        for cell in rest:
             if left <= cap // 2:
                 break
             due.append(cell)
