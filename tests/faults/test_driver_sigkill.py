@@ -28,6 +28,7 @@ from collector.data.manifest import MANIFEST, read_manifest
 from collector.run.job import run_job
 from collector.run.plan import plan_work
 from tests.checking import assert_run_checked, committed_ids
+from tests.run.helpers import shards_written_by
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -135,5 +136,6 @@ def test_driver_sigkilled_at_random_moments_then_rerun(
     final = committed_ids(run_dir)
     assert set(final) == planned
     assert set(final.values()) == {1}
+    assert shards_written_by(run_dir) == {"worker" if worker_writes else "driver"}
     # The rerun removed the temporary and uncommitted files the kills left behind.
     assert_run_checked(run_dir, allow_notes=False)

@@ -22,7 +22,7 @@ from collector.run.job import run_job
 from collector.run.plan import plan_work
 from tests.checking import assert_run_checked
 from tests.faults.gated_env import open_gate, pids_at_gate
-from tests.run.helpers import committed_id_counts, small_config
+from tests.run.helpers import committed_id_counts, shards_written_by, small_config
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_cluster"), pytest.mark.timeout(240)]
 
@@ -96,4 +96,5 @@ def test_sigstopped_worker_batches_rerun_elsewhere_exactly_once(tmp_path: Path, 
     assert set(counts.values()) == {1}
     assert result.worker_restarts >= 1
     assert result.redispatched >= 1
+    assert shards_written_by(tmp_path / "run") == {"worker" if worker_writes else "driver"}
     assert_run_checked(tmp_path / "run", allow_notes=False)

@@ -23,7 +23,7 @@ from collector.run.job import run_job
 from collector.run.plan import plan_work
 from tests.checking import assert_run_checked
 from tests.faults.gated_sink import GatedSink, pid_at_gate
-from tests.run.helpers import committed_id_counts, small_config
+from tests.run.helpers import committed_id_counts, shards_written_by, small_config
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_cluster"), pytest.mark.timeout(240)]
 
@@ -71,6 +71,7 @@ def test_worker_killed_mid_write_leaves_nothing_visible_and_its_batch_runs_again
     assert set(counts.values()) == {1}
     assert result.committed == len(planned)
     assert result.worker_restarts == 1
+    assert shards_written_by(run_dir) == {"worker"}
     # The killed worker held its batches (at most two of two episodes here): run again once.
     assert 2 <= result.redispatched <= 4
     # A plain reader of the tree sees each committed episode once, nothing of the half file.

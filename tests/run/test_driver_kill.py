@@ -15,7 +15,7 @@ from collector.config import load_config
 from collector.data.manifest import MANIFEST, read_manifest
 from collector.run.job import run_job
 from collector.run.plan import plan_work
-from tests.run.helpers import committed_id_counts
+from tests.run.helpers import committed_id_counts, shards_written_by
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -88,3 +88,4 @@ def test_sigkilled_driver_then_rerun_commits_each_episode_once(
     after = committed_id_counts(run_dir)
     assert set(after) == planned
     assert set(after.values()) == {1}
+    assert shards_written_by(run_dir) == {"worker" if worker_writes else "driver"}
