@@ -6,14 +6,16 @@ import asyncio
 import dataclasses
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from collector.config import OutputConfig
 from collector.data.manifest import DATA_DIR, TMP_DIR, pending_path
+from collector.data.pending import PendingShard
 from collector.data.record import EpisodeError
 from collector.data.shards import read_shard
 from collector.data.store import LocalSink, RunStore
-from collector.errors import ConfigError
+from collector.errors import ConfigError, OutputError
 from collector.run.plan import plan_work
 from collector.run.simlaunch import provider_urls
 from collector.run.worker import EpisodeWorker, WorkerSetup
@@ -133,3 +135,29 @@ def test_worker_refuses_a_run_dir_it_cannot_see(tmp_path: Path) -> None:
     assert str(info.value).startswith("output.worker_writes: the run dir ")
     assert "not-shared" in str(info.value)
     assert "\n" not in str(info.value)
+
+
+def test_a_failed_write_discards_the_batch_and_is_one_line(tmp_path: Path) -> None:
+    """Storage failing mid-batch (a full disk) leaves no pending file of the batch and raises one line."""
+    run = tmp_path / "run"
+    with open_store(run) as st:
+        real = st.sink()
+
+        class FullAfterOne:
+            def __init__(self) -> None:
+                self.writes = 0
+
+            def write(self, table: pa.Table, model: str, budget: int, ids: tuple[str, ...]) -> PendingShard:
+                self.writes += 1
+                if self.writes > 1:
+                    raise OSError(28, "No space left on device")
+                return real.write(table, model, budget, ids)
+
+            def discard(self, shard: PendingShard) -> None:
+                real.discard(shard)
+
+        with pytest.raises(OutputError) as info:
+            write_kept(FullAfterOne(), [*make_batch(2, budget=64), *make_batch(2, budget=128, start=5)])
+    message = "a worker could not write its shard: OSError: [Errno 28] No space left on device"
+    assert str(info.value) == message
+    assert not list((run / TMP_DIR).iterdir())
