@@ -115,7 +115,7 @@ def make_run(rows: int, rows_per_shard: int) -> Path:
     cfg = make_config("bench-zero", 64, 64)
     keys = [_Key(f"{i:016x}", MODELS[i % len(MODELS)], BUDGETS[(i // len(MODELS)) % len(BUDGETS)], i)
             for i in range(rows)]
-    fake = mock.patch("collector.data.store.episodes_to_table",
+    fake = mock.patch("collector.data.shards.episodes_to_table",
                       lambda chunk: _tiled(template, list(chunk), 7))
     with fake, RunStore.open(run_dir, config_fingerprint(cfg), resolved_config(cfg), "arrow",
                              rows_per_shard) as store:

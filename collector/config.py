@@ -394,6 +394,23 @@ class OutputConfig(_Model):
     commit_interval_s: PositiveFloat = 30.0
     """Commit whatever is buffered at least this often. A killed driver loses at most this
     much work (rerun to resume); shorter means more, smaller shards."""
+    worker_writes: Literal["auto"] | bool = "auto"
+    """Who writes the shards. `true`: each worker writes the shards of its batches itself
+    (one per cell of a batch) and the driver commits only their names, sizes and checksums,
+    so episode bytes never cross Ray; `false`: workers return episodes and the driver writes
+    (shards of `rows_per_shard`). `"auto"`: workers write when `path` is in object storage
+    (``s3://``), the driver otherwise. `true` with a local path declares that path a shared
+    filesystem (NFS, Lustre, ...) that resolves to the same directory on every node. With
+    worker-side writes a shard is one batch's rows of one cell (`ray.batch_size` sets its
+    size) and `rows_per_shard` only says when a cell's pending shards are committed."""
+
+    @field_validator("worker_writes", mode="before")
+    @classmethod
+    def _worker_writes_is_auto_or_a_bool(cls, value: object) -> object:
+        # Strict: "yes" or 1 read as true would declare a shared filesystem by accident.
+        if value == "auto" or isinstance(value, bool):
+            return value
+        raise ValueError('must be "auto", true or false')
 
 
 class RunConfig(_Model):

@@ -247,15 +247,18 @@ def test_every_config_field_has_a_docstring() -> None:
         ("seed=true", ["seed:", "valid integer"]),
         ('sweep.models=[""]', ["sweep.models", "1 to 512 printable"]),
         (f'sweep.models=["{"m" * 513}"]', ["sweep.models", "1 to 512 printable"]),
+        ('output.worker_writes="yes"', ["output.worker_writes", '"auto", true or false', "'yes'"]),
     ],
     ids=["escaping-name", "empty-name", "newline-name", "string-budget", "int64-budget", "inf-timeout",
-         "no-providers", "seed-2**64", "bool-seed", "empty-model", "long-model"],
+         "no-providers", "seed-2**64", "bool-seed", "empty-model", "long-model", "worker-writes-yes"],
 )
 def test_values_that_would_break_a_run_are_refused_in_one_line(
     tmp_path: Path, override: str, fragments: list[str]
 ) -> None:
     """Names that are no directory name, non-integer or out-of-int64 budgets and seeds, an infinite
-    timeout, an empty provider list and unusable model names are one-line config errors."""
+    timeout, an empty provider list, unusable model names and a worker_writes that is neither
+    "auto" nor a bool (a "yes" read as true would declare a shared filesystem) are one-line
+    config errors."""
     with pytest.raises(ConfigError) as info:
         load_config(write(tmp_path, MINIMAL), [override])
     message = str(info.value)

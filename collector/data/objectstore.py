@@ -83,14 +83,15 @@ from collector.data.record import SCHEMA_VERSION, Episode
 from collector.data.s3client import PreconditionFailed, S3Bucket
 from collector.data.s3lock import LEASE_S, PROBE_PREFIX, Lease, probe_conditional_writes
 from collector.data.s3shards import S3Sink, digest, encode_shard, json_bytes, pending_rel, table_of
-from collector.data.shards import EXTENSIONS, ShardError, ShardFormat, schema_version_of
-from collector.data.store import (
-    _COMPACT_MIN_RECORDS,
-    CommitIncomplete,
-    LockLost,
-    _one_line,
-    _table_without_poison,
+from collector.data.shards import (
+    EXTENSIONS,
+    ShardError,
+    ShardFormat,
+    one_line,
+    schema_version_of,
+    table_without_poison,
 )
+from collector.data.store import _COMPACT_MIN_RECORDS, CommitIncomplete, LockLost
 from collector.errors import OutputError
 
 __all__ = ["LEASE_S", "ObjectRunStore", "S3Sink", "pending_rel", "record_rel"]
@@ -424,7 +425,7 @@ class ObjectRunStore:
             try:
                 cell = []
                 for start in range(0, len(group), self.rows_per_shard):
-                    table, chunk = _table_without_poison(group[start:start + self.rows_per_shard], rejected)
+                    table, chunk = table_without_poison(group[start:start + self.rows_per_shard], rejected)
                     if table is not None:
                         entry = self._put_pending(table, model, budget, mine)
                         cell.append((entry, [e.episode_id for e in chunk]))
@@ -432,7 +433,7 @@ class ObjectRunStore:
                 written.extend(mine)
             except Exception as e:  # noqa: BLE001 - any failure of one cell is that cell's
                 self._delete_quietly(mine)
-                rejected = {ep.episode_id: _one_line(e) for ep in group}
+                rejected = {ep.episode_id: one_line(e) for ep in group}
                 io_failed = io_failed or isinstance(e, OutputError)
             if rejected:
                 left_out.update(rejected)

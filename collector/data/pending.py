@@ -82,3 +82,12 @@ class ShardSink(Protocol):
     def discard(self, shard: PendingShard) -> None:
         """Remove a pending shard that will not be committed (best effort)."""
         ...
+
+    def read(self, shard: PendingShard) -> pa.Table:
+        """The rows of a pending shard (the driver rewrites one that repeats committed ids)."""
+        ...
+
+    def reachable(self) -> bool:
+        """Whether the run is visible from this process (a worker checks once at start-up:
+        a local path declared shared that is not mounted here, a bucket it cannot read)."""
+        ...

@@ -26,7 +26,7 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
 from collector.data.location import ObjectLocation
-from collector.data.manifest import CHECKSUM_ALGORITHM, DATA_DIR, TMP_DIR, TMP_SUFFIX
+from collector.data.manifest import CHECKSUM_ALGORITHM, DATA_DIR, MANIFEST, TMP_DIR, TMP_SUFFIX
 from collector.data.pending import PendingShard, pending_shard_name
 from collector.data.s3client import S3Bucket
 from collector.data.shards import ShardError, ShardFormat, read_shard
@@ -102,3 +102,15 @@ class S3Sink:
     def discard(self, shard: PendingShard) -> None:
         with contextlib.suppress(OutputError):
             bucket_of(self.location.bucket).delete(self.location.key(pending_rel(shard.path)))
+
+    def read(self, shard: PendingShard) -> pa.Table:
+        """The pending shard's rows (the driver rewrites a shard that repeats committed ids)."""
+        rel = pending_rel(shard.path)
+        found = bucket_of(self.location.bucket).get(self.location.key(rel))
+        if found is None:
+            raise ShardError(f"{self.location}/{rel}", "object is missing")
+        return table_of(found[0], rel.rsplit("/", 1)[-1], None, f"{self.location}/{rel}")
+
+    def reachable(self) -> bool:
+        """Whether this process sees the run (its base manifest), checked once by each worker."""
+        return bucket_of(self.location.bucket).head(self.location.key(MANIFEST)) is not None

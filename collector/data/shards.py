@@ -69,8 +69,10 @@ __all__ = [
     "episodes_from_table",
     "episodes_to_table",
     "format_of",
+    "one_line",
     "read_shard",
     "schema_version_of",
+    "table_without_poison",
     "write_shard",
 ]
 
@@ -403,6 +405,34 @@ class ShardError(OutputError):
 
     def __str__(self) -> str:
         return f"{self.path}: {self.reason}"
+
+
+def one_line(e: BaseException) -> str:
+    """`Type: message` on one line (why an episode or a cell was left out of a commit)."""
+    return " ".join(f"{type(e).__name__}: {e}".split())
+
+
+def table_without_poison(
+    chunk: Sequence[Episode], rejected: dict[str, str]
+) -> tuple[pa.Table | None, list[Episode]]:
+    """The shard table of `chunk`, leaving out (into `rejected`) each episode whose own row
+    cannot be built: one value that does not fit the schema (an int beyond int64 from an
+    environment's grader, say) costs its episode, not its whole shard. Only on failure is
+    the chunk built row by row to find them. Used by the driver's commits and by workers
+    that write their own shards (`output.worker_writes`)."""
+    try:
+        return episodes_to_table(chunk), list(chunk)
+    except (pa.ArrowException, OverflowError, ValueError, TypeError):
+        pass
+    good = []
+    for ep in chunk:
+        try:
+            episodes_to_table([ep])
+        except (pa.ArrowException, OverflowError, ValueError, TypeError) as e:
+            rejected[ep.episode_id] = one_line(e)
+            continue
+        good.append(ep)
+    return (episodes_to_table(good), good) if good else (None, [])
 
 
 def describe_exception(e: BaseException) -> str:

@@ -69,8 +69,14 @@ without size and checksum get a full decode and validation of the shard instead.
 manifest entry that is malformed itself (no path, a path outside the run dir) makes the
 manifest untrusted: `read_manifest` refuses it in one line.
 
-Files are written only by the driver, which alone holds a RunStore: workers on other
-nodes return episodes to it, so nodes need not share a disk.
+Files are written by the driver, which alone holds a RunStore: workers on other nodes
+return episodes to it, so nodes need not share a disk. With worker-side writes
+(`output.worker_writes` on a shared filesystem) workers write shards through `RunStore.sink`
+(a `LocalSink`) into ``.collector/tmp/`` only, and the driver's `commit_pending` names them
+in a commit record and moves them into ``data/``: the same record, lock checks and crash
+states as `commit` (`_swap_in`), so every rule above holds. A worker's file is never visible
+before its record; one never committed (a worker killed mid-write, a duplicate batch) is
+an orphan of ``.collector/tmp/``, deleted by the next open.
 """
 
 from __future__ import annotations
@@ -83,6 +89,7 @@ import uuid
 import weakref
 from collections.abc import Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
@@ -115,15 +122,17 @@ from collector.data.manifest import (
     unique_entries,
     write_json_atomic,
 )
+from collector.data.pending import PendingShard, pending_shard_name
 from collector.data.record import SCHEMA_VERSION, Episode
 from collector.data.shards import (
     EXTENSIONS,
     ShardError,
     ShardFormat,
     describe_exception,
-    episodes_to_table,
+    one_line,
     read_shard,
     schema_version_of,
+    table_without_poison,
     write_shard,
 )
 from collector.errors import OutputError
@@ -133,7 +142,7 @@ try:  # POSIX advisory locks; elsewhere the single-writer rule is the user's to 
 except ImportError:  # pragma: no cover - not on the platforms we run on
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["CommitIncomplete", "LockLost", "RunStore"]
+__all__ = ["CommitIncomplete", "LocalSink", "LockLost", "RunStore"]
 
 log = logging.getLogger(__name__)
 
@@ -409,11 +418,8 @@ class RunStore:
         name = f"part-{self._manifest['next_part']:06d}-{uuid.uuid4().hex[:8]}{EXTENSIONS[self.fmt]}"
         self._manifest["next_part"] += 1
         rel = f"{DATA_DIR}/{name}"
-        tmp = pending_path(self.root, rel)
-        written.append(tmp)
-        write_shard(tmp, table, self.fmt)
-        # Hashed from the page cache right after the write: what open verifies.
-        size, checksum = file_digest(tmp)
+        written.append(pending_path(self.root, rel))
+        size, checksum = _write_pending_file(self.root, rel, table, self.fmt)
         return {
             "path": rel,
             "rows": table.num_rows,
@@ -490,14 +496,13 @@ class RunStore:
         left_out: set[str] = set()
         io_failed = False  # a cell failed on I/O (a full disk), not on a value
         causes: list[str] = []  # one per cell that lost episodes, for the message
-        before = len(self._manifest["shards"])
         try:
             for (model, budget), group in fresh.items():
                 rejected: dict[str, str] = {}
                 try:
                     placed = self._place_cell(model, budget, group, written, rejected)
                 except Exception as e:  # noqa: BLE001 - any failure of one cell is that cell's
-                    placed, rejected = [], {ep.episode_id: _one_line(e) for ep in group}
+                    placed, rejected = [], {ep.episode_id: one_line(e) for ep in group}
                     io_failed = io_failed or isinstance(e, OSError)
                 if rejected:
                     left_out.update(rejected)
@@ -507,37 +512,111 @@ class RunStore:
                     shard_ids.append(chunk_ids)
             if not entries and (io_failed or not left_out):  # the disk, not a value: stop
                 raise OutputError(f"commit to {self.root} failed ({causes[0]})")
-            # With no entry, only poisoned values (rows, or a cell that cannot become a shard)
-            # were left out: a CommitIncomplete below like any other, so whether a run goes on
-            # never depends on which cells a commit held.
-            if entries:
-                fsync_dir(self.root / TMP_DIR)
-                self._check_writable()  # the lock again, just before the swap (the shards took time)
-                self._manifest["shards"].extend(entries)
-                self._append("commit", [], entries)
+        except Exception as e:
+            _remove(written)
+            raise self._aborted(e) from e
+        # With no entry, only poisoned values (rows, or a cell that cannot become a shard)
+        # were left out: a CommitIncomplete below like any other, so whether a run goes on
+        # never depends on which cells a commit held.
+        committed = self._swap_in(entries, shard_ids, written) if entries else 0
+        if left_out:
+            self._incomplete(left_out, causes, committed)
+        return committed
+
+    def _aborted(self, e: Exception) -> OutputError:
+        """The one-line error of an aborted commit (an OutputError as it was raised)."""
+        if isinstance(e, OutputError):
+            return e
+        return OutputError(f"commit to {self.root} failed: {type(e).__name__}: {e}")
+
+    def _incomplete(self, left_out: set[str], causes: list[str], committed: int) -> None:
+        more = f"; and {len(causes) - 1} more cell(s)" if len(causes) > 1 else ""
+        raise CommitIncomplete(
+            f"{len(left_out)} episode(s) could not be committed to {self.root} ({causes[0]}{more}); "
+            f"the {committed} others are committed",
+            committed, left_out,
+        )
+
+    def _swap_in(self, entries: list[dict[str, Any]], shard_ids: Sequence[Sequence[str]],
+                 written: list[Path]) -> int:
+        """Commit shards already complete in ``.collector/tmp/``: fsync it, check the lock, append
+        the one commit record naming them (the commit point), check the lock again, publish.
+        Shared by `commit` (shards the driver wrote) and `commit_pending` (shards workers
+        wrote). Before the record, a failure removes `written` and raises OutputError."""
+        before = len(self._manifest["shards"])
+        try:
+            fsync_dir(self.root / TMP_DIR)
+            self._check_writable()  # the lock again, just before the swap (the shards took time)
+            self._manifest["shards"].extend(entries)
+            self._append("commit", [], entries)
         except Exception as e:
             # Abort: whatever this call wrote is not in the manifest; remove it now rather
             # than leaving it for the next open. Broad on purpose: any failure aborts.
             del self._manifest["shards"][before:]
             _remove(written)
-            if isinstance(e, OutputError):
-                raise
-            raise OutputError(f"commit to {self.root} failed: {type(e).__name__}: {e}") from e
+            raise self._aborted(e) from e
         committed = 0
         for entry, chunk_ids in zip(entries, shard_ids, strict=True):
             self._where.update(dict.fromkeys(chunk_ids, entry["path"]))
             self._ids.update(chunk_ids)
             committed += len(chunk_ids)
-        if entries:
-            self._check_lock_after_swap(committed)
-            self._publish(entries)
+        self._check_lock_after_swap(committed)
+        self._publish(entries)
+        return committed
+
+    def sink(self) -> LocalSink:
+        """Where workers write pending shards of this run (`output.worker_writes`): picklable,
+        it names this run dir by its absolute path, which must be the same on every node."""
+        return LocalSink(str(self.root.absolute()), self.fmt)
+
+    def commit_pending(self, shards: Sequence[PendingShard]) -> int:
+        """Commit shards workers wrote (see `_commit_pending`); return how many episodes were new."""
+        with self._transaction():
+            return self._commit_pending(shards)
+
+    def _commit_pending(self, shards: Sequence[PendingShard]) -> int:
+        """Name `shards` (written by a `LocalSink` into ``.collector/tmp/``) in one commit record,
+        then move them into ``data/``: the same record, lock checks and crash states as `commit`.
+
+        A shard can only be taken or left whole (its rows are in a file the store did not
+        write): one whose ids are all committed already, or all held by an earlier shard of
+        this call, is dropped and its file removed (a late duplicate). One that mixes
+        committed and new ids, repeats an id, is not of this run's format, or whose file is
+        missing or of another size than the worker reported is left out too, and its new ids
+        are named in a `CommitIncomplete` (a rerun runs them); the driver filters such
+        overlaps before it calls this.
+        """
+        self._check_writable()
+        taken: list[PendingShard] = []
+        dropped: list[Path] = []
+        left_out: set[str] = set()
+        causes: list[str] = []
+        seen: set[str] = set()
+        for shard in shards:
+            file = pending_path(self.root, shard.path)
+            ids = set(shard.episode_ids)
+            old = {i for i in ids if i in self._ids or i in seen}
+            if old == ids:
+                dropped.append(file)
+                continue
+            problem = _pending_problem(shard, file, self.fmt)
+            if old:
+                problem = f"{len(old)} of its {len(ids)} episodes are committed already"
+            elif len(ids) != shard.rows:
+                problem = "it holds an episode id twice"
+            if problem is not None:
+                dropped.append(file)
+                left_out.update(ids - old)
+                causes.append(f"pending shard {shard.path}: {problem}")
+                continue
+            seen.update(ids)
+            taken.append(shard)
+        _remove(dropped)  # never committed: orphans otherwise, until the next open
+        entries = [shard.manifest_entry() for shard in taken]
+        written = [pending_path(self.root, shard.path) for shard in taken]
+        committed = self._swap_in(entries, [s.episode_ids for s in taken], written) if entries else 0
         if left_out:
-            more = f"; and {len(causes) - 1} more cell(s)" if len(causes) > 1 else ""
-            raise CommitIncomplete(
-                f"{len(left_out)} episode(s) could not be committed to {self.root} ({causes[0]}{more}); "
-                f"the {committed} others are committed",
-                committed, left_out,
-            )
+            self._incomplete(left_out, causes, committed)
         return committed
 
     def _place_cell(
@@ -550,7 +629,7 @@ class RunStore:
         placed = []
         try:
             for start in range(0, len(group), self.rows_per_shard):
-                table, chunk = _table_without_poison(group[start:start + self.rows_per_shard], rejected)
+                table, chunk = table_without_poison(group[start:start + self.rows_per_shard], rejected)
                 if table is None:
                     continue
                 placed.append((self._write_pending(table, model, budget, mine),
@@ -756,30 +835,58 @@ class RunStore:
         self.close()
 
 
-def _one_line(e: BaseException) -> str:
-    return " ".join(f"{type(e).__name__}: {e}".split())
+def _write_pending_file(root: Path, rel: str, table: pa.Table, fmt: ShardFormat) -> tuple[int, str]:
+    """Write `table` to the pending place of `rel` (fsynced); return its size and checksum."""
+    tmp = pending_path(root, rel)
+    write_shard(tmp, table, fmt)
+    # Hashed from the page cache right after the write: what open verifies.
+    return file_digest(tmp)
 
 
-def _table_without_poison(
-    chunk: list[Episode], rejected: dict[str, str]
-) -> tuple[pa.Table | None, list[Episode]]:
-    """The shard table of `chunk`, leaving out (into `rejected`) each episode whose own row
-    cannot be built: one value that does not fit the schema (an int beyond int64 from an
-    environment's grader, say) costs its episode, not its whole shard. Only on failure is
-    the chunk built row by row to find them."""
+def _pending_problem(shard: PendingShard, file: Path, fmt: ShardFormat) -> str | None:
+    """Why a worker's pending shard cannot be committed as it is, or None (a stat, no read:
+    its checksum is verified on every later open)."""
+    if not shard.path.endswith(EXTENSIONS[fmt]):
+        return f"not a {fmt} shard"
     try:
-        return episodes_to_table(chunk), chunk
-    except (pa.ArrowException, OverflowError, ValueError, TypeError):
-        pass
-    good = []
-    for ep in chunk:
+        size = file.stat().st_size
+    except OSError as e:
+        return f"its file is not in {TMP_DIR}/ ({describe_exception(e)})"
+    return None if size == shard.size else f"{size} bytes, the worker wrote {shard.size}"
+
+
+@dataclass(frozen=True)
+class LocalSink:
+    """Writes pending shards into a run dir's ``.collector/tmp/`` from a worker
+    (`collector.data.pending`): only when that dir is the same one on every node (a shared
+    filesystem, `output.worker_writes = true`). Picklable: the dir's absolute path and format."""
+
+    root: str
+    fmt: ShardFormat
+
+    def write(self, table: pa.Table, model: str, budget: int, episode_ids: tuple[str, ...]) -> PendingShard:
+        """Write `table` as a new pending shard (file and tmp/ fsynced) and return it."""
+        root = Path(self.root)
+        rel = f"{DATA_DIR}/{pending_shard_name(self.fmt)}"
         try:
-            episodes_to_table([ep])
-        except (pa.ArrowException, OverflowError, ValueError, TypeError) as e:
-            rejected[ep.episode_id] = _one_line(e)
-            continue
-        good.append(ep)
-    return (episodes_to_table(good), good) if good else (None, [])
+            size, checksum = _write_pending_file(root, rel, table, self.fmt)
+            fsync_dir(root / TMP_DIR)  # the name too: a commit record must never name a lost file
+        except BaseException:
+            _remove([pending_path(root, rel)])
+            raise
+        return PendingShard(rel, table.num_rows, model, budget, size, checksum, tuple(episode_ids))
+
+    def discard(self, shard: PendingShard) -> None:
+        """Remove a pending shard that will not be committed (best effort: the next open would)."""
+        _remove([pending_path(Path(self.root), shard.path)])
+
+    def read(self, shard: PendingShard) -> pa.Table:
+        """The table of a pending shard (the driver filters a partly duplicate one with it)."""
+        return read_shard(pending_path(Path(self.root), shard.path))
+
+    def reachable(self) -> bool:
+        """Whether the run dir is visible here (a worker checks it: a path that is not shared)."""
+        return (Path(self.root) / MANIFEST).is_file() and (Path(self.root) / TMP_DIR).is_dir()
 
 
 def _foreign(root: Path) -> list[str]:

@@ -20,7 +20,10 @@ The driver, in order:
 5. buffers returned episodes per (model, budget) cell, the store's partition, and commits
    a cell (`RunStore.commit`) once it holds `rows_per_shard` episodes, so shards are full;
    every `output.commit_interval_s` and at the end (also on Ctrl-C) it commits everything
-   buffered; past `output.max_buffered_rows` across cells, the largest cells at once;
+   buffered; past `output.max_buffered_rows` across cells, the largest cells at once. With
+   worker-side writes (`output.worker_writes`, `collector.run.written`) workers write the
+   shards and return small `WrittenBatch`es: the driver buffers their pending shards per
+   cell on the same cadence and commits names, sizes and checksums (`commit_pending`);
 6. when an actor dies (a `RayError` that is not an exception raised by our code), puts that
    actor's outstanding items back at the front of the queue and replaces the actor; a
    replacement that cannot be placed within `ray.start_timeout_s` stops the run. An actor
@@ -36,7 +39,10 @@ Exactly once. Only the driver writes, and a commit is atomic (the store's manife
 driver killed at any moment loses only uncommitted episodes, which the rerun's set
 difference runs again; an episode a dead worker was running is re-dispatched; an id that
 reaches the driver twice is dropped before commit, and the store drops any id it already
-holds. Nodes need not share a disk: episodes travel back to the driver by Ray.
+holds. Nodes need not share a disk: episodes travel back to the driver by Ray. With
+worker-side writes the same holds: a worker's shard is invisible until the driver's commit
+record names it, and a worker that dies mid-write leaves only an orphan that the next open
+deletes, while its batch is re-dispatched like any dead worker's.
 
 A `QuotaExhausted` episode is never committed (the run did not fail the episode, the
 account did): the driver stops handing out work, commits what finished and raises, so a
@@ -57,7 +63,6 @@ import contextlib
 import logging
 import math
 import os
-import re
 import signal
 import threading
 import time
@@ -73,6 +78,7 @@ import ray.exceptions
 from collector.config import RunConfig, check_run_config, resolved_config, with_absolute_paths
 from collector.data.location import ObjectLocation, parse_location
 from collector.data.objectstore import ObjectRunStore
+from collector.data.pending import PendingShard
 from collector.data.record import Episode
 from collector.data.runstore import open_run_store
 from collector.data.store import CommitIncomplete, RunStore
@@ -84,6 +90,14 @@ from collector.run.plan import Plan, WorkItem, plan_work
 from collector.run.progress import LiveCounts, Progress
 from collector.run.simlaunch import provider_urls
 from collector.run.worker import EpisodeWorker, WorkerSetup, probe, read_api_key, url_credentials
+from collector.run.written import (
+    FATAL_REJECTIONS,
+    Outcome,
+    WrittenBatch,
+    rejection_status,
+    without_seen,
+    writes_on_workers,
+)
 from collector.stop import StopReason
 
 #: How long the driver blocks in `ray.wait` before refreshing the progress line.
@@ -95,13 +109,9 @@ RESTARTS_PER_WORKER = 3
 BATCH_SLACK_S = 60.0
 #: The embedded cluster's object store: episodes are small, and the machine is shared.
 OBJECT_STORE_BYTES = 256 * 1024 * 1024
-#: Rejections that fail every episode alike (key, permission, model name): fatal for the run.
-FATAL_REJECTIONS = frozenset({401, 403, 404})
 #: Ray's socket paths under `ray.temp_dir` (`session_<date>_<time>_<pid>/sockets/plasma_store`)
 #: must fit AF_UNIX's 107 bytes: this much is left for the directory itself.
 RAY_TEMP_DIR_MAX = 43
-#: `str(ProviderError)` ends with the status; `EpisodeError` keeps only type and message.
-_STATUS_SUFFIX = re.compile(r"\(HTTP (\d{3})\)$")
 
 
 @dataclass(slots=True)
@@ -301,6 +311,9 @@ class _WorkerActor:
     async def run_batch(self, items: list[WorkItem]) -> list[Episode]:
         return await self._worker.run_batch(items)
 
+    async def write_batch(self, items: list[WorkItem]) -> WrittenBatch:
+        return await self._worker.write_batch(items)
+
     async def finished(self) -> dict[str, int]:
         return dict(self._worker.finished)
 
@@ -336,18 +349,15 @@ def check_cluster_fits(cfg: RunConfig) -> None:
         )
 
 
-def fatal_rejection(episode: Episode, cfg: RunConfig) -> CollectorError | None:
+def fatal_rejection(episode: Episode | Outcome, cfg: RunConfig) -> CollectorError | None:
     """The run-stopping error an episode's `RequestRejected` 401/403/404 stands for, else None.
 
     The message names the cause and the config field to fix, never the key: for 401/403 it
     names the variable the key came from, for 404 the model name.
     """
     error = episode.error
-    if error is None or error.type != RequestRejected.__name__:
-        return None
-    match = _STATUS_SUFFIX.search(error.message)
-    status = int(match.group(1)) if match else None
-    if status not in FATAL_REJECTIONS:
+    status = rejection_status(error)
+    if error is None or status not in FATAL_REJECTIONS:
         return None
     providers = cfg.sweep.providers or [cfg.provider]
     provider = next((p for p in providers if p.name == episode.provider), providers[0])
@@ -444,6 +454,9 @@ class _Driver:
         self.slots: list[_Slot] = []
         self.buffer: dict[tuple[str, int], list[Episode]] = {}
         """Finished episodes not yet committed, per (model, budget): the store's partition."""
+        self.pending: dict[tuple[str, int], list[tuple[PendingShard, list[Outcome]]]] = {}
+        """With worker-side writes, the shards workers wrote and the driver has not committed
+        yet, per cell (instead of `buffer`)."""
         self.seen: set[str] = set()
         self.last_commit = time.monotonic()
         self.stop_reason: CollectorError | None = None
@@ -570,10 +583,16 @@ class _Driver:
         for slot in self.slots:
             while slot.starting is None and self.queue and slot.outstanding < per_worker:
                 items = [self.queue.popleft() for _ in range(min(batch, len(self.queue)))]
-                ref = slot.actor.run_batch.remote(items)
+                run = slot.actor.write_batch if self.sink is not None else slot.actor.run_batch
+                ref = run.remote(items)
                 self.inflight[ref] = (slot, slot.generation, items)
                 self.dispatched_at[ref] = time.monotonic()
                 slot.outstanding += 1
+
+    @property
+    def sink(self) -> Any:
+        """The run's `ShardSink` when workers write the shards, else None."""
+        return self.setup.sink if self.setup is not None else None
 
     def batch_deadline_s(self) -> float:
         """How long a worker may hold a batch (module docstring, step 6)."""
@@ -608,7 +627,7 @@ class _Driver:
         if slot.generation == generation:
             slot.outstanding -= 1
         try:
-            episodes: list[Episode] = ray.get(ref)
+            episodes: list[Episode] | WrittenBatch = ray.get(ref)
         except ray.exceptions.RayTaskError as exc:
             # Our own code raised inside the worker: a bug or a config problem, not a death.
             raise _worker_failure(exc, "a worker failed") from None
@@ -618,37 +637,66 @@ class _Driver:
             self.queue.extendleft(reversed(items))
             self._replace(slot, generation)
             return
-        self.live.returned((slot.index, generation), (str(e.stop_reason) for e in episodes))
-        for episode in episodes:
-            if episode.episode_id in self.seen:
-                self.result.duplicates_dropped += 1
-                continue
-            if episode.error is not None and episode.error.type == QuotaExhausted.__name__:
-                if self.stop_reason is None:
-                    self.stop_reason = QuotaExhausted(
-                        f"provider quota exhausted ({episode.error.message}); finished episodes are "
-                        "committed, run again when the quota resets to resume"
-                    )
-                continue
-            fatal = fatal_rejection(episode, self.cfg)
-            if fatal is not None:
-                # Not committed: the episode says nothing about the model; the rerun runs it.
-                if self.stop_reason is None:
-                    self.stop_reason = fatal
-                continue
-            self.seen.add(episode.episode_id)
-            self.live.keep(str(episode.stop_reason))
-            self.buffer.setdefault((episode.model, episode.budget), []).append(episode)
+        if isinstance(episodes, WrittenBatch):
+            self._collect_written(episodes, (slot.index, generation))
+        else:
+            self.live.returned((slot.index, generation), (str(e.stop_reason) for e in episodes))
+            for episode in episodes:
+                if self._keep(episode):
+                    self.buffer.setdefault((episode.model, episode.budget), []).append(episode)
         if self._buffered() > self.cfg.output.max_buffered_rows:
             self.commit()  # now, not after the other batches that returned with this one
 
+    def _keep(self, episode: Episode | Outcome) -> bool:
+        """Whether a returned episode is one to commit: not seen before, not one that stops the run."""
+        if episode.episode_id in self.seen:
+            self.result.duplicates_dropped += 1
+            return False
+        if episode.error is not None and episode.error.type == QuotaExhausted.__name__:
+            if self.stop_reason is None:
+                self.stop_reason = QuotaExhausted(
+                    f"provider quota exhausted ({episode.error.message}); finished episodes are "
+                    "committed, run again when the quota resets to resume"
+                )
+            return False
+        fatal = fatal_rejection(episode, self.cfg)
+        if fatal is not None:
+            # Not committed: the episode says nothing about the model; the rerun runs it.
+            if self.stop_reason is None:
+                self.stop_reason = fatal
+            return False
+        self.seen.add(episode.episode_id)
+        self.live.keep(str(episode.stop_reason))
+        return True
+
+    def _collect_written(self, batch: WrittenBatch, worker: tuple[int, int]) -> None:
+        """A writing worker's batch: the same decisions per episode, its shards buffered per cell
+        (a shard of ids all seen before is discarded, a partly seen one rewritten: `without_seen`)."""
+        self.live.returned(worker, (o.stop_reason for o in batch.outcomes))
+        kept = {o.episode_id: o for o in batch.outcomes if self._keep(o)}
+        for written in batch.shards:
+            shard = without_seen(self.sink, written, set(kept))
+            if shard is not None:
+                outcomes = [kept[i] for i in shard.episode_ids]
+                self.pending.setdefault((shard.model, shard.budget), []).append((shard, outcomes))
+        if batch.refused:
+            # Rows that fit no shard: not committed (a rerun runs them), the run goes on.
+            first = next(iter(batch.refused.values()))
+            message = f"{len(batch.refused)} episode(s) could not be stored ({first})"
+            self.uncommitted = CommitIncomplete(message, 0, set(batch.refused))
+            self.uncommitted_count += len(batch.refused)
+
     def _buffered(self) -> int:
-        return sum(len(episodes) for episodes in self.buffer.values())
+        episodes = sum(len(episodes) for episodes in self.buffer.values())
+        return episodes + sum(s.rows for shards in self.pending.values() for s, _ in shards)
 
     def commit(self, force: bool = False) -> None:
         """Commit full cells (whole shards only); everything on the interval or when forced."""
         rows = self.cfg.output.rows_per_shard
         everything = force or time.monotonic() - self.last_commit >= self.cfg.output.commit_interval_s
+        if self.sink is not None:
+            self._commit_written(everything)
+            return
         batch: list[Episode] = []
         for cell, episodes in list(self.buffer.items()):
             take = len(episodes) if everything else len(episodes) - len(episodes) % rows
@@ -683,6 +731,37 @@ class _Driver:
             written, self.uncommitted = e.committed, e
             self.uncommitted_count += len(e.uncommitted)
             batch = [ep for ep in batch if ep.episode_id not in e.uncommitted]
+        self._committed(batch, written)
+
+    def _commit_written(self, everything: bool) -> None:
+        """With worker-side writes: commit the pending shards of cells holding `rows_per_shard`
+        rows (everything on the interval or when forced; past `max_buffered_rows`, the largest
+        cells first down to half of it), all in one `commit_pending`: a record per commit."""
+        rows, cap = self.cfg.output.rows_per_shard, self.cfg.output.max_buffered_rows
+        size = {cell: sum(s.rows for s, _ in shards) for cell, shards in self.pending.items()}
+        due = [cell for cell, n in size.items() if everything or n >= rows]
+        left = sum(size.values()) - sum(size[cell] for cell in due)
+        rest = sorted((c for c in size if c not in due), key=lambda c: -size[c]) if left > cap else []
+        for cell in rest:
+            if left <= cap // 2:
+                break
+            due.append(cell)
+            left -= size[cell]
+        if everything:
+            self.last_commit = time.monotonic()  # as in `commit`: a quiet period restarts it
+        taken = [pair for cell in due for pair in self.pending.pop(cell)]
+        if not taken:
+            return
+        try:
+            written = self.store.commit_pending([shard for shard, _ in taken])
+        except CommitIncomplete as e:
+            written, self.uncommitted = e.committed, e
+            self.uncommitted_count += len(e.uncommitted)
+            taken = [(s, outcomes) for s, outcomes in taken if not set(s.episode_ids) & e.uncommitted]
+        self._committed([o for _, outcomes in taken for o in outcomes], written)
+
+    def _committed(self, batch: list[Episode] | list[Outcome], written: int) -> None:
+        """Count a commit's episodes into the result and tell `on_commit`."""
         self.result.committed += written
         self.result.duplicates_dropped += len(batch) - written
         self.result.counts.update(str(e.stop_reason) for e in batch)
@@ -835,13 +914,14 @@ def _run_job(
         driver.queue.extend(todo)
         if address is not None:
             driver.address = address
+        sink = store.sink() if writes_on_workers(cfg.output) else None
         session = ray_session(address, cfg.ray.workers, cfg.ray.start_timeout_s, temp_dir)
         with provider_urls(plan.providers, cfg.seed) as urls, session:
             reinstall_signals()  # ray.init replaced them
             try:
                 remote = address is not None  # there, each worker checks the served models itself
                 driver.start_workers(WorkerSetup(with_absolute_paths(cfg), plan.run_id, urls,
-                                                 check_models=remote))
+                                                 check_models=remote, sink=sink))
                 # The clock starts once workers are ready: the rate shown is collection speed.
                 if show_progress:
                     driver.progress = Progress(result.planned, already=result.already)

@@ -38,6 +38,8 @@ from urllib.parse import urlsplit
 import httpx
 
 from collector.config import ProviderConfig, RunConfig
+from collector.data.location import is_uri
+from collector.data.pending import ShardSink
 from collector.data.record import Episode
 from collector.envs.base import Environment, Task
 from collector.episode.redact import credential_values
@@ -45,6 +47,7 @@ from collector.errors import ConfigError
 from collector.providers.base import Endpoint, Provider, RetryPolicy, split_url_credentials
 from collector.providers.transport import fast_client
 from collector.run.plan import WorkItem, load_env, select_tasks
+from collector.run.written import WrittenBatch, write_kept
 from collector.turn import SamplingParams
 
 #: How long the start-up reachability probe waits for a TCP connection.
@@ -63,6 +66,9 @@ class WorkerSetup:
     check_models: bool = False
     """Check the served models here (`collector.run.modelcheck`): on a remote cluster, where
     the driver may have no route to the providers; a local run checks once, in the driver."""
+    sink: ShardSink | None = None
+    """Where this worker writes its batches' shards (`output.worker_writes`, `write_batch`);
+    None: it returns episodes to the driver (`run_batch`)."""
 
 
 def endpoint_for(provider: ProviderConfig, base_url: str, api_key: str | None) -> Endpoint:
@@ -236,6 +242,18 @@ class EpisodeWorker:
             from collector.run.modelcheck import check_models
 
             await check_models(providers, self.setup.base_urls, cfg.sweep.models, where)
+        if self.setup.sink is not None and not self.setup.sink.reachable():
+            if is_uri(cfg.output.path):
+                raise ConfigError(
+                    f"output.path {cfg.output.path}: the run is not visible {where} (workers write "
+                    "its shards: give them the same AWS credentials and endpoint as the driver)"
+                )
+            root = getattr(self.setup.sink, "root", cfg.output.path)
+            raise ConfigError(
+                f"output.worker_writes: the run dir {root} is not there {where}; workers write into "
+                "a local output.path only if it is a shared filesystem mounted at the same path on "
+                "every node (else set output.worker_writes = false)"
+            )
         self._env = load_env(cfg)
         self._tasks = {t.id: t for t in select_tasks(cfg, self._env)}
         self._clients = http_clients(providers, self.in_flight)
@@ -258,6 +276,14 @@ class EpisodeWorker:
         """Run every item (concurrently, within the worker's slots) and return the episodes."""
         await self.ready()
         return list(await asyncio.gather(*(self._run_one(item) for item in items)))
+
+    async def write_batch(self, items: Sequence[WorkItem]) -> WrittenBatch:
+        """Run every item, write the kept episodes as pending shards through the setup's sink
+        (one per cell, in a thread: the loop keeps serving the other slots) and return what
+        the driver commits (`collector.run.written`)."""
+        assert self.setup.sink is not None, "write_batch needs a WorkerSetup with a sink"
+        episodes = await self.run_batch(items)
+        return await asyncio.to_thread(write_kept, self.setup.sink, episodes)
 
     async def _run_one(self, item: WorkItem) -> Episode:
         from collector.episode.loop import EpisodeSpec, run_episode

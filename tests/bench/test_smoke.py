@@ -20,7 +20,7 @@ def test_run_all_quick_prints_every_table(tmp_path: Path) -> None:
         cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    for name in ("overhead", "concurrency", "shards", "stats", "memory", "peer", "history", "e2e"):
+    for name in ("overhead", "concurrency", "shards", "stats", "memory", "peer", "history", "e2e", "driver"):
         payload = json.loads((tmp_path / f"{name}.json").read_text())
         assert payload["summary"], name
         assert f"[{name}]" in proc.stdout

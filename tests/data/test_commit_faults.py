@@ -17,6 +17,7 @@ import pytest
 
 from collector.config import LoopConfig
 from collector.data import manifest as manifest_mod
+from collector.data import shards as shards_mod
 from collector.data import store as store_mod
 from collector.data.analysis import load_run
 from collector.data.check import check_run
@@ -162,14 +163,14 @@ def test_a_cell_that_cannot_be_written_leaves_the_other_cells_committed(
     are committed, the failure names the cell, and none of its files are left behind."""
     run = tmp_path / "run"
     good, bad = make_batch(5, budget=128), make_batch(3, budget=64)
-    real = store_mod.episodes_to_table
+    real = shards_mod.episodes_to_table
 
     def poisoned(episodes: list[Episode]) -> pa.Table:
         if episodes[0].budget == 64:
             raise OverflowError("Python int too large to convert to C long")
         return real(episodes)
 
-    monkeypatch.setattr(store_mod, "episodes_to_table", poisoned)
+    monkeypatch.setattr(shards_mod, "episodes_to_table", poisoned)
     with open_store(run) as st:
         with pytest.raises(CommitIncomplete) as info:
             st.commit(good + bad)
@@ -209,14 +210,14 @@ def test_a_commit_of_only_the_poisoned_cell_is_incomplete_not_fatal(
     (the run goes on), exactly as when it shares the commit with healthy cells: whether a run
     continues must not depend on which cells a commit happened to hold."""
     run = tmp_path / "run"
-    real = store_mod.episodes_to_table
+    real = shards_mod.episodes_to_table
 
     def poisoned(episodes: list[Episode]) -> pa.Table:
         if episodes[0].budget == 64:
             raise OverflowError("Python int too large to convert to C long")
         return real(episodes)
 
-    monkeypatch.setattr(store_mod, "episodes_to_table", poisoned)
+    monkeypatch.setattr(shards_mod, "episodes_to_table", poisoned)
     bad = make_batch(3, budget=64)
     with open_store(run) as st:
         with pytest.raises(CommitIncomplete) as info:

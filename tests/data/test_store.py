@@ -299,10 +299,11 @@ def test_a_corrupt_shard_is_reported_and_never_stops_resume(tmp_path: Path, dama
 _KILLER = textwrap.dedent(
     """
     import os, signal, sys
+    from collector.data.shards import episodes_to_table
     from collector.data.store import RunStore
     from tests.data.factory import make_batch
 
-    run, fmt, when = sys.argv[1], sys.argv[5], sys.argv[6]
+    run, fmt, when, mode = sys.argv[1], sys.argv[5], sys.argv[6], sys.argv[7]
     first, count, kill_at = (int(a) for a in sys.argv[2:5])
     real = {"replace": os.replace, "fsync": os.fsync}
     calls = 0
@@ -322,8 +323,18 @@ _KILLER = textwrap.dedent(
     work = make_batch(count, start=first)
     st = RunStore.open(run, "fp", {}, fmt, 3)
     done = st.committed_ids()
+    sink = st.sink()
     for i in range(0, len(work), 7):  # overlapping batches: many commits, late duplicates among them
-        st.commit([e for e in work[max(0, i - 3):i + 7] if e.episode_id not in done])
+        batch = [e for e in work[max(0, i - 3):i + 7] if e.episode_id not in done]
+        if mode == "episodes":
+            st.commit(batch)
+            continue
+        # As a writing worker and its driver do: the worker writes the shard, the driver
+        # drops what it has seen (here: what is committed) and commits the pending shard.
+        fresh = [e for e in batch if e.episode_id not in st.committed_ids()]
+        if fresh:
+            ids = tuple(e.episode_id for e in fresh)
+            st.commit_pending([sink.write(episodes_to_table(fresh), "sim-perfect", 128, ids)])
     sys.exit(3)  # not killed: the test asked for a kill point past the end
     """
 )
@@ -336,9 +347,14 @@ _RNG = random.Random(20261201)
 _KILLS = [(first, _RNG.randint(3, 40), _RNG.choice(["before", "after"])) for first in (0, 20, 40, 45, 10, 30)]
 
 
-@pytest.mark.parametrize("fmt", ["arrow", "parquet"])
-def test_sigkill_at_any_moment_never_loses_or_duplicates(tmp_path: Path, fmt: str) -> None:
+@pytest.mark.parametrize(
+    ("fmt", "mode"), [("arrow", "episodes"), ("parquet", "episodes"), ("arrow", "pending")]
+)
+def test_sigkill_at_any_moment_never_loses_or_duplicates(tmp_path: Path, fmt: str, mode: str) -> None:
     """SIGKILL anywhere in a commit: a glob reader never counts a row twice nor one a resume re-runs.
+
+    `pending` commits shards written as a worker writes them (`RunStore.sink`) with
+    `commit_pending`: the kill lands as well in a worker's write as in the driver's commit.
 
     After each kill, before anything reopens the dir, a plain pyarrow dataset over the tree
     (no manifest) must see each id at most once and only ids the reopened store reports as
@@ -357,7 +373,7 @@ def test_sigkill_at_any_moment_never_loses_or_duplicates(tmp_path: Path, fmt: st
         return dataset.to_table(columns=["episode_id"]).column("episode_id").to_pylist()
 
     for first, kill_at, when in _KILLS:
-        args = [str(run), str(first), str(count), str(kill_at), fmt, when]
+        args = [str(run), str(first), str(count), str(kill_at), fmt, when, mode]
         proc = subprocess.run([sys.executable, "-c", _KILLER, *args], cwd=ROOT, env=env, timeout=120)
         assert proc.returncode == -signal.SIGKILL
         seen = glob_ids()

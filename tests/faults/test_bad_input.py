@@ -20,7 +20,7 @@ import pytest
 
 from collector.cli import main
 from collector.config import LoopConfig, RunConfig, load_config
-from collector.data import store as store_mod
+from collector.data import shards as shards_mod
 from collector.data.manifest import committed_shard_paths
 from collector.data.record import Episode
 from collector.envs.base import Environment, EpisodeWorld, Task, Tool
@@ -187,14 +187,14 @@ def test_a_cell_that_cannot_be_committed_never_blocks_the_others(
     collects exactly that cell."""
     run_dir = tmp_path / "run"
     cfg = load_config(write(tmp_path), ["sweep.budgets=[128,256]"])
-    real = store_mod.episodes_to_table
+    real = shards_mod.episodes_to_table
 
     def poisoned(episodes: list[Episode]) -> pa.Table:
         if episodes[0].budget == 128:
             raise OverflowError("Python int too large to convert to C long")
         return real(episodes)
 
-    monkeypatch.setattr(store_mod, "episodes_to_table", poisoned)
+    monkeypatch.setattr(shards_mod, "episodes_to_table", poisoned)
     with pytest.raises(OutputError) as info:
         run_job(cfg, show_progress=False)
     message = str(info.value)

@@ -28,6 +28,7 @@ from collector.data.manifest import MANIFEST, read_manifest
 from collector.run.job import run_job
 from collector.run.plan import plan_work
 from tests.checking import assert_run_checked, committed_ids
+from tests.run.helpers import shards_written_by
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -55,6 +56,7 @@ cpus_per_worker = 0.5
 [output]
 path = "{run_dir}"
 rows_per_shard = 2
+worker_writes = {worker_writes}
 """
 
 
@@ -107,12 +109,16 @@ def assert_consistent(run_dir: Path, before: Counter[str]) -> Counter[str]:
     return now
 
 
-def test_driver_sigkilled_at_random_moments_then_rerun(tmp_path: Path, ray_cluster: str) -> None:
-    """Three SIGKILLs at seeded random moments, then a rerun: each planned episode committed exactly once."""
+@pytest.mark.parametrize("worker_writes", [False, True], ids=["driver-writes", "worker-writes"])
+def test_driver_sigkilled_at_random_moments_then_rerun(
+    tmp_path: Path, ray_cluster: str, worker_writes: bool
+) -> None:
+    """Three SIGKILLs at seeded random moments, then a rerun: each planned episode committed exactly once
+    (with worker-side writes too: a kill then also lands between a worker's write and its commit)."""
     rng = random.Random(SEED)
     run_dir = tmp_path / "run"
     config = tmp_path / "kill.toml"
-    config.write_text(CONFIG.format(run_dir=run_dir))
+    config.write_text(CONFIG.format(run_dir=run_dir, worker_writes=str(worker_writes).lower()))
     argv = [sys.executable, "-m", "collector.cli", "run", str(config), "--address", ray_cluster, "--quiet"]
     planned = {item.episode_id for item in plan_work(load_config(config)).items}
 
@@ -130,5 +136,6 @@ def test_driver_sigkilled_at_random_moments_then_rerun(tmp_path: Path, ray_clust
     final = committed_ids(run_dir)
     assert set(final) == planned
     assert set(final.values()) == {1}
+    assert shards_written_by(run_dir) == {"worker" if worker_writes else "driver"}
     # The rerun removed the temporary and uncommitted files the kills left behind.
     assert_run_checked(run_dir, allow_notes=False)

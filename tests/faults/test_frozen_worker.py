@@ -22,7 +22,7 @@ from collector.run.job import run_job
 from collector.run.plan import plan_work
 from tests.checking import assert_run_checked
 from tests.faults.gated_env import open_gate, pids_at_gate
-from tests.run.helpers import committed_id_counts, small_config
+from tests.run.helpers import committed_id_counts, shards_written_by, small_config
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_cluster"), pytest.mark.timeout(240)]
 
@@ -64,8 +64,10 @@ class Freezer(threading.Thread):
                 os.kill(self.frozen, signal.SIGKILL)
 
 
-def test_sigstopped_worker_batches_rerun_elsewhere_exactly_once(tmp_path: Path) -> None:
-    """A worker SIGSTOPped mid-episode: its batches time out, run on another worker, each episode once."""
+@pytest.mark.parametrize("worker_writes", [False, True], ids=["driver-writes", "worker-writes"])
+def test_sigstopped_worker_batches_rerun_elsewhere_exactly_once(tmp_path: Path, worker_writes: bool) -> None:
+    """A worker SIGSTOPped mid-episode: its batches time out, run on another worker, each episode once
+    (also when workers write their shards: the frozen one's never are)."""
     gate = tmp_path / "gate"
     gate.mkdir()
     cfg = small_config(
@@ -79,6 +81,7 @@ def test_sigstopped_worker_batches_rerun_elsewhere_exactly_once(tmp_path: Path) 
         ray__episodes_in_flight=2,
         ray__batch_size=2,
         ray__batch_timeout_s=10.0,
+        output__worker_writes=worker_writes,
     )
     freezer = Freezer(gate)
     freezer.start()
@@ -93,4 +96,5 @@ def test_sigstopped_worker_batches_rerun_elsewhere_exactly_once(tmp_path: Path) 
     assert set(counts.values()) == {1}
     assert result.worker_restarts >= 1
     assert result.redispatched >= 1
+    assert shards_written_by(tmp_path / "run") == {"worker" if worker_writes else "driver"}
     assert_run_checked(tmp_path / "run", allow_notes=False)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +32,7 @@ cpus_per_worker = 0.5
 [output]
 path = "{path}"
 rows_per_shard = 4
+worker_writes = {worker_writes}
 """
 
 
@@ -43,18 +45,20 @@ def run_collector(config: Path, env_over: dict[str, str]) -> subprocess.Complete
                           text=True, capture_output=True, timeout=300, cwd=config.parent)
 
 
-def write_config(tmp_path: Path, path: str) -> Path:
+def write_config(tmp_path: Path, path: str, worker_writes: str = '"auto"') -> Path:
     config = tmp_path / "run.toml"
-    config.write_text(CONFIG.format(path=path))
+    config.write_text(CONFIG.format(path=path, worker_writes=worker_writes))
     return config
 
 
+@pytest.mark.parametrize(("worker_writes", "writer"), [('"auto"', "worker"), ("false", "driver")])
 def test_collector_run_into_s3_commits_every_episode_once_and_resumes(
-    tmp_path: Path, s3_bucket: S3Bucket
+    tmp_path: Path, s3_bucket: S3Bucket, worker_writes: str, writer: str
 ) -> None:
-    """A run into a bucket commits all 12 episodes once and prints their statistics; `collector
-    check` passes on the bucket; the rerun has nothing to run; no secret stored."""
-    config = write_config(tmp_path, s3_bucket.uri())
+    """A run into a bucket commits all 12 episodes once and prints their statistics, written by
+    the workers (the default for object storage) or by the driver; `collector check` passes on
+    the bucket; the rerun has nothing to run; no secret stored."""
+    config = write_config(tmp_path, s3_bucket.uri(), worker_writes)
     first = run_collector(config, s3_bucket.env())
     assert first.returncode == 0, first.stderr
     assert "12/12 episodes committed" in first.stderr
@@ -73,6 +77,8 @@ def test_collector_run_into_s3_commits_every_episode_once_and_resumes(
                for i in st.read_shard(entry, ["episode_id"]).column("episode_id").to_pylist()]
         assert sorted(ids) == sorted(st.committed_ids())  # each once
         assert {e["path"] for e in st.shards} == {k.removeprefix("run/") for k in s3_bucket.keys("run/data/")}
+        names = {e["path"].rsplit("/", 1)[-1].split(".")[0] for e in st.shards}
+        assert {"worker" if re.fullmatch(r"part-[0-9a-f]{32}", n) else "driver" for n in names} == {writer}
     mirror = tmp_path / "bucket"
     for key in s3_bucket.keys(""):
         target = mirror / key

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -36,3 +37,12 @@ def committed_id_counts(run_dir: Path) -> Counter[str]:
     for path in committed_shard_paths(run_dir):
         counts.update(read_shard(path, columns=["episode_id"]).column("episode_id").to_pylist())
     return counts
+
+
+def shards_written_by(run_dir: Path) -> set[str]:
+    """Who wrote the committed shards, told by their names: "worker" (`part-<32 hex>`, random:
+    `collector.data.pending.pending_shard_name`) or "driver" (`part-<counter>-<8 hex>`)."""
+    from collector.data.manifest import read_manifest
+
+    names = [entry["path"].rsplit("/", 1)[-1].split(".")[0] for entry in read_manifest(run_dir)["shards"]]
+    return {"worker" if re.fullmatch(r"part-[0-9a-f]{32}", name) else "driver" for name in names}

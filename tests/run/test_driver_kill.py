@@ -15,7 +15,7 @@ from collector.config import load_config
 from collector.data.manifest import MANIFEST, read_manifest
 from collector.run.job import run_job
 from collector.run.plan import plan_work
-from tests.run.helpers import committed_id_counts
+from tests.run.helpers import committed_id_counts, shards_written_by
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -40,6 +40,7 @@ cpus_per_worker = 0.5
 [output]
 path = "{run_dir}"
 rows_per_shard = 2
+worker_writes = {worker_writes}
 """
 
 
@@ -53,11 +54,15 @@ def wait_for_first_commit(proc: subprocess.Popen[bytes], run_dir: Path, timeout_
     raise AssertionError("no commit within the timeout")
 
 
-def test_sigkilled_driver_then_rerun_commits_each_episode_once(tmp_path: Path, ray_cluster: str) -> None:
-    """SIGKILL of `collector run` mid-run loses nothing committed; the rerun completes without duplicates."""
+@pytest.mark.parametrize("worker_writes", [False, True], ids=["driver-writes", "worker-writes"])
+def test_sigkilled_driver_then_rerun_commits_each_episode_once(
+    tmp_path: Path, ray_cluster: str, worker_writes: bool
+) -> None:
+    """SIGKILL of `collector run` mid-run loses nothing committed; the rerun completes without duplicates
+    (driver-side or worker-side writes)."""
     run_dir = tmp_path / "run"
     config = tmp_path / "kill.toml"
-    config.write_text(CONFIG.format(run_dir=run_dir))
+    config.write_text(CONFIG.format(run_dir=run_dir, worker_writes=str(worker_writes).lower()))
     proc = subprocess.Popen(
         [sys.executable, "-m", "collector.cli", "run", str(config), "--address", ray_cluster, "--quiet"],
         stdout=subprocess.PIPE,
@@ -83,3 +88,4 @@ def test_sigkilled_driver_then_rerun_commits_each_episode_once(tmp_path: Path, r
     after = committed_id_counts(run_dir)
     assert set(after) == planned
     assert set(after.values()) == {1}
+    assert shards_written_by(run_dir) == {"worker" if worker_writes else "driver"}

@@ -1,0 +1,55 @@
+"""A `LocalSink` whose first write stops half-way: fault tests kill a worker provably mid-write.
+
+The first `write` of a run (claimed by an exclusive create of `gate_dir/claimed`, so exactly
+one process ever takes it) writes half of the shard's bytes to its pending file, creates
+`gate_dir/<pid>` (this process now holds a half-written shard) and waits to be killed. Every
+other write is a plain `LocalSink.write`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from collector.data.manifest import DATA_DIR, pending_path
+from collector.data.pending import PendingShard, pending_shard_name
+from collector.data.store import LocalSink
+
+#: Safety net only: the test kills the process long before this.
+HOLD_S = 120.0
+
+
+@dataclass(frozen=True)
+class GatedSink(LocalSink):
+    gate_dir: str = ""
+
+    def write(self, table: pa.Table, model: str, budget: int, episode_ids: tuple[str, ...]) -> PendingShard:
+        gate = Path(self.gate_dir)
+        try:
+            fd = os.open(gate / "claimed", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            return super().write(table, model, budget, episode_ids)
+        os.close(fd)
+        sink = pa.BufferOutputStream()
+        with ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
+        data = sink.getvalue().to_pybytes()
+        path = pending_path(Path(self.root), f"{DATA_DIR}/{pending_shard_name(self.fmt)}")
+        with open(path, "wb") as f:
+            f.write(data[: len(data) // 2])
+            f.flush()
+            os.fsync(f.fileno())
+        (gate / str(os.getpid())).touch()
+        time.sleep(HOLD_S)
+        raise RuntimeError("gated write was never killed")
+
+
+def pid_at_gate(gate_dir: Path) -> int | None:
+    """The pid of the process holding a half-written shard, once there is one."""
+    pids = [int(p.name) for p in gate_dir.iterdir() if p.name.isdigit()]
+    return pids[0] if pids else None
