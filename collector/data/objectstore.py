@@ -99,6 +99,8 @@ __all__ = ["LEASE_S", "ObjectRunStore", "S3Sink", "pending_rel", "record_rel"]
 log = logging.getLogger(__name__)
 
 _VERIFY_THREADS = 4
+#: Shards copied into data/ at once after a commit record (each copy + delete is two requests).
+_PUBLISH_THREADS = 8
 _RECORD_NAME = re.compile(r"commit-(\d{9,})\.json")
 _RECORD_PREFIX = f"{META_DIR}/commit-"
 
@@ -565,11 +567,21 @@ class ObjectRunStore:
                 self.bucket.delete(self._key(rel))
 
     def _publish(self, entries: Sequence[dict[str, Any]]) -> None:
-        """Copy committed shards from tmp/ into data/ (after the record); failures are warnings."""
+        """Copy committed shards from tmp/ into data/ (after the record); failures are warnings.
+
+        A few at a time: each is two requests (copy, delete) of S3's latency, and with
+        worker-side writes a commit names many small shards; once the record exists their
+        order does not matter (the next open finishes whichever did not happen)."""
+        def publish(entry: dict[str, Any]) -> None:
+            self.bucket.copy(self._key(pending_rel(entry["path"])), self._key(entry["path"]))
+            self.bucket.delete(self._key(pending_rel(entry["path"])))
+
         try:
-            for entry in entries:
-                self.bucket.copy(self._key(pending_rel(entry["path"])), self._key(entry["path"]))
-                self.bucket.delete(self._key(pending_rel(entry["path"])))
+            if len(entries) == 1:
+                publish(entries[0])
+                return
+            with ThreadPoolExecutor(max_workers=_PUBLISH_THREADS) as pool:
+                list(pool.map(publish, entries))
         except OutputError as e:
             self._warn(f"committed shards left in {TMP_DIR} ({e}); the next open copies them")
 

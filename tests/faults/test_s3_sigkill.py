@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # n-th S3 request of one kind. A test-only wrapper around the client, nothing in production code.
 _KILLER = textwrap.dedent(
     """
-    import os, signal, sys
+    import os, signal, sys, threading
     from collector.data import objectstore, s3client
     from tests.data.factory import make_batch
 
@@ -33,6 +33,7 @@ _KILLER = textwrap.dedent(
     first, count, n = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[5])
     objectstore._COMPACT_MIN_RECORDS = 3  # compactions inside the loop, not only on close
     seen = 0
+    counting = threading.Lock()
     forgetting = False
 
     def matches(method, kw):
@@ -65,12 +66,14 @@ _KILLER = textwrap.dedent(
 
             def call(**kw):
                 global seen
-                hit = matches(name, kw)
-                seen += hit
-                if hit and seen == n and when == "before":
+                with counting:  # the store publishes shards from several threads
+                    hit = matches(name, kw)
+                    seen += hit
+                    mine = seen
+                if hit and mine == n and when == "before":
                     os.kill(os.getpid(), signal.SIGKILL)
                 out = attr(**kw)
-                if hit and seen == n and when == "after":
+                if hit and mine == n and when == "after":
                     os.kill(os.getpid(), signal.SIGKILL)
                 return out
             return call
