@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from collector.data.record import SCHEMA_VERSION
 from collector.data.shards import EXTENSIONS
 from collector.errors import OutputError
 
@@ -72,12 +73,16 @@ __all__ = [
     "TMP_SUFFIX",
     "NotARunDirectory",
     "ReplacedNotDurable",
+    "check_continuable",
     "commit_record_path",
     "commit_record_seqs",
     "committed_shard_paths",
+    "entry_problem",
     "file_digest",
+    "fold_records",
     "fsync_dir",
     "is_legacy",
+    "new_manifest",
     "now_iso",
     "partition_dir",
     "pending_path",
@@ -214,7 +219,7 @@ def read_manifest_and_base(run_dir: Path) -> tuple[dict[str, Any], int]:
             records = [_read_record(run_dir, seq) for seq in seqs]
         except FileNotFoundError:
             continue  # the same race, one record later
-        return _fold(base, records), through
+        return fold_records(base, records), through
     raise OutputError(
         f"{run_dir / META_DIR}: the commit log has a gap after record {through} "
         f"(records {seqs[:3]}...): a commit record was deleted; the manifest cannot be trusted"
@@ -273,7 +278,7 @@ def _read_base(path: Path, run_dir: Path) -> tuple[dict[str, Any], tuple[int, in
 
 def _check_entries(path: Path, entries: list[Any]) -> None:
     for i, entry in enumerate(entries):
-        problem = _entry_problem(entry)
+        problem = entry_problem(entry)
         if problem is not None:
             shown = json.dumps(entry, default=str)
             shown = shown if len(shown) <= 160 else shown[:157] + "..."
@@ -293,7 +298,7 @@ def _read_record(run_dir: Path, seq: int) -> dict[str, Any]:
     return record
 
 
-def _fold(base: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, Any]:
+def fold_records(base: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, Any]:
     """The base manifest with `records` applied in order: removals, then additions."""
     folded = dict(base)
     shards = list(base["shards"])
@@ -309,7 +314,7 @@ def _fold(base: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, Any]
     return folded
 
 
-def _entry_problem(entry: Any) -> str | None:
+def entry_problem(entry: Any) -> str | None:
     """Why a manifest shard entry cannot be trusted, or None.
 
     Checked before any entry is used, so that a hand-edited or damaged manifest is one
@@ -388,3 +393,39 @@ def committed_shard_paths(run_dir: str | Path) -> list[Path]:
     root = Path(run_dir)
     kept, _ = unique_entries(read_manifest(root)["shards"])
     return [shard_location(root, entry["path"]) for entry in kept]
+
+
+def new_manifest(fingerprint: str, fmt: str) -> dict[str, Any]:
+    """The base manifest of a new run (either store's): no shards, an empty commit log."""
+    return {
+        "manifest_version": MANIFEST_VERSION,
+        "schema_version": SCHEMA_VERSION,
+        "fingerprint": fingerprint,
+        "format": fmt,
+        "created": now_iso(),
+        "updated": now_iso(),
+        "next_part": 0,
+        "log_through": 0,
+        "shards": [],
+    }
+
+
+def check_continuable(manifest: dict[str, Any], where: str, fingerprint: str, fmt: str) -> None:
+    """Refuse (OutputError, one line naming `where`) to continue a run written by another
+    config, of another schema version or in another shard format."""
+    if manifest.get("fingerprint") != fingerprint:
+        old = str(manifest.get("fingerprint"))[:12]
+        raise OutputError(
+            f"{where} was written by a different config (fingerprint {old}, this config "
+            f"{fingerprint[:12]}); choose another output.path or delete the run"
+        )
+    if manifest.get("schema_version") != SCHEMA_VERSION:
+        raise OutputError(
+            f"{where} holds shards of schema version {manifest.get('schema_version')}; "
+            f"this collector writes version {SCHEMA_VERSION}: choose another output.path"
+        )
+    if manifest.get("format") != fmt:
+        raise OutputError(
+            f"{where} holds {manifest.get('format')} shards; set output.format = "
+            f"\"{manifest.get('format')}\" to continue it, or choose another output.path"
+        )

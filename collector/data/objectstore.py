@@ -54,9 +54,8 @@ import json
 import logging
 import re
 import uuid
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from types import TracebackType
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -73,8 +72,10 @@ from collector.data.manifest import (
     QUARANTINE_SUFFIX,
     RESOLVED_CONFIG,
     TMP_DIR,
-    _entry_problem,
-    _fold,
+    check_continuable,
+    entry_problem,
+    fold_records,
+    new_manifest,
     now_iso,
     unique_entries,
 )
@@ -88,10 +89,16 @@ from collector.data.shards import (
     ShardError,
     ShardFormat,
     one_line,
-    schema_version_of,
     table_without_poison,
 )
-from collector.data.store import _COMPACT_MIN_RECORDS, CommitIncomplete, LockLost
+from collector.data.store import (
+    _COMPACT_MIN_RECORDS,
+    CommitIncomplete,
+    LockLost,
+    StoreState,
+    fresh_by_cell,
+    verified_ids,
+)
 from collector.errors import OutputError
 
 __all__ = ["LEASE_S", "ObjectRunStore", "S3Sink", "pending_rel", "record_rel"]
@@ -109,7 +116,7 @@ def record_rel(seq: int) -> str:
     return f"{META_DIR}/commit-{seq:09d}.json"
 
 
-class ObjectRunStore:
+class ObjectRunStore(StoreState):
     """The single writer of one run under an object-store prefix (see the module docstring).
 
     The public surface of `collector.data.store.RunStore`: `open` -> (`commit` |
@@ -206,17 +213,7 @@ class ObjectRunStore:
                     f"{loc} is not empty and is not a run (no {MANIFEST}; it holds {foreign[0]}); "
                     "choose another output.path"
                 )
-            manifest: dict[str, Any] = {
-                "manifest_version": MANIFEST_VERSION,
-                "schema_version": SCHEMA_VERSION,
-                "fingerprint": fingerprint,
-                "format": fmt,
-                "created": now_iso(),
-                "updated": now_iso(),
-                "next_part": 0,
-                "log_through": 0,
-                "shards": [],
-            }
+            manifest = new_manifest(fingerprint, fmt)
             etag = bucket.put(loc.key(MANIFEST), json_bytes(manifest), create_only=True)
             return manifest, 0, etag
         body, etag, _ = found
@@ -240,23 +237,8 @@ class ObjectRunStore:
             if record.get("seq") != seq:
                 raise OutputError(f"{loc}/{record_rel(seq)} is not a collector commit record")
             records.append(record)
-        manifest = _fold(base, records)
-        if manifest.get("fingerprint") != fingerprint:
-            old = str(manifest.get("fingerprint"))[:12]
-            raise OutputError(
-                f"{loc} was written by a different config (fingerprint {old}, this config "
-                f"{fingerprint[:12]}); choose another output.path or delete the run"
-            )
-        if manifest.get("schema_version") != SCHEMA_VERSION:
-            raise OutputError(
-                f"{loc} holds shards of schema version {manifest.get('schema_version')}; "
-                f"this collector writes version {SCHEMA_VERSION}: choose another output.path"
-            )
-        if manifest.get("format") != fmt:
-            raise OutputError(
-                f"{loc} holds {manifest.get('format')} shards; set output.format = "
-                f"\"{manifest.get('format')}\" to continue it, or choose another output.path"
-            )
+        manifest = fold_records(base, records)
+        check_continuable(manifest, str(loc), fingerprint, fmt)
         manifest["manifest_version"] = MANIFEST_VERSION
         return manifest, through, etag
 
@@ -274,7 +256,7 @@ class ObjectRunStore:
                                 or not isinstance(data.get("next_part"), int)))):
             raise OutputError(f"{loc}/{rel} is not a collector {'commit record' if record else 'manifest'}")
         for i, entry in enumerate(data[key]):
-            problem = _entry_problem(entry)
+            problem = entry_problem(entry)
             if problem is not None:
                 raise OutputError(f"{loc}/{rel}: shard entry {i} {problem}")
         return data
@@ -347,12 +329,7 @@ class ObjectRunStore:
                               ["episode_id"] if checksum is not None else None, self._uri(entry["path"]))
         except ShardError as e:
             return [], f"unreadable ({e.reason})"
-        version = schema_version_of(table.schema)
-        if version != SCHEMA_VERSION:
-            return [], f"schema version {version}, expected {SCHEMA_VERSION}"
-        if table.num_rows != entry.get("rows"):
-            return [], f"{table.num_rows} rows, the manifest says {entry.get('rows')}"
-        return table.column("episode_id").to_pylist(), None
+        return verified_ids(table, entry)
 
     def _quarantine(self, rel: str) -> str:
         target = f"{QUARANTINE}/{rel.replace('/', '__')}{QUARANTINE_SUFFIX}"
@@ -360,20 +337,7 @@ class ObjectRunStore:
         self.bucket.delete(self._key(rel))
         return target
 
-    def _warn(self, message: str) -> None:
-        self.warnings.append(message)
-        log.warning("%s", message)
-
     # --- the public surface ------------------------------------------------------------
-
-    def committed_ids(self) -> set[str]:
-        """Ids of every committed episode (a copy: the caller may subtract from it)."""
-        return set(self._ids)
-
-    @property
-    def shards(self) -> list[dict[str, Any]]:
-        """The manifest's shard entries (path relative to the run, rows, model, budget)."""
-        return [dict(e) for e in self._manifest["shards"]]
 
     def read_shard(self, entry: dict[str, Any], columns: Sequence[str] | None = None) -> pa.Table:
         """The committed shard `entry` names (from data/, or tmp/ before its copy finished)."""
@@ -387,18 +351,6 @@ class ObjectRunStore:
         """Where workers write this run's pending shards (`commit_pending` commits them)."""
         return S3Sink(self.location, self.fmt)
 
-    @contextlib.contextmanager
-    def _transaction(self) -> Iterator[None]:
-        clean, self._clean = self._clean, False
-        try:
-            yield
-        except OutputError:
-            self._clean = clean
-            raise
-        self._clean = clean
-        if clean:
-            self._maybe_compact()
-
     def commit(self, episodes: Sequence[Episode]) -> int:
         """Commit the episodes not yet committed; return how many were new (as RunStore.commit)."""
         with self._transaction():
@@ -406,14 +358,8 @@ class ObjectRunStore:
 
     def _commit(self, episodes: Sequence[Episode]) -> int:
         self._check_writable()
-        fresh: dict[tuple[str, int], list[Episode]] = {}
-        seen: set[str] = set()
-        for ep in episodes:
-            if ep.episode_id in self._ids or ep.episode_id in seen:
-                continue
-            seen.add(ep.episode_id)
-            fresh.setdefault((ep.model, ep.budget), []).append(ep)
-        if not seen:
+        fresh = fresh_by_cell(episodes, self._ids)
+        if not fresh:
             return 0
         written: list[str] = []
         placed: list[tuple[dict[str, Any], list[str]]] = []
@@ -702,10 +648,3 @@ class ObjectRunStore:
         if self._lock_lost is None:
             self._lease.release()
         self._closed = True
-
-    def __enter__(self) -> ObjectRunStore:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()

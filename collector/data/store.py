@@ -87,12 +87,12 @@ import os
 import shutil
 import uuid
 import weakref
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -110,11 +110,13 @@ from collector.data.manifest import (
     RESOLVED_CONFIG,
     TMP_DIR,
     ReplacedNotDurable,
+    check_continuable,
     commit_record_path,
     commit_record_seqs,
     file_digest,
     fsync_dir,
     is_legacy,
+    new_manifest,
     now_iso,
     pending_path,
     read_manifest_and_base,
@@ -172,6 +174,73 @@ class LockLost(OutputError):
     process may be writing, so this store commits nothing more."""
 
 
+def fresh_by_cell(
+    episodes: Sequence[Episode], committed: Collection[str]
+) -> dict[tuple[str, int], list[Episode]]:
+    """The episodes a commit adds, by (model, budget) cell: ids already committed, and repeats
+    inside `episodes` (a late duplicate from a worker presumed dead), dropped."""
+    fresh: dict[tuple[str, int], list[Episode]] = {}
+    seen: set[str] = set()
+    for ep in episodes:
+        if ep.episode_id in committed or ep.episode_id in seen:
+            continue
+        seen.add(ep.episode_id)
+        fresh.setdefault((ep.model, ep.budget), []).append(ep)
+    return fresh
+
+
+class StoreState:
+    """What both run stores (this directory store and `collector.data.objectstore`'s) keep in
+    memory and show the same way: the committed ids, the folded manifest, warnings, and the
+    transaction mark that keeps a state cut short from being compacted into the base."""
+
+    warnings: list[str]
+    _ids: set[str]
+    _manifest: dict[str, Any]
+    _clean: bool
+
+    def committed_ids(self) -> set[str]:
+        """Ids of every committed episode (a copy: the caller may subtract from it)."""
+        return set(self._ids)
+
+    @property
+    def shards(self) -> list[dict[str, Any]]:
+        """The manifest's shard entries (path relative to the run, rows, model, budget, size, checksum)."""
+        return [dict(e) for e in self._manifest["shards"]]
+
+    def _warn(self, message: str) -> None:
+        self.warnings.append(message)
+        log.warning("%s", message)
+
+    def _maybe_compact(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """Marks the in-memory state unsafe to compact until the operation ends, cleanly or by
+        its own abort (an OutputError leaves memory matching the store); anything else (the
+        process being torn down) leaves it marked for good."""
+        clean, self._clean = self._clean, False
+        try:
+            yield
+        except OutputError:
+            self._clean = clean
+            raise
+        self._clean = clean
+        if clean:
+            self._maybe_compact()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
 def _remove(paths: Sequence[Path]) -> None:
     """Best-effort removal of what an aborted transaction wrote (never in the manifest)."""
     for path in paths:
@@ -179,7 +248,7 @@ def _remove(paths: Sequence[Path]) -> None:
             path.unlink(missing_ok=True)
 
 
-class RunStore:
+class RunStore(StoreState):
     """The single writer of one run directory. Open it, commit batches, close it.
 
     `open` -> (`commit`)* -> `close`. Each `commit` is its own transaction: its shards are
@@ -288,37 +357,12 @@ class RunStore:
                     f"{root} is not empty and is not a run directory (no {MANIFEST}); "
                     "choose another output.path"
                 )
-            manifest: dict[str, Any] = {
-                "manifest_version": MANIFEST_VERSION,
-                "schema_version": SCHEMA_VERSION,
-                "fingerprint": fingerprint,
-                "format": fmt,
-                "created": now_iso(),
-                "updated": now_iso(),
-                "next_part": 0,
-                "log_through": 0,
-                "shards": [],
-            }
+            manifest = new_manifest(fingerprint, fmt)
             write_json_atomic(root / MANIFEST, manifest)
             (root / DATA_DIR).mkdir(exist_ok=True)
             return manifest, 0
         manifest, base_through = read_manifest_and_base(root)
-        if manifest.get("fingerprint") != fingerprint:
-            old = str(manifest.get("fingerprint"))[:12]
-            raise OutputError(
-                f"{root} was written by a different config (fingerprint {old}, this config "
-                f"{fingerprint[:12]}); choose another output.path or delete the directory"
-            )
-        if manifest.get("schema_version") != SCHEMA_VERSION:
-            raise OutputError(
-                f"{root} holds shards of schema version {manifest.get('schema_version')}; "
-                f"this collector writes version {SCHEMA_VERSION}: choose another output.path"
-            )
-        if manifest.get("format") != fmt:
-            raise OutputError(
-                f"{root} holds {manifest.get('format')} shards; set output.format = "
-                f"\"{manifest.get('format')}\" to continue it, or choose another output.path"
-            )
+        check_continuable(manifest, str(root), fingerprint, fmt)
         manifest["manifest_version"] = MANIFEST_VERSION  # a version 2 manifest is a log-less base
         return manifest, base_through
 
@@ -391,20 +435,7 @@ class RunStore:
             shutil.move(str(path), target)
         return f"{QUARANTINE}/{flat}"
 
-    def _warn(self, message: str) -> None:
-        self.warnings.append(message)
-        log.warning("%s", message)
-
     # --- the public surface ------------------------------------------------------------
-
-    def committed_ids(self) -> set[str]:
-        """Ids of every committed episode (a copy: the caller may subtract from it)."""
-        return set(self._ids)
-
-    @property
-    def shards(self) -> list[dict[str, Any]]:
-        """The manifest's shard entries (path relative to the run dir, rows, model, budget)."""
-        return [dict(e) for e in self._manifest["shards"]]
 
     def read_shard(self, entry: dict[str, Any], columns: Sequence[str] | None = None) -> pa.Table:
         """The committed shard `entry` names (in ``data/``, or still pending after a crash)."""
@@ -449,21 +480,6 @@ class RunStore:
         with self._transaction():
             return self._commit(episodes)
 
-    @contextlib.contextmanager
-    def _transaction(self) -> Any:
-        """Marks the in-memory state unsafe to compact until the operation ends, cleanly or by
-        its own abort (an OutputError leaves memory matching the disk); anything else (the
-        process being torn down) leaves it marked for good."""
-        clean, self._clean = self._clean, False
-        try:
-            yield
-        except OutputError:
-            self._clean = clean
-            raise
-        self._clean = clean
-        if clean:
-            self._maybe_compact()
-
     def _commit(self, episodes: Sequence[Episode]) -> int:
         """Durably commit the episodes not yet committed; return how many were new.
 
@@ -481,14 +497,8 @@ class RunStore:
         is committed, and `CommitIncomplete` names what was left out.
         """
         self._check_writable()
-        fresh: dict[tuple[str, int], list[Episode]] = {}
-        seen: set[str] = set()
-        for ep in episodes:
-            if ep.episode_id in self._ids or ep.episode_id in seen:
-                continue
-            seen.add(ep.episode_id)
-            fresh.setdefault((ep.model, ep.budget), []).append(ep)
-        if not seen:
+        fresh = fresh_by_cell(episodes, self._ids)
+        if not fresh:
             return 0
         written: list[Path] = []
         entries: list[dict[str, Any]] = []
@@ -827,13 +837,6 @@ class RunStore:
         self._lock_fd = None
         self._closed = True
 
-    def __enter__(self) -> RunStore:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
-
 
 def _write_pending_file(root: Path, rel: str, table: pa.Table, fmt: ShardFormat) -> tuple[int, str]:
     """Write `table` to the pending place of `rel` (fsynced); return its size and checksum."""
@@ -925,6 +928,12 @@ def _verify_shard(path: Path, entry: dict[str, Any]) -> tuple[list[str], str | N
         return [], f"unreadable ({e.reason})"
     except OSError as e:
         return [], f"unreadable ({describe_exception(e)})"
+    return verified_ids(table, entry)
+
+
+def verified_ids(table: pa.Table, entry: dict[str, Any]) -> tuple[list[str], str | None]:
+    """A decoded committed shard's episode ids, or why it does not match its manifest entry
+    (schema version, row count): the last step of either store's verification on open."""
     version = schema_version_of(table.schema)
     if version != SCHEMA_VERSION:
         return [], f"schema version {version}, expected {SCHEMA_VERSION}"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from collector.data.manifest import _fold
+from collector.data.manifest import fold_records
 from collector.data.objectstore import ObjectRunStore
 from tests.data.factory import make_batch
 from tests.s3server import S3Bucket
@@ -140,7 +140,7 @@ def _committed_paths(bucket: S3Bucket) -> set[str]:
         name = key.rsplit("/", 1)[-1]
         if name.startswith("commit-") and int(name[7:16]) > base["log_through"]:
             records.append(json.loads(bucket.client.get_object(Bucket=bucket.name, Key=key)["Body"].read()))
-    return {entry["path"] for entry in _fold(base, sorted(records, key=lambda r: r["seq"]))["shards"]}
+    return {entry["path"] for entry in fold_records(base, sorted(records, key=lambda r: r["seq"]))["shards"]}
 
 
 def test_sigkill_at_any_s3_request_never_loses_or_duplicates(s3_bucket: S3Bucket) -> None:
