@@ -17,12 +17,22 @@ from collections.abc import Iterator
 
 import pytest
 
+# The object-storage fixtures (a moto S3 server on loopback, a bucket per test).
+from tests.s3server import s3_bucket, s3_endpoint  # noqa: F401
+
 
 @pytest.fixture(scope="session")
-def ray_cluster() -> Iterator[str]:
-    """A local Ray cluster (2 CPUs, small object store); yields its address for subprocesses."""
+def ray_cluster(s3_endpoint: str) -> Iterator[str]:  # noqa: F811 - the fixture, by name
+    """A local Ray cluster (2 CPUs, small object store); yields its address for subprocesses.
+
+    Its workers see the session's S3 server (tests/s3server.py) the way a real cluster's
+    nodes see their bucket, from their own environment: a worker writing the shards of an
+    s3:// run reads credentials and endpoint there, never from the driver."""
     import ray
 
+    from tests.s3server import session_env
+
+    os.environ.update(session_env(s3_endpoint))
     os.environ["RAY_AUTH_MODE"] = "disabled"
     temp_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")
     ray.init(
@@ -40,7 +50,3 @@ def ray_cluster() -> Iterator[str]:
     finally:
         ray.shutdown()
         shutil.rmtree(temp_dir, ignore_errors=True)
-
-
-# The object-storage fixtures (a moto S3 server on loopback, a bucket per test).
-from tests.s3server import s3_bucket, s3_endpoint  # noqa: E402,F401

@@ -45,12 +45,17 @@ class S3Bucket:
 
     def env(self) -> dict[str, str]:
         """What a subprocess needs to reach this server (merged into os.environ by the fixture)."""
-        return {
-            "AWS_ACCESS_KEY_ID": ACCESS_KEY_ID,
-            "AWS_SECRET_ACCESS_KEY": SECRET_ACCESS_KEY,
-            "AWS_DEFAULT_REGION": REGION,
-            "AWS_ENDPOINT_URL_S3": self.endpoint_url,
-        }
+        return session_env(self.endpoint_url)
+
+
+def session_env(endpoint_url: str) -> dict[str, str]:
+    """The SDK environment for the session's server (what every bucket of the session shares)."""
+    return {
+        "AWS_ACCESS_KEY_ID": ACCESS_KEY_ID,
+        "AWS_SECRET_ACCESS_KEY": SECRET_ACCESS_KEY,
+        "AWS_DEFAULT_REGION": REGION,
+        "AWS_ENDPOINT_URL_S3": endpoint_url,
+    }
 
 
 @pytest.fixture(scope="session")
