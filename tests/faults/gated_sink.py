@@ -1,4 +1,6 @@
-"""A `LocalSink` whose first write stops half-way: fault tests kill a worker provably mid-write.
+"""Sinks whose first write stops half-way: fault tests kill a worker provably mid-write.
+
+`GatedSink` is a `LocalSink`; `GatedS3Sink`, below, the same gate for a run in a bucket.
 
 The first `write` of a run (claimed by an exclusive create of `gate_dir/claimed`, so exactly
 one process ever takes it) writes half of the shard's bytes to its pending file, creates
@@ -18,6 +20,7 @@ import pyarrow.ipc as ipc
 
 from collector.data.manifest import DATA_DIR, pending_path
 from collector.data.pending import PendingShard, pending_shard_name
+from collector.data.s3shards import S3Sink
 from collector.data.store import LocalSink
 
 #: Safety net only: the test kills the process long before this.
@@ -53,3 +56,25 @@ def pid_at_gate(gate_dir: Path) -> int | None:
     """The pid of the process holding a half-written shard, once there is one."""
     pids = [int(p.name) for p in gate_dir.iterdir() if p.name.isdigit()]
     return pids[0] if pids else None
+
+
+@dataclass(frozen=True)
+class GatedS3Sink(S3Sink):
+    """The same gate for a run in a bucket. An S3 PUT is atomic (a half-sent body is never an
+    object), so the first write PUTs its pending object whole, then announces its pid and waits
+    to be killed: the worker dies holding a shard nobody will commit, between its write and the
+    reply that would have handed it to the driver."""
+
+    gate_dir: str = ""
+
+    def write(self, table: pa.Table, model: str, budget: int, episode_ids: tuple[str, ...]) -> PendingShard:
+        gate = Path(self.gate_dir)
+        try:
+            fd = os.open(gate / "claimed", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            return super().write(table, model, budget, episode_ids)
+        os.close(fd)
+        super().write(table, model, budget, episode_ids)
+        (gate / str(os.getpid())).touch()
+        time.sleep(HOLD_S)
+        raise RuntimeError("gated write was never killed")

@@ -15,15 +15,19 @@ import time
 from pathlib import Path
 
 import pyarrow.dataset as ds
+import pyarrow.fs
 import pytest
 
 from collector.data.manifest import TMP_DIR
+from collector.data.mirror import resolve_run
+from collector.data.objectstore import ObjectRunStore
 from collector.data.store import RunStore
 from collector.run.job import run_job
 from collector.run.plan import plan_work
 from tests.checking import assert_run_checked
-from tests.faults.gated_sink import GatedSink, pid_at_gate
+from tests.faults.gated_sink import GatedS3Sink, GatedSink, pid_at_gate
 from tests.run.helpers import committed_id_counts, shards_written_by, small_config
+from tests.s3server import S3Bucket
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_cluster"), pytest.mark.timeout(240)]
 
@@ -81,3 +85,42 @@ def test_worker_killed_mid_write_leaves_nothing_visible_and_its_batch_runs_again
     assert run_job(cfg, show_progress=False).committed == 0  # the next open removes it
     assert not list((run_dir / TMP_DIR).iterdir())
     assert_run_checked(run_dir, allow_notes=False)
+
+
+def test_a_worker_killed_holding_its_pending_object_in_a_bucket_costs_only_a_rerun_of_its_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, s3_bucket: S3Bucket
+) -> None:
+    """In a bucket: a worker killed after its shard's PUT, before the driver heard of it. The
+    object stays under .collector/tmp/, never in data/ nor the manifest; the batch runs again
+    once; each id is committed once; the next open removes the orphan and `collector check`
+    is clean; pyarrow reads the bucket's data/ with each episode once."""
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    monkeypatch.setenv("COLLECTOR_CACHE_DIR", str(tmp_path / "cache"))
+    uri = s3_bucket.uri("run")
+    cfg = small_config(uri, ray__batch_size=2, ray__episodes_in_flight=2)  # type: ignore[arg-type]  # a URI
+    gated = lambda self: GatedS3Sink(self.location, self.fmt, str(gate))  # noqa: E731
+    monkeypatch.setattr(ObjectRunStore, "sink", gated)
+    killer = Killer(gate)
+    killer.start()
+    try:
+        result = run_job(cfg, show_progress=False)
+    finally:
+        killer.done.set()
+        killer.join(timeout=5)
+    assert killer.killed is not None
+    planned = {item.episode_id for item in plan_work(cfg).items}
+    mirror = resolve_run(uri)
+    counts = committed_id_counts(mirror)
+    assert set(counts) == planned
+    assert set(counts.values()) == {1}
+    assert result.committed == len(planned)
+    assert result.worker_restarts == 1
+    assert shards_written_by(mirror) == {"worker"}
+    assert s3_bucket.keys("run/.collector/tmp/")  # the killed worker's orphan, hidden from readers
+    s3 = pyarrow.fs.S3FileSystem(endpoint_override=os.environ["AWS_ENDPOINT_URL_S3"])
+    seen = ds.dataset(f"{s3_bucket.name}/run", filesystem=s3, format="ipc").to_table(columns=["episode_id"])
+    assert sorted(seen.column("episode_id").to_pylist()) == sorted(planned)
+    assert run_job(cfg, show_progress=False).committed == 0  # the next open removes the orphan
+    assert not s3_bucket.keys("run/.collector/tmp/")
+    assert_run_checked(resolve_run(uri), allow_notes=False)
