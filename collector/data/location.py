@@ -10,8 +10,11 @@ write (S3 ``If-None-Match: *``, answered 412 when the key exists) for each commi
 and ``If-Match`` on an ETag for the manifest swap. S3 (AWS since 2024-08; MinIO, Cloudflare
 R2 and moto implement it too) is supported, and `collector.data.objectstore` refuses an
 endpoint that ignores the precondition instead of weakening the guarantee. ``gs://`` and
-the other fsspec schemes are refused in one line: GCS has the same primitive (generation
-preconditions) but no adapter is built for it here.
+the other fsspec schemes are refused in one line. GCS has the primitive, in its own form
+(``ifGenerationMatch=0`` / ``x-goog-if-generation-match: 0`` for create-only, a generation
+match for the swap), but its S3-compatible endpoint honours ``If-None-Match`` only on reads,
+so pointing the S3 store at it is refused by the probe; a native adapter is not built here
+(no GCS server can run in the test suite to prove it).
 """
 
 from __future__ import annotations
