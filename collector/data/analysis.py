@@ -174,7 +174,7 @@ def resolve_episode_id(run_dir: str | Path, id_or_prefix: str) -> str:
     OutputError (one line) when no committed id starts with it, or more than one does (the
     message names a few of them). Reads only the `episode_id` column.
     """
-    ids = read_committed(run_dir, ["episode_id"]).column("episode_id")
+    ids = read_committed(resolve_run(run_dir), ["episode_id"]).column("episode_id")
     if pc.any(pc.equal(ids, id_or_prefix)).as_py():
         return id_or_prefix
     matches = ids.filter(pc.starts_with(ids, id_or_prefix)).to_pylist() if id_or_prefix else []
@@ -195,7 +195,7 @@ def _locate(run_dir: str | Path, episode_id: str) -> tuple[Path, pa.Table]:
 
     Only the `episode_id` column of each shard is read until the shard holding it is found.
     """
-    for path in committed_shard_paths(run_dir):
+    for path in committed_shard_paths(resolve_run(run_dir)):
         ids = read_shard(path, ["episode_id"]).column("episode_id")
         hit = pc.index(ids, episode_id).as_py()
         if hit >= 0:
@@ -260,7 +260,7 @@ def list_episodes(run_dir: str | Path, where: Mapping[str, str] | None = None, l
     for column, text in (where or {}).items():
         term = ds.field(column) == _where_value(column, text)
         filt = term if filt is None else filt & term
-    table = read_committed(run_dir, list(LISTING_COLUMNS), filt)
+    table = read_committed(resolve_run(run_dir), list(LISTING_COLUMNS), filt)
     table = table.sort_by([("model", "ascending"), ("budget", "ascending"), ("task_id", "ascending"),
                            ("sample", "ascending"), ("episode_id", "ascending")])
     return table if limit is None else table.slice(0, limit)

@@ -24,7 +24,7 @@ import pyarrow.dataset as ds
 import pyarrow.fs
 import pytest
 
-from collector.analysis import load_run, truncation_table
+from collector.analysis import get_episode, list_episodes, load_run, render_episode, truncation_table
 from collector.cli import main
 from collector.data import mirror
 from collector.data.location import ObjectLocation, parse_location
@@ -129,6 +129,18 @@ def test_load_run_of_the_uri_equals_the_local_run(tmp_path: Path, s3_bucket: S3B
     assert local.num_rows == 11
     assert remote.sort_by("episode_id").equals(local.sort_by("episode_id"))
     assert truncation_table(uri).equals(truncation_table(run))
+
+
+def test_the_episode_functions_take_the_uri_from_python(tmp_path: Path, s3_bucket: S3Bucket) -> None:
+    """From a notebook, `list_episodes`, `get_episode` and `render_episode` (by a unique id
+    prefix) take the s3:// URI and answer as on the local run dir."""
+    run, uri = _bucket_run(tmp_path, s3_bucket, "arrow")
+    listed = list_episodes(uri, {"budget": "64"})
+    assert listed.equals(list_episodes(run, {"budget": "64"}))
+    assert listed.num_rows == 7
+    first = listed.column("episode_id")[0].as_py()
+    assert get_episode(uri, first) == get_episode(run, first)
+    assert render_episode(uri, first[:12]) == render_episode(run, first[:12])
 
 
 def test_episodes_show_export_and_trainer_view_read_the_bucket(
