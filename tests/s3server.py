@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 #: Test-only credentials; the secret doubles as a value the secret scans look for.
-ACCESS_KEY_ID = "AKIATESTCOLLECTOR000"
-SECRET_ACCESS_KEY = "s3-secret-that-must-never-be-stored-0123456789"
+ACCESS_KEY_ID = "collector-test-access-key-id"
+SECRET_ACCESS_KEY = "collector-test-secret-never-stored"
 REGION = "us-east-1"
 
 _names = itertools.count()

@@ -152,7 +152,7 @@ def test_retry_errors_finds_the_error_episodes_of_a_run_in_s3(s3_bucket: S3Bucke
 
 @pytest.mark.parametrize(("path", "says"), [
     ("gs://some-bucket/run", "gs:// is not supported"),
-    ("s3://AKIAX:uri-secret-5d1e9b@some-bucket/run", "carries credentials in the URI"),
+    ("s3://testkey:not-a-real-secret@some-bucket/run", "carries credentials in the URI"),
 ])
 def test_an_unsupported_or_credential_bearing_output_uri_is_one_line_and_exit_2(
     tmp_path: Path, path: str, says: str
@@ -163,4 +163,4 @@ def test_an_unsupported_or_credential_bearing_output_uri_is_one_line_and_exit_2(
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
     assert says in lines[0]
-    assert "uri-secret-5d1e9b" not in proc.stderr + proc.stdout
+    assert "not-a-real-secret" not in proc.stderr + proc.stdout
