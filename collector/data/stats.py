@@ -202,6 +202,21 @@ class BudgetPick:
     """The Wilson 95% upper bound at `budget_confident`."""
 
 
+def rows_with_picks(groups: Sequence[Any], target: float | None, picks: Sequence[BudgetPick]
+                    ) -> list[dict[str, Any]]:
+    """`as_dict()` of each group (of episodes or of turns); with a target, each row carries the
+    pick of the series its key belongs to (`target`, `target_budget`, `target_budget_confident`)."""
+    rows: list[dict[str, Any]] = [g.as_dict() for g in groups]
+    if target is None:
+        return rows
+    for g, row in zip(groups, rows, strict=True):
+        pick = next((p for p in picks if all(g.key.get(k) == v for k, v in p.key.items())), None)
+        row["target"] = target
+        row["target_budget"] = pick.budget if pick is not None else None
+        row["target_budget_confident"] = pick.budget_confident if pick is not None else None
+    return rows
+
+
 @dataclass(slots=True)
 class StatsResult:
     """What `compute_stats` returns and `format_stats` prints."""
@@ -217,15 +232,7 @@ class StatsResult:
 
     def rows(self) -> list[dict[str, Any]]:
         """One flat dict per group; with a target, each carries its own group's pick."""
-        rows = [g.as_dict() for g in self.groups]
-        if self.target is None:
-            return rows
-        for g, row in zip(self.groups, rows, strict=True):
-            pick = next((p for p in self.picks if all(g.key.get(k) == v for k, v in p.key.items())), None)
-            row["target"] = self.target
-            row["target_budget"] = pick.budget if pick is not None else None
-            row["target_budget_confident"] = pick.budget_confident if pick is not None else None
-        return rows
+        return rows_with_picks(self.groups, self.target, self.picks)
 
     def columns(self) -> list[str]:
         """The names of `rows()`' keys, also when there are no rows."""
@@ -652,6 +659,7 @@ __all__ = [
     "pick_budgets",
     "read_columns",
     "read_committed",
+    "rows_with_picks",
     "run_dataset",
     "sort_key",
     "target_lines",

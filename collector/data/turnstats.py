@@ -38,6 +38,7 @@ from collector.data.stats import (
     groupable_columns,
     pick_budgets,
     read_columns,
+    rows_with_picks,
     sort_key,
     target_lines,
     wilson_interval,
@@ -94,14 +95,7 @@ class TurnStatsResult:
 
     def rows(self) -> list[dict[str, Any]]:
         """One flat dict per row; with a target, each carries its own row's pick."""
-        rows = [g.as_dict() for g in self.groups]
-        if self.target is not None:
-            for g, row in zip(self.groups, rows, strict=True):
-                pick = next((p for p in self.picks if all(g.key.get(k) == v for k, v in p.key.items())), None)
-                row["target"] = self.target
-                row["target_budget"] = pick.budget if pick is not None else None
-                row["target_budget_confident"] = pick.budget_confident if pick is not None else None
-        return rows
+        return rows_with_picks(self.groups, self.target, self.picks)
 
     def to_arrow(self) -> pa.Table:
         """The table as Arrow (for pandas, polars, the notebook)."""

@@ -476,31 +476,22 @@ class _Episode:
         context = None
         if tool_.context_parameter is not None and self.context is not None:
             context = ToolCallContext(self.context, call.id, self.open_index)
+        def record_executed(is_error: bool) -> None:
+            assert call.arguments is not None
+            self.executed.append(ExecutedToolCall(
+                turn_index=self.open_index, call_id=call.id, name=call.name,
+                arguments_json=self.redactor.arguments_json(call.arguments), is_error=is_error,
+            ))
+
         try:
             outcome = await run_tool(tool_, call.arguments, self.settings.tool_timeout_s, context=context)
         except EnvironmentFailure as exc:
             # The world broke under the call (its tool server died): the call was sent, so it
             # is recorded as run, and the episode ends as `error` naming the cause.
-            self.executed.append(
-                ExecutedToolCall(
-                    turn_index=self.open_index,
-                    call_id=call.id,
-                    name=call.name,
-                    arguments_json=self.redactor.arguments_json(call.arguments),
-                    is_error=True,
-                )
-            )
+            record_executed(is_error=True)
             raise _env_failure(f"tool {call.name[:64]}", exc, self.redactor) from exc
         if outcome.ran:
-            self.executed.append(
-                ExecutedToolCall(
-                    turn_index=self.open_index,
-                    call_id=call.id,
-                    name=call.name,
-                    arguments_json=self.redactor.arguments_json(call.arguments),
-                    is_error=outcome.is_error,
-                )
-            )
+            record_executed(outcome.is_error)
         self.answer(call, outcome.content, outcome.is_error)
         return outcome.is_error
 

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
-from typing import Literal
+from typing import Any, Literal
 
 LeakFamily = Literal["trailing", "wrapped", "concatenated", "hermes_content", "swallowed"]
 """Chat-template delimiter leaks (provider-protocols.md section 6):
@@ -175,6 +175,21 @@ class ModelPreset:
 
 _NO_TEXT = LengthDist()
 
+_TERSE = ModelPreset(
+    name="sim-terse",
+    description="Short preambles (often none); a few wrong arguments.",
+    preamble=LengthDist(zero_prob=0.35, median=10.0, sigma=0.9),
+    answer_preamble=LengthDist(zero_prob=0.5, median=6.0, sigma=0.8),
+    arg_style="compact",
+    error_rate=0.05,
+)
+
+
+def _like_terse(name: str, description: str, **changes: Any) -> ModelPreset:
+    """sim-terse's lengths and errors with one server behaviour changed (token shapes, streams)."""
+    return replace(_TERSE, name=name, description=description, **changes)
+
+
 PRESETS: dict[str, ModelPreset] = {
     p.name: p
     for p in (
@@ -184,14 +199,7 @@ PRESETS: dict[str, ModelPreset] = {
             preamble=_NO_TEXT,
             answer_preamble=_NO_TEXT,
         ),
-        ModelPreset(
-            name="sim-terse",
-            description="Short preambles (often none); a few wrong arguments.",
-            preamble=LengthDist(zero_prob=0.35, median=10.0, sigma=0.9),
-            answer_preamble=LengthDist(zero_prob=0.5, median=6.0, sigma=0.8),
-            arg_style="compact",
-            error_rate=0.05,
-        ),
+        _TERSE,
         ModelPreset(
             name="sim-verbose",
             description="Long reasoning-like preambles before every call and answer.",
@@ -246,40 +254,24 @@ PRESETS: dict[str, ModelPreset] = {
             preamble=LengthDist(zero_prob=0.5, median=6.0, sigma=0.8),
             answer_preamble=LengthDist(zero_prob=0.0, median=400.0, sigma=0.3),
         ),
-        ModelPreset(
-            name="sim-rerender",
-            description="Like sim-terse, but the chat template re-renders history: prefix consistency fails.",
-            preamble=LengthDist(zero_prob=0.35, median=10.0, sigma=0.9),
-            answer_preamble=LengthDist(zero_prob=0.5, median=6.0, sigma=0.8),
-            arg_style="compact",
-            error_rate=0.05,
+        _like_terse(
+            "sim-rerender",
+            "Like sim-terse, but the chat template re-renders history: prefix consistency fails.",
             rerender_history=True,
         ),
-        ModelPreset(
-            name="sim-stream-no-ids",
-            description="Like sim-terse, but streams drop token_ids (a tool-parser bug of older vLLM).",
-            preamble=LengthDist(zero_prob=0.35, median=10.0, sigma=0.9),
-            answer_preamble=LengthDist(zero_prob=0.5, median=6.0, sigma=0.8),
-            arg_style="compact",
-            error_rate=0.05,
+        _like_terse(
+            "sim-stream-no-ids",
+            "Like sim-terse, but streams drop token_ids (a tool-parser bug of older vLLM).",
             stream_drops_token_ids=True,
         ),
-        ModelPreset(
-            name="sim-sglang",
-            description="Like sim-terse, with SGLang's token-id shapes (per choice, not in streams).",
-            preamble=LengthDist(zero_prob=0.35, median=10.0, sigma=0.9),
-            answer_preamble=LengthDist(zero_prob=0.5, median=6.0, sigma=0.8),
-            arg_style="compact",
-            error_rate=0.05,
+        _like_terse(
+            "sim-sglang",
+            "Like sim-terse, with SGLang's token-id shapes (per choice, not in streams).",
             token_wire="sglang",
         ),
-        ModelPreset(
-            name="sim-llamacpp",
-            description="Like sim-terse, with llama.cpp's token ids (in logprobs entries only).",
-            preamble=LengthDist(zero_prob=0.35, median=10.0, sigma=0.9),
-            answer_preamble=LengthDist(zero_prob=0.5, median=6.0, sigma=0.8),
-            arg_style="compact",
-            error_rate=0.05,
+        _like_terse(
+            "sim-llamacpp",
+            "Like sim-terse, with llama.cpp's token ids (in logprobs entries only).",
             token_wire="llamacpp",
         ),
         ModelPreset(

@@ -14,6 +14,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
@@ -27,17 +28,30 @@ from collector.data.store import LocalSink
 HOLD_S = 120.0
 
 
+def claim_the_gate(gate_dir: str) -> bool:
+    """True for the one write of the run that stops (an exclusive create: one process ever)."""
+    try:
+        fd = os.open(Path(gate_dir) / "claimed", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return False
+    os.close(fd)
+    return True
+
+
+def wait_at_the_gate(gate_dir: str) -> NoReturn:
+    """Announce this process (it now holds an uncommitted shard) and wait to be killed."""
+    (Path(gate_dir) / str(os.getpid())).touch()
+    time.sleep(HOLD_S)
+    raise RuntimeError("gated write was never killed")
+
+
 @dataclass(frozen=True)
 class GatedSink(LocalSink):
     gate_dir: str = ""
 
     def write(self, table: pa.Table, model: str, budget: int, episode_ids: tuple[str, ...]) -> PendingShard:
-        gate = Path(self.gate_dir)
-        try:
-            fd = os.open(gate / "claimed", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
+        if not claim_the_gate(self.gate_dir):
             return super().write(table, model, budget, episode_ids)
-        os.close(fd)
         sink = pa.BufferOutputStream()
         with ipc.new_file(sink, table.schema) as writer:
             writer.write_table(table)
@@ -47,9 +61,7 @@ class GatedSink(LocalSink):
             f.write(data[: len(data) // 2])
             f.flush()
             os.fsync(f.fileno())
-        (gate / str(os.getpid())).touch()
-        time.sleep(HOLD_S)
-        raise RuntimeError("gated write was never killed")
+        wait_at_the_gate(self.gate_dir)
 
 
 def pid_at_gate(gate_dir: Path) -> int | None:
@@ -68,13 +80,7 @@ class GatedS3Sink(S3Sink):
     gate_dir: str = ""
 
     def write(self, table: pa.Table, model: str, budget: int, episode_ids: tuple[str, ...]) -> PendingShard:
-        gate = Path(self.gate_dir)
-        try:
-            fd = os.open(gate / "claimed", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
+        if not claim_the_gate(self.gate_dir):
             return super().write(table, model, budget, episode_ids)
-        os.close(fd)
         super().write(table, model, budget, episode_ids)
-        (gate / str(os.getpid())).touch()
-        time.sleep(HOLD_S)
-        raise RuntimeError("gated write was never killed")
+        wait_at_the_gate(self.gate_dir)

@@ -12,17 +12,19 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow.dataset as ds
 import pyarrow.fs
 import pytest
 
+from collector.config import RunConfig
 from collector.data.manifest import TMP_DIR
 from collector.data.mirror import resolve_run
 from collector.data.objectstore import ObjectRunStore
 from collector.data.store import RunStore
-from collector.run.job import run_job
+from collector.run.job import JobResult, run_job
 from collector.run.plan import plan_work
 from tests.checking import assert_run_checked
 from tests.faults.gated_sink import GatedS3Sink, GatedSink, pid_at_gate
@@ -51,6 +53,29 @@ class Killer(threading.Thread):
             time.sleep(0.01)
 
 
+def run_killing_the_gated_writer(cfg: RunConfig, gate: Path, run_files: Callable[[], Path]) -> JobResult:
+    """Run `cfg` while a `Killer` SIGKILLs the worker at the gate; assert what every variant
+    holds: the kill landed, each planned id committed exactly once, one worker restarted, the
+    shards written by the workers. `run_files` gives the run's files once the job is done."""
+    killer = Killer(gate)
+    killer.start()
+    try:
+        result = run_job(cfg, show_progress=False)
+    finally:
+        killer.done.set()
+        killer.join(timeout=5)
+    assert killer.killed is not None
+    planned = {item.episode_id for item in plan_work(cfg).items}
+    files = run_files()
+    counts = committed_id_counts(files)
+    assert set(counts) == planned
+    assert set(counts.values()) == {1}
+    assert result.committed == len(planned)
+    assert result.worker_restarts == 1
+    assert shards_written_by(files) == {"worker"}
+    return result
+
+
 def test_worker_killed_mid_write_leaves_nothing_visible_and_its_batch_runs_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -61,21 +86,8 @@ def test_worker_killed_mid_write_leaves_nothing_visible_and_its_batch_runs_again
     cfg = small_config(run_dir, output__worker_writes=True, ray__batch_size=2, ray__episodes_in_flight=2)
     gated = lambda self: GatedSink(str(self.root.absolute()), self.fmt, str(gate))  # noqa: E731
     monkeypatch.setattr(RunStore, "sink", gated)
-    killer = Killer(gate)
-    killer.start()
-    try:
-        result = run_job(cfg, show_progress=False)
-    finally:
-        killer.done.set()
-        killer.join(timeout=5)
-    assert killer.killed is not None
+    result = run_killing_the_gated_writer(cfg, gate, lambda: run_dir)
     planned = {item.episode_id for item in plan_work(cfg).items}
-    counts = committed_id_counts(run_dir)
-    assert set(counts) == planned
-    assert set(counts.values()) == {1}
-    assert result.committed == len(planned)
-    assert result.worker_restarts == 1
-    assert shards_written_by(run_dir) == {"worker"}
     # The killed worker held its batches (at most two of two episodes here): run again once.
     assert 2 <= result.redispatched <= 4
     # A plain reader of the tree sees each committed episode once, nothing of the half file.
@@ -101,22 +113,8 @@ def test_a_worker_killed_holding_its_pending_object_in_a_bucket_costs_only_a_rer
     cfg = small_config(uri, ray__batch_size=2, ray__episodes_in_flight=2)  # type: ignore[arg-type]  # a URI
     gated = lambda self: GatedS3Sink(self.location, self.fmt, str(gate))  # noqa: E731
     monkeypatch.setattr(ObjectRunStore, "sink", gated)
-    killer = Killer(gate)
-    killer.start()
-    try:
-        result = run_job(cfg, show_progress=False)
-    finally:
-        killer.done.set()
-        killer.join(timeout=5)
-    assert killer.killed is not None
+    run_killing_the_gated_writer(cfg, gate, lambda: resolve_run(uri))
     planned = {item.episode_id for item in plan_work(cfg).items}
-    mirror = resolve_run(uri)
-    counts = committed_id_counts(mirror)
-    assert set(counts) == planned
-    assert set(counts.values()) == {1}
-    assert result.committed == len(planned)
-    assert result.worker_restarts == 1
-    assert shards_written_by(mirror) == {"worker"}
     assert s3_bucket.keys("run/.collector/tmp/")  # the killed worker's orphan, hidden from readers
     s3 = pyarrow.fs.S3FileSystem(endpoint_override=os.environ["AWS_ENDPOINT_URL_S3"])
     seen = ds.dataset(f"{s3_bucket.name}/run", filesystem=s3, format="ipc").to_table(columns=["episode_id"])
