@@ -6,7 +6,7 @@ verifies them all like any resume), then `--commits` one-episode commits are tim
 one (wall time: the fsyncs are the point). Reported per size: median and p99 of one
 commit, and the compaction the store does once per so many commits (timed as `close`,
 which compacts the log), amortized over the commits that trigger one
-(`collector.data.store._COMPACT_MIN_RECORDS`, or a quarter of the shard count).
+(`collector.storage.local._COMPACT_MIN_RECORDS`, or a quarter of the shard count).
 
 Before/after: the same script against another checkout of the collector package, e.g.
 the commit before the log::
@@ -17,7 +17,7 @@ the commit before the log::
 
 A store without the log (before) has no compaction: its close row is its plain close.
 
-``--store s3`` measures the object store (`collector.data.objectstore`) the same way, on a
+``--store s3`` measures the object store (`collector.storage.s3store`) the same way, on a
 moto S3 server started in this process on loopback (`moto[s3]`, a dev dependency): each
 commit is a shard PUT, a lease renewal, a create-only record PUT, a lock check, a
 server-side copy into data/ and a delete. Figures are moto's, not AWS's (no network, one
@@ -45,9 +45,9 @@ FP = "bench-commits"
 
 def _build(run: Path, shards: int) -> None:
     """A run dir with `shards` committed 1-row shards (the real store writes the first)."""
-    from collector.data.manifest import DATA_DIR, MANIFEST
-    from collector.data.store import RunStore
-    from tests.data.factory import make_batch
+    from collector.storage.local import RunStore
+    from collector.storage.manifest import DATA_DIR, MANIFEST
+    from tests.record.factory import make_batch
 
     with RunStore.open(run, FP, {}, "arrow", 1) as st:
         st.commit(make_batch(1, start=10_000_000))
@@ -68,9 +68,9 @@ def _build(run: Path, shards: int) -> None:
 def _build_s3(client: Any, bucket: str, uri: str, shards: int) -> None:
     """The same in a bucket: one real shard committed, then copied server-side `shards` times
     and named in the base manifest."""
-    from collector.data.manifest import DATA_DIR, MANIFEST
-    from collector.data.objectstore import ObjectRunStore
-    from tests.data.factory import make_batch
+    from collector.storage.manifest import DATA_DIR, MANIFEST
+    from collector.storage.s3store import ObjectRunStore
+    from tests.record.factory import make_batch
 
     with ObjectRunStore.open(uri, FP, {}, "arrow", 1) as st:
         st.commit(make_batch(1, start=10_000_000))
@@ -115,10 +115,10 @@ class _S3Server:
 
 
 def _measure(shards: int, commits: int, s3: _S3Server | None = None) -> dict[str, Any]:
-    from collector.data import store as store_mod
-    from collector.data.objectstore import ObjectRunStore
-    from collector.data.store import RunStore
-    from tests.data.factory import make_batch
+    from collector.storage import local as store_mod
+    from collector.storage.local import RunStore
+    from collector.storage.s3store import ObjectRunStore
+    from tests.record.factory import make_batch
 
     with tempfile.TemporaryDirectory(prefix="bench-commits-") as tmp:
         run = Path(tmp) / "run"

@@ -97,9 +97,9 @@ def _measure_one(spec: dict[str, Any]) -> dict[str, Any]:
     """One configuration, in this (fresh) process: run the job, return its figures."""
     import psutil
 
-    from collector.data.manifest import committed_shard_paths
-    from collector.data.shards import episodes_from_table, read_shard
+    from collector.record.shards import episodes_from_table, read_shard
     from collector.run import job
+    from collector.storage.manifest import committed_shard_paths
 
     me = psutil.Process(os.getpid())
     marks: dict[str, float] = {}

@@ -38,7 +38,7 @@ if __package__ in (None, ""):
 from bench.common import median, parser, report
 from collector.config import LoopConfig
 from collector.envs.base import Environment, EpisodeContext, EpisodeWorld, Task, Tool
-from collector.envs.tools import tool
+from collector.envs.toolkit import tool
 from collector.episode.loop import EpisodeSpec, run_episode
 from collector.providers import build_provider
 from collector.providers.base import Endpoint

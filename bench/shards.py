@@ -37,8 +37,8 @@ import pyarrow.parquet as pq
 
 from bench.common import Clock, SimProcess, median, parser, report
 from bench.workload import commit, items_for, make_config, run_collector
-from collector.data.record import Episode
-from collector.data.shards import SCHEMA, episodes_to_table
+from collector.record.episode import Episode
+from collector.record.shards import SCHEMA, episodes_to_table
 
 NAME = "shards"
 

@@ -40,11 +40,11 @@ import pyarrow.dataset as ds
 
 from bench.common import RESULTS, Clock, median, parser, report
 from bench.workload import make_config
+from collector.analysis.stats import compute_stats, format_stats
 from collector.config import config_fingerprint, resolved_config
-from collector.data.manifest import committed_shard_paths
-from collector.data.shards import SCHEMA, episodes_to_table
-from collector.data.stats import compute_stats, format_stats
-from collector.data.store import RunStore
+from collector.record.shards import SCHEMA, episodes_to_table
+from collector.storage.local import RunStore
+from collector.storage.manifest import committed_shard_paths
 
 NAME = "stats"
 MODELS = ["sim-terse", "sim-verbose", "sim-hidden-cut", "sim-leaky"]
@@ -115,7 +115,7 @@ def make_run(rows: int, rows_per_shard: int) -> Path:
     cfg = make_config("bench-zero", 64, 64)
     keys = [_Key(f"{i:016x}", MODELS[i % len(MODELS)], BUDGETS[(i // len(MODELS)) % len(BUDGETS)], i)
             for i in range(rows)]
-    fake = mock.patch("collector.data.shards.episodes_to_table",
+    fake = mock.patch("collector.record.shards.episodes_to_table",
                       lambda chunk: _tiled(template, list(chunk), 7))
     with fake, RunStore.open(run_dir, config_fingerprint(cfg), resolved_config(cfg), "arrow",
                              rows_per_shard) as store:

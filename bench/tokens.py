@@ -28,7 +28,7 @@ if __package__ in (None, ""):
 from bench.common import Clock, SimProcess, median, parser, report
 from bench.workload import commit, items_for, make_config, run_collector
 from collector.config import RunConfig
-from collector.data.record import Episode
+from collector.record.episode import Episode
 
 NAME = "tokens"
 

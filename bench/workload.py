@@ -24,13 +24,13 @@ from typing import Any
 import httpx
 
 from collector.config import RunConfig, config_fingerprint, config_from_dict, resolved_config
-from collector.data.record import Episode
-from collector.data.store import RunStore
 from collector.episode.loop import EpisodeSpec, run_episode
 from collector.providers import base_url_for, build_provider
 from collector.providers.transport import fast_client
+from collector.record.episode import Episode
 from collector.run.plan import WorkItem, load_env, plan_work
 from collector.run.worker import EpisodeWorker, WorkerSetup, endpoint_for, sampling_params
+from collector.storage.local import RunStore
 
 BUDGET = 256
 #: The layout the worker used before StreamTransport: many small httpcore clients of this

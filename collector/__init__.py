@@ -28,13 +28,13 @@ _EXPORTS = {
     "Tool": "collector.envs.base",
     "EpisodeContext": "collector.envs.base",
     "ToolCallContext": "collector.envs.base",
-    "tool": "collector.envs.tools",
+    "tool": "collector.envs.toolkit",
     "StopReason": "collector.stop",
     "RunConfig": "collector.config",
     "load_config": "collector.config",
-    "load_run": "collector.data.analysis",
-    "truncation_table": "collector.data.analysis",
-    "PARTITIONING": "collector.data.analysis",
+    "load_run": "collector.analysis.tables",
+    "truncation_table": "collector.analysis.tables",
+    "PARTITIONING": "collector.analysis.tables",
 }
 
 __all__ = [
@@ -55,10 +55,10 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from collector.analysis.tables import PARTITIONING, load_run, truncation_table
     from collector.config import RunConfig, load_config
-    from collector.data.analysis import PARTITIONING, load_run, truncation_table
     from collector.envs.base import Environment, EpisodeContext, EpisodeWorld, Task, Tool, ToolCallContext
-    from collector.envs.tools import tool
+    from collector.envs.toolkit import tool
     from collector.stop import StopReason
 
 

@@ -19,7 +19,7 @@ command ran and found a problem (`check` with violations).
     collector trainer-view RUN_DIR OUT [--mode sequence|stepwise]
 
 Every RUN_DIR may also be ``s3://bucket/prefix``: it is read through a local mirror synced
-first (`collector.data.mirror.resolve_run`, the one place the argument is resolved).
+first (`collector.storage.mirror.resolve_run`, the one place the argument is resolved).
 
 A closed stdout (`collector stats RUN | head`) ends the command quietly with exit code 141,
 as a command killed by SIGPIPE would. An interrupted run (Ctrl-C or SIGTERM) commits what
@@ -65,14 +65,14 @@ def _count(text: str) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from collector.analysis.stats import compute_stats, format_stats
     from collector.config import load_config
-    from collector.data.stats import compute_stats, format_stats
     from collector.run.job import run_job
 
     cfg = load_config(_run_config_path(args), args.set)
     result = run_job(cfg, address=args.address, show_progress=not args.quiet, retry_errors=args.retry_errors)
     print(result.summary(), file=sys.stderr)
-    from collector.data.mirror import resolve_run
+    from collector.storage.mirror import resolve_run
 
     # A run in object storage is read through its synced mirror, as `collector stats` reads it.
     stats = compute_stats(resolve_run(result.run_dir), target=args.target)
@@ -102,10 +102,10 @@ def _cmd_init(args: argparse.Namespace) -> int:
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:
-    from collector.data.stats import compute_stats, format_stats
+    from collector.analysis.stats import compute_stats, format_stats
 
     if args.per == "turn":
-        from collector.data.turnstats import compute_turn_stats, format_turn_stats
+        from collector.analysis.turnstats import compute_turn_stats, format_turn_stats
 
         turns = compute_turn_stats(args.run, by=_by(args.by), target=args.target)
         print(format_turn_stats(turns, args.format))
@@ -116,7 +116,7 @@ def _cmd_stats(args: argparse.Namespace) -> int:
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
-    from collector.data.analysis import render_episode
+    from collector.analysis.episodes import render_episode
 
     print(render_episode(args.run, args.episode_id, args.format))
     return EXIT_OK
@@ -137,7 +137,7 @@ def _where(args: argparse.Namespace) -> dict[str, str]:
 
 
 def _cmd_episodes(args: argparse.Namespace) -> int:
-    from collector.data.analysis import format_listing, list_episodes
+    from collector.analysis.episodes import format_listing, list_episodes
 
     table = list_episodes(args.run, _where(args), args.limit)
     text = format_listing(table, args.format)
@@ -167,7 +167,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from collector.data.check import check_run
+    from collector.analysis.check import check_run
 
     report = check_run(args.run)
     for problem in report.problems:
@@ -182,7 +182,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from collector.data.export import export_run
+    from collector.analysis.export import export_run
 
     rows = export_run(args.run, args.out, args.format, args.where)
     print(f"{args.out}: {rows} episodes ({args.format})", file=sys.stderr)
@@ -218,7 +218,7 @@ def _cmd_sim(args: argparse.Namespace) -> int:
 
 
 def _cmd_trainer_view(args: argparse.Namespace) -> int:
-    from collector.data.trainer import token_summary, trainer_table, write_view
+    from collector.analysis.trainer import token_summary, trainer_table, write_view
 
     view = trainer_table(args.run, args.mode)
     write_view(view, args.out)
@@ -395,7 +395,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         if getattr(args, "run_dir", None) is not None:
             # Every reader's RUN_DIR, resolved once: a path as given, an s3:// URI to its
             # synced local mirror (`args.run_dir` stays what the user typed, for messages).
-            from collector.data.mirror import resolve_run
+            from collector.storage.mirror import resolve_run
 
             args.run = resolve_run(args.run_dir)
         code: int = args.func(args)

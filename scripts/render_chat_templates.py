@@ -1,7 +1,7 @@
 """Render every episode of a run through real models' chat templates (not run in CI).
 
 The suite renders each stored episode through a ChatML-with-tools template of its own
-(tests/data/chatml_tools.jinja). This script does the same with the templates real models
+(tests/analysis/chatml_tools.jinja). This script does the same with the templates real models
 ship, as llama.cpp vendors them (Qwen2.5, Qwen3, Llama 3.x, Hermes, Mistral, Granite, ...),
 rendered the way `transformers.apply_chat_template` renders them: a sandboxed Jinja
 environment with trim_blocks / lstrip_blocks, `raise_exception`, `strftime_now`, and a
@@ -31,8 +31,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from collector.data.analysis import load_run
-from collector.data.chat import template_messages, template_tools
+from collector.analysis.tables import load_run
+from collector.record.chat import template_messages, template_tools
 
 #: Tool-calling templates that take the OpenAI chat shape as is (the issue names Qwen2.5 and Llama 3.x).
 DEFAULT = (

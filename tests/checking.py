@@ -1,7 +1,7 @@
 """Run `collector check` on a run directory a test has just collected, and fail loudly.
 
 Issue 7 asks the suite to verify every collection it performs with the same check a
-trainer would run (`collector.data.check.check_run`), so a test that only counted episodes
+trainer would run (`collector.analysis.check.check_run`), so a test that only counted episodes
 cannot pass over a run that broke an invariant (a tool executed from a cut turn, a call
 left unsettled, an error episode marked trainable). Any test module may import
 `assert_run_checked`; inside tests/faults the `run_checker` fixture wraps it.
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from collector.data.check import CheckReport, check_run
-from collector.data.manifest import MANIFEST, committed_shard_paths, read_manifest
-from collector.data.shards import read_shard
+from collector.analysis.check import CheckReport, check_run
+from collector.record.shards import read_shard
+from collector.storage.manifest import MANIFEST, committed_shard_paths, read_manifest
 
 
 def assert_run_checked(run_dir: str | Path, *, allow_notes: bool = True) -> CheckReport:

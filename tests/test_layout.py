@@ -13,8 +13,10 @@ import collector
 PACKAGE = Path(collector.__file__).parent
 
 #: Which parts of the package each part may import. The vocabulary (config, turn, stop,
-#: errors) is at the bottom; providers, envs and data know only the vocabulary; one episode
-#: uses all three; the driver side (run) uses everything below it and starts the simulator.
+#: errors) is at the bottom; providers, envs and the record format know only the vocabulary;
+#: the run's storage knows the record; analysis reads the storage and the record; one episode
+#: uses providers, envs and the record (never the storage: the loop produces records, the
+#: driver commits them); the driver side (run) uses everything below it and starts the simulator.
 VOCABULARY = {"config", "turn", "stop", "errors"}
 ALLOWED = {
     "errors": set(),
@@ -25,15 +27,16 @@ ALLOWED = {
     "config": {"errors", "stop", "sim"},
     "providers": VOCABULARY,
     "envs": VOCABULARY,
-    "data": VOCABULARY,
-    "episode": VOCABULARY | {"providers", "envs", "data"},
-    "run": VOCABULARY | {"providers", "envs", "data", "episode", "sim"},
+    "record": VOCABULARY,
+    "storage": VOCABULARY | {"record"},
+    "analysis": VOCABULARY | {"record", "storage"},
+    "episode": VOCABULARY | {"providers", "envs", "record"},
+    "run": VOCABULARY | {"providers", "envs", "record", "storage", "episode", "sim"},
     # `python -m collector.sim` is the CLI's `sim` command; the app itself imports no layer.
     "sim": {"cli"},
     "tools": {"envs"},
     # The files an installed package ships for a first run (demo config, starter project).
     "starter": {"errors"},
-    "analysis": {"data"},
 }
 
 
@@ -78,8 +81,8 @@ def test_package_root_reexports_the_public_names() -> None:
     }
     for name in collector.__all__:
         assert getattr(collector, name) is not None
-    from collector.data.analysis import load_run
-    from collector.envs.tools import tool
+    from collector.analysis.tables import load_run
+    from collector.envs.toolkit import tool
 
     assert collector.load_run is load_run
     assert collector.tool is tool
@@ -97,9 +100,10 @@ def test_moved_modules_keep_their_public_import_paths() -> None:
     """`collector.tools.tool`, `collector.envs.base` and `collector.analysis` still import."""
     tools = importlib.import_module("collector.tools")
     analysis = importlib.import_module("collector.analysis")
-    data_analysis = importlib.import_module("collector.data.analysis")
-    assert tools.tool is importlib.import_module("collector.envs.tools").tool
-    assert set(analysis.__all__) == set(data_analysis.__all__)
+    tables = importlib.import_module("collector.analysis.tables")
+    episodes = importlib.import_module("collector.analysis.episodes")
+    assert tools.tool is importlib.import_module("collector.envs.toolkit").tool
+    assert set(analysis.__all__) == set(tables.__all__) | set(episodes.__all__)
     for name in analysis.__all__:
-        assert getattr(analysis, name) is getattr(data_analysis, name)
+        assert getattr(analysis, name) in (getattr(tables, name, None), getattr(episodes, name, None))
     assert importlib.import_module("collector.envs.base").Environment is collector.Environment

@@ -7,7 +7,7 @@ one) gets the demo, shrunk with `--set` (two models, two budgets, five tasks, on
 `runs/demo` resolves as it does after `bash scripts/demo`; every `collector` command shown is
 run there verbatim (shrunk the same way when it is a `collector run`), and the Python blocks
 run in order, in one namespace, in a subprocess (except the one marked as run against a
-local S3 server by `tests/data/test_s3_readers.py`). A block may import only what the collector
+local S3 server by `tests/storage/test_s3_readers.py`). A block may import only what the collector
 installs or what a `pip install` line shown before it names. The one name the README leaves
 to the reader, a Hugging Face `tokenizer` (downloaded from the Hub), is given as a Jinja
 ChatML-with-tools template with the same `apply_chat_template` call: no network in tests.
@@ -30,13 +30,13 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 MY_ENV_README = REPO / "examples" / "my_env" / "README.md"
-TEMPLATE = REPO / "tests" / "data" / "chatml_tools.jinja"
+TEMPLATE = REPO / "tests" / "analysis" / "chatml_tools.jinja"
 BIN = Path(sys.executable).parent
 #: Applied to every `collector run` shown: the same sweep's shape, a few seconds of work.
 SHRINK = ["--set", 'sweep.models=["sim-terse","sim-verbose"]', "--set", "sweep.budgets=[32,256]",
           "--set", "samples_per_task=1", "--set", "env.tasks=5"]
 #: Marks the README block that reads a bucket: run against a loopback S3 server elsewhere.
-S3_MARK = "<!-- run by tests/data/test_s3_readers.py against a local S3 server -->"
+S3_MARK = "<!-- run by tests/storage/test_s3_readers.py against a local S3 server -->"
 #: A generous guard against a hung command, never a measurement.
 GUARD_S = 600
 
@@ -143,7 +143,7 @@ def test_python_blocks_run_after_the_commands_before_them(root: Path) -> None:
         if "collector run" in command:  # the Parquet run the first readers open
             done = shell(root, command)
             assert done.returncode == 0, f"{command}: {done.stderr}"
-    # A block that needs an S3 server is marked so and run by tests/data/test_s3_readers.py.
+    # A block that needs an S3 server is marked so and run by tests/storage/test_s3_readers.py.
     blocks = [(line, code) for line, code, before in python_blocks(text) if S3_MARK not in before]
     assert len(blocks) >= 4
     script = root / "readme_blocks.py"

@@ -22,7 +22,7 @@ import re
 from collections.abc import Sequence
 
 from collector.envs.base import Environment, EpisodeContext, EpisodeWorld, Task, Tool, generated_task_count
-from collector.envs.tools import tool
+from collector.envs.toolkit import tool
 from collector.turn import UserMessage
 
 PROMPT = "What is {expr}? Use the calculator tool, then reply with the number only."

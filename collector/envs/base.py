@@ -102,7 +102,7 @@ class Tool:
     before `function` runs, and a validation failure is an error result, never a crash.
     A `gate` tool (approval, human review) holds its siblings: if a call to it is malformed,
     fails validation or returns an error, no other call of that turn runs. Build tools with
-    `collector.envs.tools.tool()` rather than by hand: it derives the schema and the validator.
+    `collector.envs.toolkit.tool()` rather than by hand: it derives the schema and the validator.
     """
 
     name: str
@@ -112,7 +112,7 @@ class Tool:
     gate: bool = False
     validator: ArgumentValidator | None = None
     """Turns validated arguments into the call's (args, kwargs), or raises
-    `collector.envs.tools.ToolArgumentError`. `collector.envs.tools.tool()` fills it from the type
+    `collector.envs.toolkit.ToolArgumentError`. `collector.envs.toolkit.tool()` fills it from the type
     hints; when None, arguments are checked against `parameters` and passed as keywords."""
     timeout_s: float | None = None
     """This tool's own timeout; None uses the loop's `tool_timeout_s`."""

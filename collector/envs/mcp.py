@@ -51,7 +51,7 @@ from typing import Any, TextIO
 
 from collector.envs.base import Environment, EpisodeContext, EpisodeWorld, Task, Tool, ToolCallContext
 from collector.envs.tasks import task_from_row
-from collector.envs.tools import ToolError, tool
+from collector.envs.toolkit import ToolError, tool
 from collector.errors import ConfigError, EnvironmentFailure
 
 Grader = Callable[["MCPWorld", str | None], float | Awaitable[float]]

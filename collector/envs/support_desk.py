@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from collector.envs.base import Environment, EpisodeContext, EpisodeWorld, Task, Tool, generated_task_count
-from collector.envs.tools import tool
+from collector.envs.toolkit import tool
 from collector.turn import UserMessage
 
 KINDS = ("refund", "close", "email", "approval", "lookup")

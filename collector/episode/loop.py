@@ -59,7 +59,7 @@ is fixed and tested:
    saying nothing was approved. Valid gate calls run first, whatever their position, and
    one that fails holds the rest the same way.
 5. dispatch: the remaining calls run one after another, in the model's order, each
-   validated against its schema first (`collector.envs.tools.run_tool`).
+   validated against its schema first (`collector.envs.toolkit.run_tool`).
 6. a turn with no tool call is the final answer: the episode ends as `done`.
 After the last allowed turn (`max_steps`) the episode ends as `max_steps`. Around all of it
 runs the episode's wall-clock limit (`episode_timeout_s`): on expiry the model or tool call
@@ -107,15 +107,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from collector.config import LoopConfig, RedactionConfig
-from collector.data.chat import chat_messages, system_prompt, tools_json
-from collector.data.record import (
-    Episode,
-    EpisodeError,
-    ExecutedToolCall,
-    MessageRecord,
-    TurnRecord,
-    episode_id,
-)
 from collector.envs.base import (
     Environment,
     EpisodeContext,
@@ -125,11 +116,20 @@ from collector.envs.base import (
     ToolCallContext,
     start_world,
 )
-from collector.envs.tools import run_tool, tool_specs
+from collector.envs.toolkit import run_tool, tool_specs
 from collector.episode.redact import Redactor
 from collector.episode.tokens import TokenTracker, holds_secret, withhold
 from collector.errors import ContextOverflow, EnvironmentFailure, ProtocolViolation, ProviderError
 from collector.providers.base import Provider
+from collector.record.chat import chat_messages, system_prompt, tools_json
+from collector.record.episode import (
+    Episode,
+    EpisodeError,
+    ExecutedToolCall,
+    MessageRecord,
+    TurnRecord,
+    episode_id,
+)
 from collector.stop import StopReason
 from collector.turn import (
     ArgStatus,

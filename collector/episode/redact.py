@@ -66,8 +66,8 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 from urllib.parse import quote
 
-from collector.data.record import Episode, MessageRecord, ToolCallRecord
 from collector.providers.arguments import has_template_opener
+from collector.record.episode import Episode, MessageRecord, ToolCallRecord
 from collector.turn import ArgStatus, AssistantMessage, Message, ToolCall, ToolResultMessage
 
 REDACTED = "[REDACTED]"

@@ -10,7 +10,7 @@ and put whatever came back on the `Turn`. Here, per turn, at record time:
   `prefix_consistent` is true when the whole previous sequence is shared: the server
   rendered history exactly as it sampled it, so the episode can be trained as one
   sequence. The full prompt of turn k is ``(prompt_k-1 + output_k-1)[:offset_k] + delta_k``
-  (`collector.data.trainer.full_prompts`).
+  (`collector.analysis.trainer.full_prompts`).
 
 Redaction. Token ids decode back to whatever the model wrote and whatever the tools
 returned, a secret included, and no key-based redaction can reach inside them. So the rule
@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from collector.data.record import TurnRecord
 from collector.episode.redact import Redactor
+from collector.record.episode import TurnRecord
 from collector.turn import AssistantMessage, Message, SystemMessage, ToolResultMessage, Turn, UserMessage
 
 __all__ = ["TokenTracker", "common_prefix", "holds_secret", "withhold"]

@@ -6,7 +6,7 @@ batch, never per model call: runtime-notes measured 2-2.5 ms of CPU per Ray call
 
 The driver, in order:
 1. plans the run (`collector.run.plan`): every work item with its deterministic episode id;
-2. opens the run directory (`collector.data.store.RunStore`), which refuses a directory written
+2. opens the run directory (`collector.storage.local.RunStore`), which refuses a directory written
    by another config, and subtracts the ids already committed (resume). A run with nothing
    left to do ends here, without starting Ray;
 3. starts the simulator if the provider is "sim", connects to Ray (embedded local cluster
@@ -76,14 +76,9 @@ import ray
 import ray.exceptions
 
 from collector.config import RunConfig, check_run_config, resolved_config, with_absolute_paths
-from collector.data.location import ObjectLocation, parse_location
-from collector.data.objectstore import ObjectRunStore
-from collector.data.pending import PendingShard
-from collector.data.record import Episode
-from collector.data.runstore import open_run_store
-from collector.data.store import CommitIncomplete, RunStore
 from collector.errors import CollectorError, ConfigError, OutputError, QuotaExhausted, RequestRejected
 from collector.providers.http import PATH_MARK
+from collector.record.episode import Episode
 from collector.run.clusterprobe import probe_cluster
 from collector.run.modelcheck import check_models
 from collector.run.plan import Plan, WorkItem, plan_work
@@ -99,6 +94,11 @@ from collector.run.written import (
     writes_on_workers,
 )
 from collector.stop import StopReason
+from collector.storage.local import CommitIncomplete, RunStore
+from collector.storage.location import ObjectLocation, parse_location
+from collector.storage.pending import PendingShard
+from collector.storage.runstore import open_run_store
+from collector.storage.s3store import ObjectRunStore
 
 #: How long the driver blocks in `ray.wait` before refreshing the progress line.
 WAIT_S = 0.25

@@ -37,9 +37,9 @@ from collector.config import (
     config_fingerprint,
     run_id,
 )
-from collector.data.record import episode_id
 from collector.envs.base import Environment, Task
 from collector.errors import ConfigError
+from collector.record.episode import episode_id
 
 
 @dataclass(slots=True, frozen=True)

@@ -38,16 +38,16 @@ from urllib.parse import urlsplit
 import httpx
 
 from collector.config import ProviderConfig, RunConfig
-from collector.data.location import is_uri
-from collector.data.pending import ShardSink
-from collector.data.record import Episode
 from collector.envs.base import Environment, Task
 from collector.episode.redact import credential_values
 from collector.errors import ConfigError
 from collector.providers.base import Endpoint, Provider, RetryPolicy, split_url_credentials
 from collector.providers.transport import fast_client
+from collector.record.episode import Episode
 from collector.run.plan import WorkItem, load_env, select_tasks
 from collector.run.written import WrittenBatch, write_kept
+from collector.storage.location import is_uri
+from collector.storage.pending import ShardSink
 from collector.turn import SamplingParams
 
 #: How long the start-up reachability probe waits for a TCP connection.

@@ -30,11 +30,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from collector.config import OutputConfig
-from collector.data.location import is_uri
-from collector.data.pending import PendingShard, ShardSink
-from collector.data.record import Episode, EpisodeError
-from collector.data.shards import one_line, table_without_poison
 from collector.errors import OutputError, QuotaExhausted, RequestRejected
+from collector.record.episode import Episode, EpisodeError
+from collector.record.shards import one_line, table_without_poison
+from collector.storage.location import is_uri
+from collector.storage.pending import PendingShard, ShardSink
 
 __all__ = [
     "Outcome",

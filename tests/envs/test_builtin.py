@@ -10,7 +10,7 @@ import pytest
 from collector.envs.arithmetic import ArithmeticEnv, evaluate
 from collector.envs.base import Task
 from collector.envs.support_desk import SupportDeskEnv, SupportDeskWorld
-from collector.envs.tools import run_tool
+from collector.envs.toolkit import run_tool
 
 
 def _tool(world: SupportDeskWorld, name: str):  # type: ignore[no-untyped-def]

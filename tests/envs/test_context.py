@@ -20,7 +20,7 @@ from collector.envs.base import (
     ToolCallContext,
     start_world,
 )
-from collector.envs.tools import run_tool, tool
+from collector.envs.toolkit import run_tool, tool
 from collector.episode.loop import EpisodeSpec, run_episode
 from collector.errors import EnvironmentFailure
 from collector.providers.scripted import ScriptedProvider, call, calls, text

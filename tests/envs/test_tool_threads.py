@@ -6,8 +6,8 @@ import asyncio
 import os
 import threading
 
-from collector.envs import tools as tools_module
-from collector.envs.tools import ToolThreads, run_tool, tool
+from collector.envs import toolkit as tools_module
+from collector.envs.toolkit import ToolThreads, run_tool, tool
 
 
 async def _until_released(threads: ToolThreads) -> None:

@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from collector.envs.base import Tool
-from collector.envs.tools import check_schema, run_tool, tool, tool_specs
+from collector.envs.toolkit import check_schema, run_tool, tool, tool_specs
 
 
 def refund(order_id: str, amount: float, note: str = "") -> str:

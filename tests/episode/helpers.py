@@ -7,11 +7,11 @@ from collections import Counter
 from collections.abc import Sequence
 
 from collector.config import LoopConfig
-from collector.data.record import Episode
 from collector.envs.base import Environment, EpisodeWorld, Task, Tool
-from collector.envs.tools import tool
+from collector.envs.toolkit import tool
 from collector.episode.loop import EpisodeSpec, run_episode
 from collector.providers.scripted import ScriptedProvider, Step
+from collector.record.episode import Episode
 from collector.stop import StopReason
 
 

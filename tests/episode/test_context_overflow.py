@@ -13,18 +13,18 @@ import pytest
 
 from collector.cli import main
 from collector.config import LoopConfig
-from collector.data.record import Episode
-from collector.data.store import RunStore
 from collector.envs.support_desk import SupportDeskEnv
 from collector.episode.loop import EpisodeSpec, run_episode
 from collector.providers import base_url_for, build_provider
 from collector.providers.base import Endpoint
+from collector.record.episode import Episode
 from collector.sim.app import create_app
 from collector.sim.presets import PRESETS
 from collector.stop import StopReason
+from collector.storage.local import RunStore
 from collector.turn import Turn, TurnRequest
-from tests.data.factory import make_episode
 from tests.episode.test_sim_e2e import APPROVAL
+from tests.record.factory import make_episode
 
 KINDS = ["chat", "responses", "anthropic", "gemini"]
 _PRESETS = {

@@ -8,12 +8,12 @@ from collections.abc import Sequence
 import pytest
 
 from collector.config import LoopConfig
-from collector.data.record import episode_id
 from collector.envs.base import Environment, EpisodeWorld, Task, Tool
 from collector.episode import loop as loop_module
 from collector.episode.loop import EpisodeSpec, run_episode
 from collector.errors import ProviderUnavailable
 from collector.providers.scripted import ScriptedProvider, call, calls, cut, leaked, text
+from collector.record.episode import episode_id
 from collector.stop import StopReason
 from collector.turn import LengthSignal, Turn, TurnRequest
 from tests.episode.helpers import ToyEnv, run

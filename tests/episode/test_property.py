@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from collector.config import LoopConfig
 from collector.envs.base import Environment, EpisodeWorld, Task, Tool
-from collector.envs.tools import tool
+from collector.envs.toolkit import tool
 from collector.episode.loop import EpisodeSpec, run_episode
 from collector.providers.scripted import ScriptedProvider, call, calls, cut, leaked, text
 from collector.stop import StopReason

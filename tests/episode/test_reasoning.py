@@ -16,14 +16,14 @@ import httpx
 import pytest
 
 from collector.config import LoopConfig
-from collector.data.record import Episode
-from collector.data.shards import episodes_from_table, episodes_to_table
 from collector.envs.support_desk import SupportDeskEnv
 from collector.episode.loop import EpisodeSpec, run_episode
 from collector.errors import ProviderError
 from collector.providers import base_url_for, build_provider
 from collector.providers.base import Endpoint, Provider
 from collector.providers.gemini import build_gemini_body
+from collector.record.episode import Episode
+from collector.record.shards import episodes_from_table, episodes_to_table
 from collector.sim.app import create_app
 from collector.sim.thinking import text_signature
 from collector.stop import StopReason

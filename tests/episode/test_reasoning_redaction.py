@@ -9,10 +9,10 @@ import json
 from pathlib import Path
 
 from collector.config import LoopConfig
-from collector.data.store import RunStore
 from collector.episode.loop import EpisodeSpec, run_episode
 from collector.episode.redact import REDACTED_ITEM_KEY, Redactor
 from collector.providers.scripted import ScriptedProvider, call, calls, text
+from collector.storage.local import RunStore
 from collector.turn import AssistantMessage, ToolResultMessage, Turn, UserMessage
 from tests.faults.secret_env import SecretEnv
 from tests.faults.secret_scan import leaks_in

@@ -84,7 +84,7 @@ async def test_no_secret_and_no_fragment_reaches_the_record() -> None:
 async def test_executed_calls_store_redacted_arguments() -> None:
     """The executed_tool_calls column stores the redacted arguments of calls that ran."""
     from collector.envs.base import Environment, EpisodeWorld, Task, Tool
-    from collector.envs.tools import tool
+    from collector.envs.toolkit import tool
 
     class World(EpisodeWorld):
         def login(self, user: str, password: str) -> str:

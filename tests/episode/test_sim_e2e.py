@@ -17,13 +17,13 @@ import httpx
 import pytest
 
 from collector.config import LoopConfig
-from collector.data.record import Episode
 from collector.envs.base import Task
 from collector.envs.support_desk import SupportDeskEnv, SupportDeskWorld
 from collector.episode.loop import EpisodeSpec, run_episode
 from collector.providers import base_url_for, build_provider
 from collector.providers.arguments import has_template_opener
 from collector.providers.base import Endpoint, Provider
+from collector.record.episode import Episode
 from collector.sim.app import create_app
 from collector.sim.presets import PRESETS
 from collector.stop import StopReason

@@ -9,12 +9,12 @@ import httpx
 import pytest
 
 from collector.config import LoopConfig
-from collector.data.record import Episode
 from collector.envs.support_desk import SupportDeskEnv
 from collector.episode.loop import EpisodeSpec, run_episode
 from collector.providers import base_url_for, build_provider
 from collector.providers.base import Endpoint
 from collector.providers.scripted import ScriptedProvider, call, calls, text
+from collector.record.episode import Episode
 from collector.sim.app import create_app
 from collector.stop import StopReason
 from collector.turn import SamplingParams, Turn

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.data.check import CheckReport
+from collector.analysis.check import CheckReport
 from tests.checking import assert_run_checked, check_runs_left_in_tmp_path
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from collector.envs.arithmetic import ArithmeticEnv, ArithmeticWorld
 from collector.envs.base import EpisodeWorld, Task, Tool
-from collector.envs.tools import tool
+from collector.envs.toolkit import tool
 
 OPEN = "open"
 

@@ -19,10 +19,10 @@ from typing import NoReturn
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from collector.data.manifest import DATA_DIR, pending_path
-from collector.data.pending import PendingShard, pending_shard_name
-from collector.data.s3shards import S3Sink
-from collector.data.store import LocalSink
+from collector.storage.local import LocalSink
+from collector.storage.manifest import DATA_DIR, pending_path
+from collector.storage.pending import PendingShard, pending_shard_name
+from collector.storage.s3objects import S3Sink
 
 #: Safety net only: the test kills the process long before this.
 HOLD_S = 120.0

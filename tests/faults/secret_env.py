@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from collector.envs.base import Environment, EpisodeWorld, Task, Tool
-from collector.envs.tools import tool
+from collector.envs.toolkit import tool
 
 #: A planted value under each name the default secret-key list gained (and its word-part
 #: variants); `author` and `keyboard` are the innocent names the rule must leave alone.

@@ -20,17 +20,17 @@ import pytest
 
 from collector.cli import main
 from collector.config import LoopConfig, RunConfig, load_config
-from collector.data import shards as shards_mod
-from collector.data.manifest import committed_shard_paths
-from collector.data.record import Episode
 from collector.envs.base import Environment, EpisodeWorld, Task, Tool
-from collector.envs.tools import tool
+from collector.envs.toolkit import tool
 from collector.episode.loop import EpisodeSpec, run_episode
 from collector.errors import OutputError
 from collector.providers.scripted import ScriptedProvider, call, calls, text
+from collector.record import shards as shards_mod
+from collector.record.episode import Episode
 from collector.run.job import run_job
 from collector.run.plan import plan_work
 from collector.stop import StopReason
+from collector.storage.manifest import committed_shard_paths
 from tests.checking import assert_run_checked, committed_ids
 from tests.faults.cluster import free_port
 

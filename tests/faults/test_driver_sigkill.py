@@ -10,7 +10,7 @@ completes exactly the missing episodes and leaves no stray file behind.
 
 The same with the run in a bucket (`s3://`, the session's moto server; workers write its
 shards): every check then reads the bucket's state through the readers' synced mirror
-(`collector.data.mirror`), which holds exactly the bucket's keys, strays included.
+(`collector.storage.mirror`), which holds exactly the bucket's keys, strays included.
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ import pyarrow.dataset as ds
 import pytest
 
 from collector.config import load_config
-from collector.data.manifest import MANIFEST, NotARunDirectory, read_manifest
-from collector.data.mirror import resolve_run
 from collector.run.job import run_job
 from collector.run.plan import plan_work
+from collector.storage.manifest import MANIFEST, NotARunDirectory, read_manifest
+from collector.storage.mirror import resolve_run
 from tests.checking import assert_run_checked, committed_ids
 from tests.run.helpers import shards_written_by
 

@@ -29,14 +29,14 @@ from hypothesis import strategies as st
 
 from collector import errors
 from collector.config import LoopConfig, RunConfig, config_fingerprint, resolved_config
-from collector.data.record import Episode
-from collector.data.shards import episodes_to_table
-from collector.data.store import RunStore
 from collector.envs.arithmetic import ArithmeticEnv
 from collector.episode.loop import EpisodeSpec, run_episode
 from collector.providers import base_url_for, build_provider
 from collector.providers.base import Endpoint, RetryPolicy
+from collector.record.episode import Episode
+from collector.record.shards import episodes_to_table
 from collector.stop import StopReason
+from collector.storage.local import RunStore
 from tests.checking import assert_run_checked
 
 WIRE = Path(__file__).resolve().parents[1] / "providers" / "wire"

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
+from collector.analysis.stats import compute_stats
 from collector.config import RunConfig
-from collector.data.stats import compute_stats
 from collector.envs.arithmetic import ArithmeticEnv
 from collector.run.job import Snapshot, run_job
 from collector.run.plan import plan_work

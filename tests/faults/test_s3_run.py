@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.data.objectstore import ObjectRunStore
+from collector.storage.s3store import ObjectRunStore
 from tests.faults.secret_scan import leaks_in
 from tests.s3server import REGION, SECRET_ACCESS_KEY, S3Bucket
 
@@ -139,7 +139,7 @@ def test_retry_errors_finds_the_error_episodes_of_a_run_in_s3(s3_bucket: S3Bucke
     """`--retry-errors` reads stop reasons through the store: the error episodes of an S3 run are found."""
     from collector.run.job import committed_error_ids
     from collector.stop import StopReason
-    from tests.data.factory import make_batch
+    from tests.record.factory import make_batch
 
     work = make_batch(6, stops=(StopReason.DONE, StopReason.ERROR))
     with ObjectRunStore.open(s3_bucket.uri(), "fp", {}, "arrow", 4) as st:

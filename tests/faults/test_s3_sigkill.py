@@ -14,9 +14,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from collector.data.manifest import fold_records
-from collector.data.objectstore import ObjectRunStore
-from tests.data.factory import make_batch
+from collector.storage.manifest import fold_records
+from collector.storage.s3store import ObjectRunStore
+from tests.record.factory import make_batch
 from tests.s3server import S3Bucket
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,8 +26,9 @@ ROOT = Path(__file__).resolve().parents[2]
 _KILLER = textwrap.dedent(
     """
     import os, signal, sys, threading
-    from collector.data import objectstore, s3client
-    from tests.data.factory import make_batch
+    from collector.storage import s3store as objectstore
+    from collector.storage import s3client
+    from tests.record.factory import make_batch
 
     uri, kind, when = sys.argv[1], sys.argv[4], sys.argv[6]
     first, count, n = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[5])

@@ -38,7 +38,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from collector.data.manifest import RESOLVED_CONFIG
+from collector.storage.manifest import RESOLVED_CONFIG
 from tests.checking import assert_run_checked, committed_rows
 from tests.faults.secret_env import WIDENED
 from tests.faults.secret_scan import leaks_in, strings_in
@@ -229,7 +229,7 @@ def test_the_scan_finds_a_secret_inside_compressed_shards_and_json(tmp_path: Pat
 def test_credentials_in_base_url_are_not_saved(tmp_path: Path) -> None:
     """User info and query string of a base_url (credentials) never reach config.resolved.json."""
     from collector.config import RunConfig, config_fingerprint, resolved_config
-    from collector.data.store import RunStore
+    from collector.storage.local import RunStore
 
     cfg = RunConfig.model_validate({
         "name": "urls",

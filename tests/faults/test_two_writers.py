@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from collector.config import RunConfig
-from collector.data.manifest import LOCK
-from collector.data.store import LockLost
 from collector.run.job import Snapshot, run_job
 from collector.run.plan import plan_work
+from collector.storage.local import LockLost
+from collector.storage.manifest import LOCK
 from tests.checking import committed_ids
 
 

@@ -20,12 +20,12 @@ import pyarrow.fs
 import pytest
 
 from collector.config import RunConfig
-from collector.data.manifest import TMP_DIR
-from collector.data.mirror import resolve_run
-from collector.data.objectstore import ObjectRunStore
-from collector.data.store import RunStore
 from collector.run.job import JobResult, run_job
 from collector.run.plan import plan_work
+from collector.storage.local import RunStore
+from collector.storage.manifest import TMP_DIR
+from collector.storage.mirror import resolve_run
+from collector.storage.s3store import ObjectRunStore
 from tests.checking import assert_run_checked
 from tests.faults.gated_sink import GatedS3Sink, GatedSink, pid_at_gate
 from tests.run.helpers import committed_id_counts, shards_written_by, small_config

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import httpx
 
-from collector.data.record import TurnRecord
 from collector.episode.tokens import TokenTracker
 from collector.providers.chat import build_chat_body
+from collector.record.episode import TurnRecord
 from collector.turn import SamplingParams
 from tests.providers.conftest import MakeProvider, request
 

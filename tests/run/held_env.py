@@ -14,7 +14,7 @@ from pathlib import Path
 
 from collector.envs.arithmetic import ArithmeticEnv, ArithmeticWorld
 from collector.envs.base import EpisodeContext, EpisodeWorld, Task, Tool
-from collector.envs.tools import tool
+from collector.envs.toolkit import tool
 
 OPEN = "open"
 

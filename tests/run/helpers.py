@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from collector.config import RunConfig
-from collector.data.manifest import committed_shard_paths
-from collector.data.shards import read_shard
+from collector.record.shards import read_shard
+from collector.storage.manifest import committed_shard_paths
 
 
 def small_config(run_dir: Path, **overrides: Any) -> RunConfig:
@@ -41,8 +41,8 @@ def committed_id_counts(run_dir: Path) -> Counter[str]:
 
 def shards_written_by(run_dir: Path) -> set[str]:
     """Who wrote the committed shards, told by their names: "worker" (`part-<32 hex>`, random:
-    `collector.data.pending.pending_shard_name`) or "driver" (`part-<counter>-<8 hex>`)."""
-    from collector.data.manifest import read_manifest
+    `collector.storage.pending.pending_shard_name`) or "driver" (`part-<counter>-<8 hex>`)."""
+    from collector.storage.manifest import read_manifest
 
     names = [entry["path"].rsplit("/", 1)[-1].split(".")[0] for entry in read_manifest(run_dir)["shards"]]
     return {"worker" if re.fullmatch(r"part-[0-9a-f]{32}", name) else "driver" for name in names}

@@ -113,7 +113,7 @@ def test_run_then_stats_show_check(tmp_path: Path, capsys: pytest.CaptureFixture
     data = json.loads(capsys.readouterr().out)
     assert sum(row["episodes"] for row in data["rows"]) == 16
 
-    from collector.data.analysis import load_run
+    from collector.analysis.tables import load_run
 
     episode_id = load_run(run_dir, columns=["episode_id"]).column("episode_id")[0].as_py()
     assert main(["show", str(run_dir), episode_id]) == 0
@@ -255,9 +255,9 @@ def test_schema_prints_the_config_json_schema(capsys: pytest.CaptureFixture[str]
 @pytest.fixture(scope="module")
 def listed_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A run of 30 synthetic episodes: two models x two budgets, some cut by the cap."""
-    from collector.data.store import RunStore
     from collector.stop import StopReason as S
-    from tests.data.factory import make_batch
+    from collector.storage.local import RunStore
+    from tests.record.factory import make_batch
 
     run = tmp_path_factory.mktemp("listed") / "run"
     with RunStore.open(run, "fp", {}, "arrow", 8) as store:
@@ -271,7 +271,7 @@ def test_episodes_lists_ids_filtered_by_column_model_and_budget(
     listed_run: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`episodes` lists committed ids; --where, --model, --budget narrow it, --limit caps it; json lines."""
-    from collector.data.analysis import load_run
+    from collector.analysis.tables import load_run
 
     rows = load_run(listed_run, columns=["episode_id", "model", "budget", "stop_reason"]).to_pylist()
     assert main(["episodes", str(listed_run)]) == 0
@@ -317,7 +317,7 @@ def test_show_takes_a_unique_prefix_and_refuses_ambiguous_or_unknown(
     listed_run: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`show` accepts a unique id prefix; an ambiguous or unknown prefix is one line, exit 2."""
-    from collector.data.analysis import load_run
+    from collector.analysis.tables import load_run
 
     ids = load_run(listed_run, columns=["episode_id"]).column("episode_id").to_pylist()
     target = ids[0]
@@ -335,8 +335,8 @@ def test_show_takes_a_unique_prefix_and_refuses_ambiguous_or_unknown(
 
 def test_show_json_is_the_stored_row(listed_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """`show --format json` prints the episode's stored row, every column, for scripts."""
-    from collector.data.analysis import load_run
-    from collector.data.shards import SCHEMA
+    from collector.analysis.tables import load_run
+    from collector.record.shards import SCHEMA
 
     row = load_run(listed_run, columns=["episode_id", "messages"]).to_pylist()[0]
     assert main(["show", str(listed_run), row["episode_id"], "--format", "json"]) == 0
@@ -350,9 +350,9 @@ def test_show_labels_few_shot_calls_as_part_of_the_prompt(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A few-shot tool call of the prompt is shown as part of the prompt, not as a call never executed."""
-    from collector.data.record import MessageRecord, ToolCallRecord
-    from collector.data.store import RunStore
-    from tests.data.factory import make_episode
+    from collector.record.episode import MessageRecord, ToolCallRecord
+    from collector.storage.local import RunStore
+    from tests.record.factory import make_episode
 
     episode = make_episode()
     args = '{"expression": "1 + 1"}'

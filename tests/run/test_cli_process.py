@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from collector import __version__
-from collector.data.manifest import MANIFEST, read_manifest
 from collector.errors import OutputError
+from collector.storage.manifest import MANIFEST, read_manifest
 from tests.checking import committed_ids
 
 REPO = Path(__file__).resolve().parents[2]
@@ -89,8 +89,8 @@ def test_python_m_collector_prints_the_version() -> None:
 
 def test_closed_stdout_ends_quietly(tmp_path: Path) -> None:
     """`collector stats RUN | head`: a reader that went away ends the command with 141 and no message."""
-    from collector.data.store import RunStore
-    from tests.data.factory import make_batch
+    from collector.storage.local import RunStore
+    from tests.record.factory import make_batch
 
     run = tmp_path / "run"
     with RunStore.open(run, "fp", {}, "arrow", 8) as store:

@@ -33,8 +33,8 @@ from pathlib import Path
 
 import pytest
 
+from collector.analysis.stats import compute_stats, wilson_interval
 from collector.config import load_config
-from collector.data.stats import compute_stats, wilson_interval
 from collector.envs.base import Task
 from collector.envs.support_desk import SupportDeskEnv
 from collector.run.job import run_job

@@ -9,11 +9,11 @@ from typing import cast
 
 import pytest
 
-from collector.data.record import Episode
+from collector.record.episode import Episode
 from collector.run import job as job_mod
 from collector.run.job import JobResult, _Driver, _Slot
 from collector.run.plan import Plan
-from tests.data.factory import make_batch
+from tests.record.factory import make_batch
 from tests.run.helpers import small_config
 
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from collector.config import load_config
-from collector.data.manifest import MANIFEST, read_manifest
 from collector.run.job import run_job
 from collector.run.plan import plan_work
+from collector.storage.manifest import MANIFEST, read_manifest
 from tests.run.helpers import committed_id_counts, shards_written_by
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]

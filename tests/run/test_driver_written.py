@@ -9,17 +9,17 @@ from typing import Any, cast
 
 import pytest
 
-from collector.data.manifest import TMP_DIR
-from collector.data.record import Episode, EpisodeError
-from collector.data.store import RunStore
 from collector.errors import QuotaExhausted
+from collector.record.episode import Episode, EpisodeError
 from collector.run import job as job_mod
 from collector.run.job import JobResult, _Driver, _Slot
 from collector.run.plan import Plan
 from collector.run.worker import WorkerSetup
 from collector.run.written import WrittenBatch, write_kept
 from collector.stop import StopReason
-from tests.data.factory import make_batch
+from collector.storage.local import RunStore
+from collector.storage.manifest import TMP_DIR
+from tests.record.factory import make_batch
 from tests.run.helpers import committed_id_counts, small_config
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.data.stats import compute_stats, wilson_interval
+from collector.analysis.stats import compute_stats, wilson_interval
 from collector.envs.arithmetic import ArithmeticEnv
 from collector.run.job import run_job
 from collector.sim.truth import answer_tokens_for, call_tokens_for, episode_truncation_probability

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from collector.data.manifest import committed_shard_paths
-from collector.data.shards import read_shard
 from collector.errors import CollectorError, ConfigError, OutputError
+from collector.record.shards import read_shard
 from collector.run.job import Snapshot, run_job
 from collector.run.plan import plan_work
+from collector.storage.manifest import committed_shard_paths
 from tests.run.helpers import committed_id_counts, small_config
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_cluster")]

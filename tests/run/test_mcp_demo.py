@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from collector.data.manifest import committed_shard_paths
-from collector.data.shards import read_shard
+from collector.record.shards import read_shard
+from collector.storage.manifest import committed_shard_paths
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -8,10 +8,10 @@ from collections.abc import Iterator, Sequence
 import pytest
 
 from collector.config import RunConfig, config_from_dict
-from collector.data.record import episode_id
 from collector.envs.arithmetic import ArithmeticEnv
 from collector.envs.base import MAX_GENERATED_TASKS, Environment, EpisodeWorld, Task
 from collector.errors import ConfigError
+from collector.record.episode import episode_id
 from collector.run import plan as plan_mod
 from collector.run.plan import plan_work
 

@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pytest
 
+from collector.analysis.stats import aggregate
 from collector.cli import main
-from collector.data.record import Episode
-from collector.data.shards import episodes_to_table
-from collector.data.stats import aggregate
-from collector.data.store import RunStore
 from collector.errors import ConfigError
+from collector.record.episode import Episode
+from collector.record.shards import episodes_to_table
 from collector.run.plan import plan_work
 from collector.run.simlaunch import provider_urls
 from collector.run.worker import EpisodeWorker, WorkerSetup
 from collector.sim.truth import binomial_interval, thinking_fills_cap_probability
+from collector.storage.local import RunStore
 from tests.run.helpers import small_config
 
 SETTINGS = [{"effort": "low"}, {"thinking_budget": 16}]

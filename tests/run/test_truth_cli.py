@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from collector.analysis.tables import load_run
 from collector.cli import main
-from collector.data.analysis import load_run
 from tests.loopback import serving
 from tests.run.aliasing import aliasing_app
 from tests.run.test_modelcheck import _config

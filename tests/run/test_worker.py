@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from collector.config import ProviderConfig
-from collector.data.record import Episode
 from collector.errors import ConfigError
+from collector.record.episode import Episode
 from collector.run.plan import plan_work
 from collector.run.simlaunch import provider_urls
 from collector.run.worker import EpisodeWorker, WorkerSetup, http_clients, probe, read_api_key, safe_url

@@ -22,8 +22,8 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from collector.config import ProviderConfig
-from collector.data.record import Episode, EpisodeError
 from collector.errors import ConfigError, RequestRejected
+from collector.record.episode import Episode, EpisodeError
 from collector.run.job import fatal_rejection
 from collector.run.plan import plan_work
 from collector.run.worker import EpisodeWorker, WorkerSetup, endpoint_for, read_api_key

@@ -10,18 +10,18 @@ import pyarrow as pa
 import pytest
 
 from collector.config import OutputConfig
-from collector.data.manifest import DATA_DIR, TMP_DIR, pending_path
-from collector.data.pending import PendingShard
-from collector.data.record import EpisodeError
-from collector.data.shards import read_shard
-from collector.data.store import LocalSink, RunStore
 from collector.errors import ConfigError, OutputError
+from collector.record.episode import EpisodeError
+from collector.record.shards import read_shard
 from collector.run.plan import plan_work
 from collector.run.simlaunch import provider_urls
 from collector.run.worker import EpisodeWorker, WorkerSetup
 from collector.run.written import WrittenBatch, without_seen, write_kept, writes_on_workers
 from collector.stop import StopReason
-from tests.data.factory import make_batch
+from collector.storage.local import LocalSink, RunStore
+from collector.storage.manifest import DATA_DIR, TMP_DIR, pending_path
+from collector.storage.pending import PendingShard
+from tests.record.factory import make_batch
 from tests.run.helpers import small_config
 
 

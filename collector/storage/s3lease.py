@@ -1,0 +1,147 @@
+"""The single-writer lock of a run in an object store: a lease on ``.collector/run.lock``.
+
+No flock exists there, so the lock is an object naming its holder (host, pid, uuid, started,
+renewed, lease_s), created with ``If-None-Match: *``. A second writer is refused in one line
+naming the holder. A lock whose holder is on this host with a dead pid is taken over at once,
+any other once its lease has expired (its LastModified, the store's clock, older than the
+holder's lease_s); both takeovers are a PUT with ``If-Match`` on the ETag read, so two
+contenders cannot both win. The holder renews it (``If-Match`` on its own ETag) before each
+commit record: a holder whose lock was taken over or deleted gets 412 (or 404) there, which
+is `LockLost`. `probe_conditional_writes` refuses an endpoint on which none of this holds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import logging
+import os
+import socket
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from collector.errors import OutputError
+from collector.storage.local import LockLost
+from collector.storage.location import ObjectLocation
+from collector.storage.manifest import LOCK, META_DIR, now_iso
+from collector.storage.s3client import PreconditionFailed, S3Bucket
+from collector.storage.s3objects import json_bytes
+
+__all__ = ["LEASE_S", "PROBE_PREFIX", "Lease", "pid_dead", "probe_conditional_writes"]
+
+log = logging.getLogger(__name__)
+
+#: How long a lock stays valid without renewal. Renewed before every commit, so any driver
+#: committing every `commit_interval_s` (30 s) keeps it; a holder dead on another host is
+#: taken over this long after its last commit.
+LEASE_S = 120.0
+#: Keys `probe_conditional_writes` creates (and deletes; an open removes any left behind).
+PROBE_PREFIX = f"{META_DIR}/probe-"
+
+
+@dataclass
+class Lease:
+    """The run's lock object, held by this store while its ETag is the one we wrote."""
+
+    bucket: S3Bucket
+    key: str
+    where: str
+    lease_s: float
+    token: dict[str, Any] = field(default_factory=dict)
+    etag: str = ""
+
+    @classmethod
+    def acquire(cls, bucket: S3Bucket, loc: ObjectLocation, lease_s: float) -> Lease:
+        lease = cls(bucket, loc.key(LOCK), str(loc), lease_s)
+        lease.token = {"host": socket.gethostname(), "pid": os.getpid(), "uuid": uuid.uuid4().hex,
+                       "started": now_iso(), "renewed": now_iso(), "lease_s": lease_s}
+        try:
+            lease.etag = bucket.put(lease.key, json_bytes(lease.token), create_only=True)
+            return lease
+        except PreconditionFailed:
+            pass
+        found = bucket.get(lease.key)
+        if found is None:  # released between our create and our read: one more try
+            try:
+                lease.etag = bucket.put(lease.key, json_bytes(lease.token), create_only=True)
+                return lease
+            except PreconditionFailed:
+                raise OutputError(f"run {loc} is in use by another collector process (its lock was "
+                                  "re-created while this one tried to take it)") from None
+        body, etag, modified = found
+        try:
+            holder = json.loads(body)
+            if not isinstance(holder, dict):
+                raise ValueError
+        except ValueError:
+            holder = {}
+        who = (f"host {holder.get('host', '?')}, pid {holder.get('pid', '?')}, "
+               f"since {holder.get('started', '?')}")
+        dead = holder.get("host") == socket.gethostname() and pid_dead(holder.get("pid"))
+        held = holder.get("lease_s")
+        held_s = float(held) if isinstance(held, int | float) else lease_s
+        age = (dt.datetime.now(dt.UTC) - modified).total_seconds()
+        if not dead and age < held_s:
+            raise OutputError(
+                f"run {loc} is in use by another collector process ({who}; its lease, renewed "
+                f"{age:.0f} s ago, expires in {held_s - age:.0f} s unless renewed)"
+            )
+        try:
+            lease.etag = bucket.put(lease.key, json_bytes(lease.token), if_match=etag)
+        except PreconditionFailed:
+            raise OutputError(f"run {loc} is in use by another collector process (it took over the "
+                              f"lock of {who} first)") from None
+        why = "its process is gone" if dead else f"its lease expired {age - held_s:.0f} s ago"
+        log.warning("took over the lock of %s from %s: %s", loc, who, why)
+        return lease
+
+    def lost_message(self, what: str) -> str:
+        return (f"{self.where}/{LOCK} was taken over or deleted while this run was writing (another "
+                f"process may be writing {self.where}); stopped: {what}")
+
+    def renew(self) -> None:
+        """Extend the lease (a conditional PUT on our ETag); LockLost when it is no longer ours."""
+        self.token["renewed"] = now_iso()
+        try:
+            self.etag = self.bucket.put(self.key, json_bytes(self.token), if_match=self.etag)
+        except PreconditionFailed:
+            raise LockLost(self.lost_message("uncommitted episodes run again on the next run")) from None
+
+    def held(self) -> bool:
+        head = self.bucket.head(self.key)
+        return head is not None and str(head.get("ETag")) == self.etag
+
+    def release(self) -> None:
+        with contextlib.suppress(OutputError):
+            self.bucket.delete(self.key, if_match=self.etag)  # not a lock another writer took over
+
+
+def pid_dead(pid: Any) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False  # exists, someone else's
+    return False
+
+
+def probe_conditional_writes(bucket: S3Bucket, loc: ObjectLocation) -> None:
+    """Refuse an endpoint that accepts a create-only PUT over an existing key."""
+    key = loc.key(f"{PROBE_PREFIX}{uuid.uuid4().hex}")
+    bucket.put(key, b"probe", create_only=True)
+    try:
+        bucket.put(key, b"probe", create_only=True)
+    except PreconditionFailed:
+        return
+    finally:
+        with contextlib.suppress(OutputError):
+            bucket.delete(key)
+    raise OutputError(
+        f"{loc}: the endpoint ignores conditional writes (If-None-Match); exactly-once cannot be "
+        "guaranteed there"
+    )

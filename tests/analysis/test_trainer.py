@@ -1,0 +1,245 @@
+"""The trainer view: masks over random simulated episodes, Parquet that `datasets` loads, old shards."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from collector.analysis import load_episodes, load_run
+from collector.analysis.stats import compute_stats
+from collector.analysis.trainer import TRAINER_SCHEMA, full_prompts, trainer_rows, write_trainer_view
+from collector.cli import main
+from collector.config import LoopConfig
+from collector.envs.support_desk import SupportDeskEnv
+from collector.episode.loop import EpisodeSpec, run_episode
+from collector.providers import base_url_for, build_provider
+from collector.providers.base import Endpoint
+from collector.record.episode import Episode, TurnRecord
+from collector.record.shards import SCHEMA_VERSION_KEY, episodes_to_table, read_shard, write_shard
+from collector.sim.app import create_app
+from collector.storage.local import RunStore
+from collector.storage.manifest import committed_shard_paths
+from collector.turn import SamplingParams
+
+ENV = SupportDeskEnv(num_tasks=12)
+TOKENS = SamplingParams(token_ids=True, temperature=1.0)
+MODELS = ["sim-terse", "sim-verbose", "sim-sloppy", "sim-leaky", "sim-hidden-cut", "sim-rerender"]
+
+
+async def _episodes(specs: list[tuple[str, int, int, bool, int]], stop_on: list[str] | None = None
+                    ) -> list[Episode]:
+    """Episodes on the simulator's chat wire: (model, budget, task index, stream, seed) each."""
+    loop = LoopConfig() if stop_on is None else LoopConfig(stop_on=stop_on)  # type: ignore[arg-type]
+    tasks = ENV.tasks()
+    out = []
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(seed=0))) as client:
+        for model, budget, task, stream, seed in specs:
+            endpoint = Endpoint(base_url_for("chat", "http://sim.test"), api_key="k", streaming=stream)
+            provider = build_provider("chat", endpoint, client)
+            spec = EpisodeSpec("tv", model, "chat", budget, tasks[task % len(tasks)], seed=seed,
+                               env_name=ENV.name, sampling=TOKENS)
+            out.append(await run_episode(spec, provider, ENV, loop))
+    return out
+
+
+def _rows(episodes: list[Episode]) -> list[dict[str, Any]]:
+    return episodes_to_table(episodes).to_pylist()
+
+
+def _assert_masks(episode: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+    """Mask 1 exactly on the sampled tokens of kept turns, 0 on prompts and on discarded turns."""
+    turns = episode["turns"]
+    prompts = full_prompts(turns)
+    if len(rows) == 1 and rows[0]["turn_index"] is None:
+        (row,) = rows
+        ones = 0
+        expected_logprobs = [0.0] * len(row["input_ids"])
+        for t, prompt in zip(turns, prompts, strict=True):
+            assert prompt is not None
+            start, out = len(prompt), t["output_token_ids"]
+            keep = 0 if t["discarded"] else 1
+            assert row["input_ids"][start:start + len(out)] == out
+            assert row["loss_mask"][start:start + len(out)] == [keep] * len(out)
+            expected_logprobs[start:start + len(out)] = t["output_logprobs"]
+            ones += keep * len(out)
+        assert sum(row["loss_mask"]) == ones
+        assert row["logprobs"] == pytest.approx(expected_logprobs, abs=1e-6)
+        assert row["prompt_length"] == len(prompts[0] or [])
+        return
+    assert [r["turn_index"] for r in rows] == [t["index"] for t in turns]
+    for t, prompt, row in zip(turns, prompts, rows, strict=True):
+        assert prompt is not None
+        keep = 0 if t["discarded"] else 1
+        assert row["input_ids"] == prompt + t["output_token_ids"]
+        assert row["loss_mask"] == [0] * len(prompt) + [keep] * len(t["output_token_ids"])
+        assert row["logprobs"][: len(prompt)] == [0.0] * len(prompt)
+        assert row["prompt_length"] == len(prompt)
+
+
+_EPISODE = st.tuples(st.sampled_from(MODELS), st.integers(4, 160), st.integers(0, 11), st.booleans(),
+                     st.integers(0, 10_000))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(specs=st.lists(_EPISODE, min_size=1, max_size=4, unique_by=lambda s: s[:3]),  # one id each
+       mode=st.sampled_from(["sequence", "stepwise"]),
+       stop_on=st.sampled_from([None, [], ["length"], ["malformed_tool_call"]]))
+def test_loss_mask_is_zero_on_every_discarded_turn(specs: list[tuple[str, int, int, bool, int]], mode: str,
+                                                   stop_on: list[str] | None) -> None:
+    """Random simulated episodes: the mask is 0 on prompts and every discarded turn, 1 on kept output."""
+    episodes = _rows(asyncio.run(_episodes(specs, stop_on)))
+    view = trainer_rows(episodes, mode)  # type: ignore[arg-type]
+    assert sum(view.skipped.values()) == 0  # token capture worked on every episode
+    by_episode: dict[str, list[dict[str, Any]]] = {}
+    for row in view.rows:
+        by_episode.setdefault(row["episode_id"], []).append(row)
+    for ep in episodes:
+        rows = by_episode[ep["episode_id"]]
+        consistent = all(t["prefix_consistent"] for t in ep["turns"][1:])
+        assert (len(rows) == 1 and rows[0]["turn_index"] is None) == (mode == "sequence" and consistent)
+        _assert_masks(ep, rows)
+
+
+async def test_a_discarded_turn_mid_sequence_is_masked() -> None:
+    """A cut turn the loop went on from (stop_on empty) stays in the sequence with mask 0 on its tokens."""
+    found = 0
+    for budget in range(6, 40, 2):
+        episodes = _rows(await _episodes([("sim-terse", budget, task, False, 1) for task in range(4)], []))
+        for ep in episodes:
+            view = trainer_rows([ep], "stepwise")
+            discarded = [t["index"] for t in ep["turns"] if t["discarded"]]
+            for row in view.rows:
+                if row["turn_index"] in discarded:
+                    found += 1
+                    assert set(row["loss_mask"]) == {0}
+                else:
+                    assert row["loss_mask"][row["prompt_length"]:] == [1] * (
+                        len(row["input_ids"]) - row["prompt_length"])
+    assert found > 0
+
+
+async def test_withheld_episodes_are_left_out_and_named() -> None:
+    """An episode whose ids were withheld (it held a secret) is left out of the view, counted as such."""
+    from tests.episode.test_tokens import _scripted
+
+    secret = await _scripted({"order_id": "A-1", "amount": 5, "password": "hunter2"})
+    clean = await _scripted({"order_id": "A-1", "amount": 5})
+    view = trainer_rows(_rows([secret, dataclasses.replace(clean, episode_id="clean")]))
+    assert view.skipped == {"withheld_redacted": 1}
+    assert [r["episode_id"] for r in view.rows] == ["clean"]
+    assert "hunter2" not in repr(view.rows)
+
+
+def _commit(run: Path, episodes: list[Episode], fmt: str = "arrow") -> None:
+    with RunStore.open(run, "fp", {}, fmt, 7) as store:  # type: ignore[arg-type]
+        store.commit(episodes)
+
+
+@pytest.fixture(scope="module")
+def token_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run = tmp_path_factory.mktemp("tv") / "run"
+    specs = [(m, b, t, s, 0) for m in ("sim-terse", "sim-rerender") for b in (24, 256) for t in range(6)
+             for s in (False, True)]
+    _commit(run, asyncio.run(_episodes(specs)))
+    return run
+
+
+def test_written_view_loads_with_datasets(token_run: Path, tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The trainer-view Parquet loads with `datasets.load_dataset("parquet", ...)` offline, columns intact."""
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    import datasets
+
+    out = tmp_path / "view.parquet"
+    rows = write_trainer_view(token_run, out, mode="sequence")
+    assert rows == pq.read_metadata(out).num_rows > 0
+    loaded = datasets.load_dataset("parquet", data_files=str(out), split="train",
+                                   cache_dir=str(tmp_path / "hf" / "cache"))
+    assert loaded.num_rows == rows
+    assert set(loaded.column_names) == set(TRAINER_SCHEMA.names)
+    first = loaded[0]
+    assert len(first["input_ids"]) == len(first["loss_mask"]) == len(first["logprobs"])
+
+
+def test_sequence_mode_has_one_row_per_consistent_episode(token_run: Path, tmp_path: Path) -> None:
+    """Faithful episodes are one row each; re-rendered ones fall back to one row per turn."""
+    table = pq.read_table(write_view_path(token_run, tmp_path, "sequence"))
+    episodes = load_episodes(token_run)
+    terse = [e for e in episodes if e.model == "sim-terse"]
+    rerender = [e for e in episodes if e.model == "sim-rerender" and e.num_turns > 1]
+    rows = table.to_pylist()
+    seq = {r["episode_id"] for r in rows if r["turn_index"] is None}
+    assert {e.episode_id for e in terse} <= seq
+    assert rerender
+    assert not {e.episode_id for e in rerender} & seq
+    step = pq.read_table(write_view_path(token_run, tmp_path, "stepwise"))
+    assert step.num_rows == sum(e.num_turns for e in episodes)
+
+
+def write_view_path(run: Path, tmp: Path, mode: str) -> Path:
+    out = tmp / f"{mode}.parquet"
+    write_trainer_view(run, out, mode=mode)  # type: ignore[arg-type]
+    return out
+
+
+def test_cli_trainer_view(token_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`collector trainer-view RUN OUT` writes the file and its row count; a bad run dir: one line, exit 2."""
+    out = tmp_path / "v.parquet"
+    assert main(["trainer-view", str(token_run), str(out), "--mode", "stepwise"]) == 0
+    err = capsys.readouterr().err
+    assert f"{pq.read_metadata(out).num_rows} rows" in err
+    episodes = load_episodes(token_run)
+    faithful = sum(1 for e in episodes if e.model == "sim-terse" and e.num_turns > 1)
+    multi = sum(1 for e in episodes if e.num_turns > 1)
+    assert f"prefix-consistent: {faithful} of {multi} multi-turn" in err
+    assert main(["trainer-view", str(tmp_path / "nope"), str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "Traceback" not in err
+
+
+_NEW_TURN_FIELDS = [f.name for f in dataclasses.fields(TurnRecord)
+                    if f.name not in {"index", "raw_finish_reason", "finish_class", "length_signals",
+                                      "incomplete_reason", "output_tokens", "input_tokens",
+                                      "max_output_tokens", "latency_s", "repairs", "num_tool_calls",
+                                      "malformed_calls", "discarded", "unparsed_tool_call"}]
+
+
+def _as_version_2(path: Path, fmt: str) -> None:
+    """Rewrite a shard as schema version 2 wrote it: no token fields in `turns`, version 2."""
+    table = read_shard(path)
+    turns = table.column("turns").combine_chunks()
+    keep = [f for f in turns.type.value_type if f.name not in _NEW_TURN_FIELDS]
+    struct = pa.StructArray.from_arrays([turns.values.field(f.name) for f in keep], fields=keep)
+    old = pa.ListArray.from_arrays(turns.offsets, struct)
+    table = table.set_column(table.schema.get_field_index("turns"), pa.field("turns", old.type), old)
+    write_shard(path, table.replace_schema_metadata({SCHEMA_VERSION_KEY: b"2"}), fmt)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("fmt", ["arrow", "parquet"])
+def test_version_2_shards_stay_readable(tmp_path: Path, fmt: str) -> None:
+    """A run written before token capture still loads, computes stats, and gives an empty trainer view."""
+    # Version 3 added 4 per-turn truth fields (issue 15), 3 reasoning fields (16), 9 token fields (13).
+    assert len(_NEW_TURN_FIELDS) == 16
+    run = tmp_path / "run"
+    _commit(run, asyncio.run(_episodes([("sim-terse", 256, t, False, 0) for t in range(5)])), fmt)
+    for path in committed_shard_paths(run):
+        _as_version_2(path, fmt)
+    assert load_run(run).num_rows == 5
+    episodes = load_episodes(run)
+    assert all(t.output_token_ids is None and not t.tokens_requested for e in episodes for t in e.turns)
+    assert compute_stats(run, by=("model", "budget")).episodes == 5
+    view = trainer_rows(load_run(run).to_pylist())
+    assert view.rows == []
+    assert view.skipped == {"no_token_ids": 5}
