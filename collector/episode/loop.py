@@ -300,6 +300,7 @@ class _Episode:
         "reported_prompt",
         "results",
         "retries",
+        "scrubbed",
         "settings",
         "tokens",
         "tool_errors",
@@ -333,6 +334,9 @@ class _Episode:
         """Input + output tokens of the last turn, as the provider counted them (step 0b)."""
         self.reported_at = 0
         """How much of `history` that count covers."""
+        self.scrubbed = False
+        """Redaction hid something of a turn's reasoning text as it was recorded (the token
+        rule needs it: the raw reasoning is in no message of the history)."""
 
     def prompt_estimate(self) -> int:
         """Tokens the next request's messages will take: the provider's own count of the last
@@ -349,6 +353,10 @@ class _Episode:
     def add_turn(self, turn: Turn, cap: int, tools_offered: bool = False) -> TurnRecord:
         index = len(self.turns)
         calls = self.unique_ids(turn.tool_calls)
+        reasoning = None
+        if turn.reasoning_text:
+            reasoning = self.redactor.redact_text(turn.reasoning_text)
+            self.scrubbed = self.scrubbed or reasoning != turn.reasoning_text
         unparsed = turn.unparsed_tool_call or (not calls and turn.raw_finish_reason in _FAILED_CALL_REASONS)
         record = TurnRecord(
             index=index,
@@ -369,7 +377,7 @@ class _Episode:
             system_fingerprint=turn.system_fingerprint,
             invisible_output=tools_offered and not unparsed and _invisible(turn, calls),
             retries=list(turn.retries),
-            reasoning_text=self.redactor.redact_text(turn.reasoning_text) if turn.reasoning_text else None,
+            reasoning_text=reasoning,
             reasoning_tokens=turn.reasoning_tokens,
             reasoning_items=json.dumps(turn.reasoning_items, ensure_ascii=False)
             if turn.reasoning_items
@@ -644,7 +652,6 @@ async def run_episode(
     error: EpisodeError | None = None
     reward, graded = 0.0, None
     offered = "[]"  # the tools column: none were offered when the environment failed to start
-    offered = "[]"  # the tools column: none were offered when the environment failed to start
     run.context = spec.context(env.name)
     world: EpisodeWorld | None = None
     try:
@@ -676,9 +683,6 @@ async def run_episode(
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(settings.tool_timeout_s):
                     await world.close()
-    captured = any(t.output_token_ids is not None or t.prompt_token_ids is not None for t in run.turns)
-    if captured and holds_secret(redactor, run.history):
-        withhold(run.turns)  # token ids would decode to what the record redacts (tokens.py)
     episode = Episode(
         episode_id=spec.episode_id,
         run_id=spec.run_id,
@@ -707,4 +711,10 @@ async def run_episode(
     )
     # No credential the run was given anywhere in the record, and no value redaction hid in
     # the history left in the stored reasoning.
-    return redactor.finish(episode, run.history)
+    scrubbed = redactor.scrub(episode, run.history)
+    captured = any(t.output_token_ids is not None or t.prompt_token_ids is not None for t in run.turns)
+    if captured and (scrubbed or run.scrubbed or holds_secret(redactor, run.history)):
+        # Token ids decode to the text as sampled: an episode whose record lost anything to
+        # redaction (tokens.py) keeps none.
+        withhold(run.turns)
+    return episode
