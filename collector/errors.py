@@ -5,7 +5,9 @@ recorded once per episode. Truncation and malformed tool calls are *not* errors:
 data (a `Turn` with length signals, a `ToolCall` with status MALFORMED) and typed stop
 reasons. Messages never carry secrets: API keys, headers and raw model fragments stay out.
 
-::
+Every exception class the package defines is named here (tests/test_errors.py finds them
+all in the source and fails on one that is missing); a class defined outside this module
+names its module (relative to `collector`)::
 
     CollectorError
     ├── ConfigError                 bad config file, field or value (one line, names it)
@@ -18,8 +20,25 @@ reasons. Messages never carry secrets: API keys, headers and raw model fragments
     │   └── ProtocolViolation       a 200 reply that is not the transport's wire format
     ├── EnvironmentFailure          the environment (not a tool call) crashed
     └── OutputError                 the run directory cannot be written, read or trusted
+        ├── ShardError              record.shards: a shard cannot be read ("{path}: {reason}")
+        ├── NotARunDirectory        storage.manifest: the path has no manifest at all
+        ├── CommitIncomplete        storage.local: a commit left some episodes out (named)
+        ├── LockLost                storage.local: the run dir's lock was taken mid-run
+        └── PreconditionFailed      storage.s3client: S3 refused a conditional write (412/409)
 
-All are picklable (plain ``args``), so they cross Ray boundaries intact.
+Outside the tree, each for a contract of its own (never recorded as an episode's error)::
+
+    ToolError                       envs.toolkit: raised by a tool to answer with an error result
+    ToolArgumentError (ValueError)  envs.toolkit: arguments do not match the tool's schema
+    ToolThreadsExhausted (RuntimeError) envs.toolkit: every tool thread is held by a stuck call
+    Interrupted (KeyboardInterrupt) run.job: SIGINT/SIGTERM during a run; unwinds like Ctrl-C
+    ReplacedNotDurable (OSError)    storage.manifest: a file was replaced, its fsync failed
+    SimError                        sim.errors: a request the simulated server refuses
+    Failure                         episode.state: internal; ends an episode as `error`
+    _Stale                          providers.transport: internal; a reused connection was closed
+
+Every `CollectorError` is picklable (its ``args`` rebuild it), so it crosses Ray boundaries
+intact.
 """
 
 from __future__ import annotations
