@@ -20,7 +20,7 @@ written to shards goes through here. The rules, and why:
 - Credential *values*: every credential the run was given, in every form it is sent (the
   key from ``api_key_env``, a ``user:pass@`` of the base URL, its ``Basic`` base64 form, a
   key in the base URL's query; `credential_values`), is replaced by
-  ``"[redacted credential]"`` wherever it appears in the finished record (`Redactor.finish`:
+  ``"[redacted credential]"`` wherever it appears in the finished record (`Redactor.scrub`:
   every string of the episode, text, arguments, tool names, error messages, turn fields),
   whatever key, if any, it sits under. A model that echoes its key back cannot store it.
 - An argument fragment that did not parse is never stored: only its length in characters
@@ -45,7 +45,7 @@ written to shards goes through here. The rules, and why:
   a model's thinking repeats tool arguments verbatim, so every value the rules above hid
   anywhere in the episode (under a secret key in a call's arguments or a JSON result, in a
   secret ``key=value`` pair, a ``Bearer``/``Basic`` credential) is replaced there too, by
-  exact value (`Redactor.finish` with the episode's messages; values shorter than
+  exact value (`Redactor.scrub` with the episode's messages; values shorter than
   `MIN_SCRUBBED_CHARS` are left, they would hide ordinary words). A stored item that changed
   no longer matches its signature: it gets ``"collector_redacted": true`` so nobody replays
   it from a shard expecting a valid one. The live replay keeps the original items.
@@ -117,7 +117,7 @@ def _name_pattern(words: Sequence[str]) -> str:
 
 class Redactor:
     """Key-based redaction with a per-key verdict cache (keys repeat across turns), and the
-    exact-value scrub of the run's credentials (`finish`)."""
+    exact-value scrub of the run's credentials (`scrub`)."""
 
     __slots__ = (
         "_ascii_needles", "_cache", "_credential_pattern", "_key_pattern", "_needles", "keep_raw_fragments",
@@ -220,12 +220,6 @@ class Redactor:
             return text
         out.append(text[done:])
         return "".join(out)
-
-    def finish(self, episode: Episode, messages: Sequence[Message] = ()) -> Episode:
-        """The episode with every form of every credential the run was given replaced, in place
-        (`scrub`, whose verdict the episode loop needs and other callers do not)."""
-        self.scrub(episode, messages)
-        return episode
 
     def scrub(self, episode: Episode, messages: Sequence[Message] = ()) -> bool:
         """Replace every form of every credential the run was given, in place; True when
