@@ -19,7 +19,7 @@ import enum
 import sys
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import annotated_types
@@ -72,7 +72,7 @@ def _constraints(metadata: list[object]) -> list[str]:
     return words
 
 
-def _type(annotation: object, metadata: list[object] = ()) -> str:  # type: ignore[assignment]
+def _type(annotation: object, metadata: Sequence[object] = ()) -> str:
     """An annotation as a TOML reader thinks of it: string, integer > 0, array of ..., table."""
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin is typing.Annotated:
@@ -100,7 +100,7 @@ def _type(annotation: object, metadata: list[object] = ()) -> str:  # type: igno
         return " \\| ".join(f"`{_toml(m.value)}`" for m in annotation)
     names = {str: "string", int: "integer", float: "float", bool: "boolean"}
     if annotation in names:
-        return names[annotation] + suffix  # type: ignore[index]
+        return names[annotation] + suffix
     return f"`{getattr(annotation, '__name__', annotation)}`" + suffix
 
 
