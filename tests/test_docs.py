@@ -361,6 +361,11 @@ def test_synopsis_lists_every_subcommand_and_option_the_parser_has() -> None:
         options.discard("--help")
         written = set(re.findall(r"--[a-z][a-z-]*", usage))
         assert written == options, f"synopsis of {name}: {sorted(written)}, the parser: {sorted(options)}"
+        # `[--format table|csv|json]`: the values shown are the parser's choices, where it has some.
+        for option, values in re.findall(r"(--[a-z][a-z-]*) ([\w-]+(?:\|[\w-]+)+)\]", usage):
+            choices = subs[name]._option_string_actions[option].choices
+            if choices is not None:
+                assert set(values.split("|")) == set(choices), f"synopsis of {name} {option}: {values}"
 
 
 def _slug(heading: str) -> str:
