@@ -428,6 +428,14 @@ def test_readme_is_a_front_page_that_links_every_page() -> None:
     assert linked == {p.name for p in DOCS.glob("*.md")}
 
 
+def test_readme_names_every_part_of_the_package() -> None:
+    """README's "Where things live" has a row for every subpackage of collector/ (a new wing too)."""
+    section = README.read_text(encoding="utf-8").split("## Where things live", 1)[1]
+    rows = set(re.findall(r"^\| `(\w+)/` \|", section, flags=re.M))
+    packages = {p.parent.name for p in (REPO / "collector").glob("*/__init__.py")}
+    assert rows == packages
+
+
 def test_stop_reasons_page_has_a_row_for_every_stop_reason() -> None:
     page = (DOCS / "stop-reasons.md").read_text(encoding="utf-8")
     rows = set(re.findall(r"^\| `(\w+)` \|", page, flags=re.M))
