@@ -8,6 +8,8 @@ holder's lease_s); both takeovers are a PUT with ``If-Match`` on the ETag read, 
 contenders cannot both win. The holder renews it (``If-Match`` on its own ETag) before each
 commit record: a holder whose lock was taken over or deleted gets 412 (or 404) there, which
 is `LockLost`. `probe_conditional_writes` refuses an endpoint on which none of this holds.
+
+Tests: tests/storage/test_objectstore.py, tests/faults/test_two_writers.py.
 """
 
 from __future__ import annotations
@@ -23,9 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from collector.errors import OutputError
-from collector.storage.local import LockLost
 from collector.storage.location import ObjectLocation
 from collector.storage.manifest import LOCK, META_DIR, now_iso
+from collector.storage.runstore import LockLost
 from collector.storage.s3client import PreconditionFailed, S3Bucket
 from collector.storage.s3objects import json_bytes
 
