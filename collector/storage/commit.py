@@ -257,6 +257,8 @@ class CommitStore(StoreState, ABC):
                 rejected: dict[str, str] = {}
                 try:
                     placed.extend(self._place_cell(model, budget, group, written, rejected))
+                except LockLost:
+                    raise  # not this cell's: the whole commit stops
                 except Exception as e:  # noqa: BLE001 - any failure of one cell is that cell's
                     rejected = {ep.episode_id: one_line(e) for ep in group}
                     io_failed = io_failed or isinstance(e, OSError | OutputError)

@@ -21,18 +21,15 @@ tmp to ``data/<name>`` and deletes the tmp key; a failure there is a warning, an
 open finishes the copy (the record names ``data/<name>``; data missing and tmp present).
 A plain reader listing ``data/`` therefore sees only committed shards.
 
-One writer: ``.collector/run.lock`` holds an owner token (host, pid, uuid, started,
-renewed), created with ``If-None-Match: *``. A second writer is refused in one line naming
-the holder. A lock whose holder is on this host and whose pid is dead is taken over at once
-(``If-Match`` on its ETag). Otherwise it is a lease of `LEASE_S`: the holder renews it
-(``If-Match``) before every commit record, forget and compaction, and an expired lease (its
-object's LastModified, the store's clock, older than the lease) may be taken over, with
-``If-Match`` so that two contenders cannot both win. There is no background renewal: the
-driver commits at least every ``output.commit_interval_s`` (30 s) while it has finished
-episodes; a run that finishes nothing for longer than the lease (a slow model) can have
-its lock taken over by a second ``collector run``, and then stops at its next commit with
-`LockLost` (412 on the renewal), having committed nothing over the other's work. A writer
-that lost its lock gets 412 on its next renewal or record create.
+One writer: ``.collector/run.lock``, a lease (`collector.storage.s3lease`): created with
+``If-None-Match: *``, a second writer refused in one line naming the holder, a holder on this
+very host (boot id and pid namespace, not the hostname) whose pid is dead taken over at once,
+any other once its lease of `LEASE_S` has expired on the store's clock. The holder renews it
+(``If-Match``) before every commit record, forget and compaction, and between the steps of a
+long one (shard verifications on open, the shard PUTs of a large commit). A driver that
+finishes nothing for longer than the lease (a slow model) can still have its lock taken over
+by a second ``collector run``, and then stops at its next commit with `LockLost` (412 on the
+renewal), having committed nothing over the other's work.
 
 Compaction (same cadence as local): the folded state PUT as ``manifest.json`` with
 ``If-Match`` on the base's ETag (``If-None-Match`` on first creation), then the folded
@@ -288,6 +285,7 @@ class S3RunStore(CommitStore):
         A GET that fails (a timeout, no permission) raises: over a network that says nothing
         about the object, and quarantining a good shard would run its episodes again.
         """
+        self._renew_if_due()  # thousands of shards take longer than a lease
         found = self.bucket.get(self._key(entry["path"]))
         if found is None:
             return [], "object is missing"
@@ -331,6 +329,7 @@ class S3RunStore(CommitStore):
 
     def _put_pending(self, rel: str, table: pa.Table) -> tuple[int, str]:
         """PUT `table` as the shard `rel`'s pending object (hashing the bytes sent)."""
+        self._renew_if_due()  # a large commit: many shard PUTs before its record
         data = encode_shard(table, self.fmt)
         self.bucket.put(self._key(pending_rel(rel)), data)
         return len(data), digest(data)
@@ -353,12 +352,18 @@ class S3RunStore(CommitStore):
         self._check_writable()
         self._renew()
 
-    def _renew(self) -> None:
+    def _renew(self, *, only_if_due: bool = False) -> None:
         try:
-            self._lease.renew()
+            if only_if_due:
+                self._lease.renew_if_due()
+            else:
+                self._lease.renew()
         except LockLost as e:
             self._lock_lost = str(e)
             raise
+
+    def _renew_if_due(self) -> None:
+        self._renew(only_if_due=True)
 
     def _create_record(self, seq: int, record: dict[str, Any]) -> None:
         """Create ``commit-<seq>.json`` with ``If-None-Match: *``: the commit point."""
