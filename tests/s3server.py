@@ -118,7 +118,6 @@ class FaultyProxy:
         target = urllib.parse.urlsplit(upstream)
         self.upstream = (target.hostname or "127.0.0.1", target.port or 80)
         self.faults: list[Fault] = []
-        self.seen: list[tuple[str, str]] = []
         self._lock = threading.Lock()
         proxy = self
 
@@ -148,7 +147,6 @@ class FaultyProxy:
 
     def _fault_for(self, method: str, path: str, headers: Any) -> Fault | None:
         with self._lock:
-            self.seen.append((method, path))
             for fault in self.faults:
                 if fault.hits < fault.times and fault.match(method, path, headers):
                     fault.hits += 1

@@ -238,16 +238,8 @@ class S3Bucket:
 
     def get(self, key: str) -> tuple[bytes, str, dt.datetime] | None:
         """The object's bytes, ETag and LastModified (the store's clock), or None when absent."""
-        def read() -> tuple[bytes, str, dt.datetime]:
-            response = self.client.get_object(Bucket=self.name, Key=key)
-            return response["Body"].read(), str(response["ETag"]), response["LastModified"]
-
-        try:
-            return self._send(read)
-        except _Failed as f:
-            if describe(f.error)[0] in ("NoSuchKey", "404"):
-                return None
-            raise self._fail(key, "read", f.error) from None
+        found = self.get_with_date(key)
+        return None if found is None else found[:3]
 
     def get_with_date(self, key: str) -> tuple[bytes, str, dt.datetime, dt.datetime | None] | None:
         """As `get`, with the answer's ``Date`` header (the store's clock now; None if absent)."""
