@@ -90,7 +90,9 @@ def verified_ids(table: pa.Table, entry: dict[str, Any]) -> tuple[list[str], str
 class RunStore(Protocol):
     """The surface of a run store, whichever storage holds the run.
 
-    `open` -> (`commit` | `commit_pending` | `forget`)* -> `close` (or a ``with`` block). Each
+    `open` -> (`commit` | `commit_pending` | `forget`)* -> `close` (or a ``with`` block); `open`
+    is each backend's classmethod (a path, or an S3 location and a lease), `open_run_store` the
+    one door that picks it, so it is not part of the protocol an opened store satisfies. Each
     commit is all in the manifest when it returns, or none of it (`CommitIncomplete` names
     what a partly committed one left out); `LockLost` once another writer may be writing."""
 
@@ -117,6 +119,12 @@ class RunStore(Protocol):
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None: ...
+
+
+if TYPE_CHECKING:
+    def _both_stores_are_run_stores(local: LocalRunStore, s3: S3RunStore) -> tuple[RunStore, RunStore]:
+        """Never called: mypy checks here that each backend has the whole surface."""
+        return local, s3
 
 
 class StoreState:

@@ -253,6 +253,7 @@ class S3RunStore(CommitStore):
         for entry in entries:
             final, pending = entry["path"], pending_rel(entry["path"])
             if final not in rels and pending in rels:
+                self._renew_if_due()  # a crash mid-publish of many shards: as many copies now
                 self.bucket.copy(self._key(pending), self._key(final))
                 self.bucket.delete(self._key(pending))
                 rels.add(final)
@@ -273,6 +274,7 @@ class S3RunStore(CommitStore):
             self._drop_folded_records(rels)
         named = {entry["path"] for entry in entries}  # the corrupt ones are quarantined already
         for rel in sorted(rels):
+            self._renew_if_due()  # thousands of orphans (workers killed mid-run) take a while too
             if rel.startswith((f"{TMP_DIR}/", PROBE_PREFIX)):
                 self.bucket.delete(self._key(rel))  # uncommitted (we hold the lock: no live writer's)
             elif rel.startswith(f"{DATA_DIR}/") and rel not in named:
