@@ -6,8 +6,8 @@ A commit (driver-side or of workers' pending shards) and a forget are one transa
    for a forget, first "retire" each old shard (move or copy it out of ``data/`` into the
    pending area, so no reader sees a row being forgotten);
 2. the commit point: the next commit record ``.collector/commit-<seq>.json``, created only if
-   absent (rename over nothing locally, ``If-None-Match: *`` in S3), naming the new shards
-   under ``data/`` and the removed ones;
+   absent (locally a rename by the flock's only holder, ``If-None-Match: *`` in S3), naming
+   the new shards under ``data/`` and the removed ones;
 3. check the lock is still ours, then publish: move (copy) the new shards into ``data/``,
    delete the retired ones. A failure after the record is a warning: the next open finishes.
 
