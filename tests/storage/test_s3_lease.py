@@ -116,3 +116,25 @@ def test_the_lease_is_renewed_while_a_large_commit_writes_its_shards(s3_bucket: 
         before = lock_token(s3_bucket)["renewals"]
         assert st.commit(make_batch(5)) == 5  # five shard PUTs, then the record
         assert lock_token(s3_bucket)["renewals"] - before >= 5 + 1
+
+
+def test_without_a_date_header_the_stores_clock_is_a_probe_objects(
+        s3_bucket: S3Bucket, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An endpoint whose answers carry no Date: the age is still the store's (the LastModified of
+    a probe key written now), never this writer's clock; the probe key is removed."""
+    from collector.storage import s3client
+
+    with open_s3(s3_bucket) as st:
+        st.commit(make_batch(2))
+    plant_lock(s3_bucket, host="elsewhere", host_id="other:1", pid=1, uuid="x", started="then", lease_s=60)
+    real = s3client.S3Bucket.get_with_date
+
+    def undated(self: s3client.S3Bucket, key: str) -> Any:
+        found = real(self, key)
+        return None if found is None else (*found[:3], None)
+
+    monkeypatch.setattr(s3client.S3Bucket, "get_with_date", undated)
+    monkeypatch.setattr(s3lease, "dt", types.SimpleNamespace(datetime=_Ahead, UTC=dt.UTC))
+    with pytest.raises(OutputError, match="in use by another collector process"):
+        open_s3(s3_bucket)
+    assert not [k for k in s3_bucket.keys("run/.collector/") if "/probe-" in k]
