@@ -22,8 +22,9 @@ names its module (relative to `collector`)::
     └── OutputError                 the run directory cannot be written, read or trusted
         ├── ShardError              record.shards: a shard cannot be read ("{path}: {reason}")
         ├── NotARunDirectory        storage.manifest: the path has no manifest at all
-        ├── CommitIncomplete        storage.local: a commit left some episodes out (named)
-        ├── LockLost                storage.local: the run dir's lock was taken mid-run
+        ├── CommitIncomplete        storage.runstore: a commit left some episodes out (named)
+        ├── LockLost                storage.runstore: the run's lock was taken mid-run
+        ├── RecordInDoubt           storage.commit: a commit record may or may not have landed
         └── PreconditionFailed      storage.s3client: S3 refused a conditional write (412/409)
 
 Outside the tree, each for a contract of its own (never recorded as an episode's error)::
@@ -36,6 +37,8 @@ Outside the tree, each for a contract of its own (never recorded as an episode's
     SimError                        sim.errors: a request the simulated server refuses
     Failure                         episode.state: internal; ends an episode as `error`
     _Stale                          providers.transport: internal; a reused connection was closed
+    _Clash                          storage.mirror: internal; a key that cannot be a file of its own
+    _Failed                         storage.s3client: internal; a request failed after every retry
 
 Every `CollectorError` is picklable (its ``args`` rebuild it), so it crosses Ray boundaries
 intact.

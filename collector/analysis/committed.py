@@ -6,6 +6,8 @@ shards the manifest names (a crash's orphans and quarantined files are never rea
 `read_committed` a scan of it (some columns, a filter), and `read_columns` the fast path for
 a few flat columns (Arrow shards memory-mapped in a few threads). A shard that cannot be
 read is an `OutputError` of one line naming it, never a pyarrow traceback.
+
+Tests: tests/analysis/test_stats_read.py, tests/analysis/test_stats.py, tests/storage/test_integrity.py
 """
 
 from __future__ import annotations

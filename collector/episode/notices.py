@@ -4,6 +4,8 @@ Each call of a turn is settled with exactly one result (`collector.episode.loop`
 docstring); these are the results of the calls that were not run and the user notices that
 follow a turn with nothing to run. The model reads them; the simulator keys its recovery on
 "not executed", so every result of a call that did not run starts with it.
+
+Tests: tests/episode/test_loop.py, tests/episode/test_invisible.py, tests/episode/test_limits.py
 """
 
 from __future__ import annotations

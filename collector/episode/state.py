@@ -5,6 +5,8 @@
 call ids, settles every call exactly once (`answer`, `settle`) and runs a turn's calls in the
 check order's steps 3-5 (`dispatch`, `execute`). `Failure` ends an episode as `error` with a
 record that is already secret-free.
+
+Tests: tests/episode/test_loop.py, tests/episode/test_call_ids.py, tests/episode/test_property.py
 """
 
 from __future__ import annotations
