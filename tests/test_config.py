@@ -10,10 +10,13 @@ from collector.config import (
     RunConfig,
     apply_overrides,
     config_fingerprint,
+    data_identity,
     load_config,
     parse_override,
     resolved_config,
     run_id,
+    url_credentials,
+    without_url_credentials,
 )
 from collector.errors import ConfigError
 
@@ -297,3 +300,48 @@ def test_the_bounds_themselves_are_accepted(tmp_path: Path) -> None:
     ])
     assert cfg.sweep.budgets == [2**63 - 1]
     assert cfg.output.path == "runs/a.b_c-9"
+
+
+def _mcp(server: str) -> RunConfig:
+    return RunConfig.model_validate(
+        {
+            "name": "t",
+            "sweep": {"models": ["m"], "budgets": [16]},
+            "env": {"name": "mcp", "options": {"server": server}},
+        }
+    )
+
+
+def test_mcp_url_credentials_are_neither_saved_nor_fingerprinted() -> None:
+    """`env.options.server = "http://user:PASS@host/mcp?api_key=KEY"`: the resolved config keeps
+    the public URL; rotating PASS or KEY keeps the fingerprint (and a URL that never had
+    credentials keeps the one it had), while another host, path or plain query changes it."""
+    with_keys = _mcp("http://ann:PASS-1@h:9/mcp?api_key=KEY-1&team=blue")
+    assert resolved_config(with_keys)["env"]["options"]["server"] == "http://h:9/mcp"
+    assert "PASS-1" not in repr(resolved_config(with_keys))
+    assert "KEY-1" not in repr(resolved_config(with_keys))
+    rotated = _mcp("http://ann:PASS-2@h:9/mcp?api_key=KEY-2&team=blue")
+    assert config_fingerprint(rotated) == config_fingerprint(with_keys)
+    assert config_fingerprint(with_keys) == config_fingerprint(_mcp("http://h:9/mcp?team=blue"))
+    for other in ("http://h:9/mcp?team=red", "http://h:9/other", "http://g:9/mcp?team=blue"):
+        assert config_fingerprint(_mcp(other)) != config_fingerprint(with_keys), other
+    plain = _mcp("http://h:9/mcp?team=blue")
+    assert data_identity(plain)["env"]["options"]["server"] == "http://h:9/mcp?team=blue"  # unchanged
+
+
+@pytest.mark.parametrize(
+    ("url", "secrets"),
+    [
+        ("http://ann:p%40ss@h/mcp", {"p@ss", "p%40ss", "ann:p@ss", "ann:p%40ss"}),
+        ("http://TOKEN123@h/mcp", {"TOKEN123"}),
+        ("https://h/mcp?key=K1&x-api-key=K2&accessToken=K3&sig=K4&team=blue", {"K1", "K2", "K3", "K4"}),
+        ("https://h/mcp?team=blue&page=2", set()),
+    ],
+)
+def test_url_credentials_lists_every_secret_form(url: str, secrets: set[str]) -> None:
+    """User info and credential-named query values, decoded and as written; nothing else."""
+    found = set(url_credentials(url))
+    assert secrets <= found
+    assert not {"ann", "blue", "2", "team"} & found
+    assert bool(found) == bool(secrets)
+    assert not any(s in without_url_credentials(url) for s in secrets)

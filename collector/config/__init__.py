@@ -26,7 +26,8 @@ Layout (one concept a module, each re-exported here, so `from collector.config i
 is the one import path): `collector.config.models` (providers, sampling, the sweep; the
 shared `_Model` and limits), `collector.config.run` (environment, loop, Ray, output,
 `RunConfig`, `check_run_config`), `collector.config.loading` (TOML, `--set`, one-line
-errors), `collector.config.identity` (fingerprint, run id, resolved config, paths). All are
+errors), `collector.config.identity` (fingerprint, run id, resolved config, paths),
+`collector.config.urls` (credentials in URLs). All are
 tested in tests/test_config.py.
 """
 
@@ -38,7 +39,6 @@ from collector.config.identity import (
     _SELECTION_ONLY,
     config_fingerprint,
     data_identity,
-    public_url,
     resolved_config,
     run_id,
     with_absolute_paths,
@@ -82,6 +82,12 @@ from collector.config.run import (
     RewardConfig,
     RunConfig,
     check_run_config,
+)
+from collector.config.urls import (
+    public_url,
+    secret_query_name,
+    url_credentials,
+    without_url_credentials,
 )
 
 __all__ = [
@@ -127,5 +133,8 @@ __all__ = [
     "public_url",
     "resolved_config",
     "run_id",
+    "secret_query_name",
+    "url_credentials",
     "with_absolute_paths",
+    "without_url_credentials",
 ]  # fmt: skip

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from collector.config.models import ProviderConfig
 from collector.config.run import LoopConfig, RunConfig
+from collector.config.urls import public_url, without_url_credentials
 
 #: Fields that only select *which* episodes exist, not what any one of them contains. Every
 #: episode id already names its model, budget, task and sample, so growing a sweep (another
@@ -60,7 +61,20 @@ def data_identity(cfg: RunConfig) -> dict[str, Any]:
     for name in ("reasoning_effort", "thinking_budget"):  # issue 16: unset keeps existing run ids
         if data["sampling"][name] is None:
             del data["sampling"][name]
+    # A tool server's URL names what the tools are, its credentials only who may call them:
+    # rotating a key must resume the same run (a URL without credentials hashes as before).
+    _rewrite_server_url(data["env"], without_url_credentials)
     return data
+
+
+def _rewrite_server_url(env: dict[str, Any], rewrite: Callable[[str], str]) -> None:
+    """Apply `rewrite` to `env.options.server` when it is a URL (the `mcp` environment's, or
+    a user environment's option of that name): the one place a config holds a tool server's
+    credentials."""
+    options = env.get("options")
+    server = options.get("server") if isinstance(options, dict) else None
+    if isinstance(options, dict) and isinstance(server, str) and "://" in server:
+        options["server"] = rewrite(server)
 
 
 def config_fingerprint(cfg: RunConfig) -> str:
@@ -94,25 +108,12 @@ def with_absolute_paths(cfg: RunConfig, base: str | Path | None = None) -> RunCo
     )
 
 
-def public_url(url: str) -> str:
-    """`url` without user info, query or fragment: where credentials hide in a base URL
-    (`https://user:pass@host/v1`, `...?key=...`). Used for anything stored or printed."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"  # an IPv6 literal keeps its brackets
-    try:
-        port = f":{parts.port}" if parts.port else ""
-    except ValueError:
-        port = ""  # a malformed port: drop it rather than fail while making a safe copy
-    return f"{parts.scheme}://{host}{port}{parts.path}" if parts.scheme else parts.path
-
-
 def resolved_config(cfg: RunConfig) -> dict[str, Any]:
     """The fully resolved config as JSON-ready data, saved beside the output.
 
-    It holds the *name* of the API-key variable, never its value, and base URLs without
-    user info or query string (`public_url`), so credentials put in a URL are not saved.
+    It holds the *name* of the API-key variable, never its value, and base URLs (a
+    provider's, an MCP server's `env.options.server`) without user info or query string
+    (`public_url`), so credentials put in a URL are not saved.
     """
     data = cfg.model_dump(mode="json")
     data["loop"]["stop_on"] = sorted(data["loop"]["stop_on"])
@@ -120,4 +121,5 @@ def resolved_config(cfg: RunConfig) -> dict[str, Any]:
     for provider in providers:
         if provider.get("base_url"):
             provider["base_url"] = public_url(provider["base_url"])
+    _rewrite_server_url(data["env"], public_url)
     return data

@@ -16,6 +16,9 @@ Install the extra: ``pip install 'collector[mcp]'``. Configure it with `[env.opt
 - `env`: variables for a stdio server (stored with the run's config: never a secret);
   `pass_env`: names of variables copied from the worker's own environment, the way to hand
   a stdio server a key without it entering the config;
+- credentials in an ``http(s)://`` server's URL (``http://user:PASS@host/mcp?api_key=KEY``)
+  are sent as written, never stored: the resolved config keeps the public URL and the
+  fingerprint leaves them out (`collector.config.urls`), so a rotated key resumes the run;
 - `server_log`: a file a stdio server's stderr is appended to (by default a temporary file
   whose last line is quoted when the server fails, so the cause shows in the episode's
   error); `startup_timeout_s` (default 30).
@@ -27,6 +30,13 @@ call is sent), and `close` ends the session, whatever way the episode ended. Sta
 never leaks from one episode to another. Every call carries the episode id and call id in
 its request ``_meta`` (``collector/episode_id``, ``collector/call_id``), so the server's own
 logs join `executed_tool_calls`.
+
+Secrets. The values of `pass_env` (at least `MIN_CREDENTIAL_CHARS` characters: a shorter one
+would hide ordinary text) and the URL's credentials are this environment's `credentials()`:
+the worker adds them to the run's credentials, which every record is scrubbed of. The
+environment also replaces them itself, by ``[redacted credential]``, in what it hands on: a
+tool result, an error result, the quoted stderr tail, a failure message. So a server that
+echoes its key reaches neither the model's provider nor the record.
 
 Failures. A result with ``isError`` is an error result for the model, as is a protocol
 error answering one call. A server that does not start within `startup_timeout_s`, or whose
@@ -40,21 +50,31 @@ timeout like any tool.
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import inspect
 import json
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TextIO
 
+from collector.config import public_url, url_credentials
 from collector.envs.base import Environment, EpisodeContext, EpisodeWorld, Task, Tool, ToolCallContext
 from collector.envs.tasks import task_from_row
 from collector.envs.toolkit import ToolError, tool
 from collector.errors import ConfigError, EnvironmentFailure
 
 Grader = Callable[["MCPWorld", str | None], float | Awaitable[float]]
+
+#: A `pass_env` value shorter than this is not treated as a credential: scrubbing a `1` or
+#: `on` from every record would wreck the data (the redactor's `MIN_SCRUBBED_CHARS`).
+MIN_CREDENTIAL_CHARS = 4
+#: What replaces a credential in what the environment hands on; the redactor's
+#: `REDACTED_CREDENTIAL` (the envs layer cannot import collector.episode).
+REDACTED_CREDENTIAL = "[redacted credential]"
 
 
 class MCPEnvironment(Environment):
@@ -107,10 +127,25 @@ class MCPEnvironment(Environment):
     def describe_server(self) -> str:
         """The server as messages name it: the URL, or the command's first words."""
         if isinstance(self.server, str):
-            from collector.config import public_url
-
             return public_url(self.server)
         return " ".join(self.server[:3])[:120]
+
+    def credentials(self) -> tuple[str, ...]:
+        """The `pass_env` values set here and the server URL's credentials, in their sent and
+        escaped forms (see the module docstring's "Secrets")."""
+        values = [os.environ.get(name, "") for name in self.pass_env]
+        values = [v for v in values if len(v) >= MIN_CREDENTIAL_CHARS]
+        if isinstance(self.server, str):
+            values += url_credentials(self.server)
+        forms = {
+            form for v in values for form in (v, json.dumps(v)[1:-1], json.dumps(v, ensure_ascii=False)[1:-1])
+        }
+        return tuple(sorted(forms, key=lambda f: (-len(f), f)))
+
+    def scrub(self, text: str) -> str:
+        """`text` with every credential of `credentials()` replaced (longest form first)."""
+        pattern = _credential_pattern(self.credentials())
+        return pattern.sub(REDACTED_CREDENTIAL, text) if pattern is not None else text
 
     def start(self, task: Task, context: EpisodeContext | None = None) -> MCPWorld:
         return MCPWorld(self, task, context)
@@ -149,10 +184,12 @@ class MCPWorld(EpisodeWorld):
             raise EnvironmentFailure(
                 f"MCP server {where} did not start within {self.env.startup_timeout_s:g} s"
             ) from None
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - reported as EnvironmentFailure, its cause dropped: it may quote a secret
             tail = self._stderr_tail()
             await self.close()
-            raise EnvironmentFailure(f"MCP server {where} failed to start: {_describe(exc)}{tail}") from exc
+            raise EnvironmentFailure(
+                self.env.scrub(f"MCP server {where} failed to start: {_describe(exc)}{tail}")
+            ) from None
         try:
             self._tools = [self._tool(t) for t in tools if t.name != self.env.grade_tool]
         except ValueError as exc:
@@ -225,21 +262,24 @@ class MCPWorld(EpisodeWorld):
         finally:
             if not request.done():  # the session ended first, or the episode was cancelled
                 request.cancel()
+        scrub = self.env.scrub
         if request.cancelled() or not request.done():
             cause = self._cause() + self._stderr_tail()
-            raise EnvironmentFailure(f"{where} closed the session during {name}{cause}")
+            raise EnvironmentFailure(scrub(f"{where} closed the session during {name}{cause}"))
         exc = request.exception()
         if isinstance(exc, MCPError):
             if exc.code == CONNECTION_CLOSED:
                 raise EnvironmentFailure(
-                    f"{where} closed the connection during {name} (the server exited or was killed)"
-                    + self._stderr_tail()
+                    scrub(
+                        f"{where} closed the connection during {name} (the server exited or was killed)"
+                        + self._stderr_tail()
+                    )
                 ) from None
-            raise ToolError(f"{name}: {exc.message[:300]}") from None
+            raise ToolError(scrub(f"{name}: {exc.message[:300]}")) from None
         if exc is not None:
-            raise EnvironmentFailure(f"{where} failed during {name}: {_describe(exc)}") from None
+            raise EnvironmentFailure(scrub(f"{where} failed during {name}: {_describe(exc)}")) from None
         result = request.result()
-        text = _result_text(result)
+        text = scrub(_result_text(result))
         if result.is_error:
             raise ToolError(f"{name}: {text[:300]}")
         return text
@@ -323,6 +363,12 @@ def _result_text(result: Any) -> str:
     if result.structured_content is not None:
         return json.dumps(result.structured_content, ensure_ascii=False, default=str)
     return ""
+
+
+@functools.lru_cache(maxsize=64)
+def _credential_pattern(forms: tuple[str, ...]) -> re.Pattern[str] | None:
+    # Cached: the same few forms are matched against every result of the run.
+    return re.compile("|".join(map(re.escape, forms))) if forms else None
 
 
 def _describe(exc: BaseException) -> str:

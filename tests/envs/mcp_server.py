@@ -8,6 +8,7 @@ session's state (the orders looked up), and is hidden from the model by the envi
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 
@@ -49,6 +50,13 @@ def approve(order_id: str) -> str:
 def variable(name: str) -> str:
     """The value of one of this process's environment variables."""
     return os.environ.get(name, "<unset>")
+
+
+@server.tool()
+def variable_digest(name: str) -> str:
+    """The SHA-256 of one of this process's environment variables: proves the value arrived
+    without the result quoting it."""
+    return hashlib.sha256(os.environ.get(name, "<unset>").encode()).hexdigest()
 
 
 @server.tool()

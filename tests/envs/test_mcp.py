@@ -3,7 +3,10 @@ streamable HTTP on loopback: tools from tools/list, isError, one session per epi
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import dataclasses
+import hashlib
 import json
 import socket
 import subprocess
@@ -92,7 +95,15 @@ async def test_tools_come_from_the_server_and_is_error_is_an_error_result(
     episode, provider = await _run(env, script)
     assert episode.stop_reason is StopReason.DONE, episode.error
     offered = {t.name: t.parameters for t in provider.requests[0].tools}
-    assert set(offered) == {"lookup_order", "calculator", "approve", "variable", "crash", "grade"}
+    assert set(offered) == {
+        "lookup_order",
+        "calculator",
+        "approve",
+        "variable",
+        "variable_digest",
+        "crash",
+        "grade",
+    }
     assert offered["lookup_order"]["required"] == ["order_id"]
     (ok, ok_error), (bad, bad_error) = _results(episode)
     assert json.loads(ok)["status"] == "shipped"
@@ -204,9 +215,9 @@ async def test_pass_env_hands_a_stdio_server_a_variable_of_the_worker(
     variable the worker lacks fails the episode's start naming it."""
     monkeypatch.setenv("MCP_TEST_TOKEN", "tok-123")
     env = _env(STDIO, pass_env=["MCP_TEST_TOKEN"])
-    script = [calls(call("variable", {"name": "MCP_TEST_TOKEN"}, id="c1")), text("done")]
+    script = [calls(call("variable_digest", {"name": "MCP_TEST_TOKEN"}, id="c1")), text("done")]
     episode, _ = await _run(env, script)
-    assert _results(episode) == [("tok-123", False)]
+    assert _results(episode) == [(hashlib.sha256(b"tok-123").hexdigest(), False)]
     assert "tok-123" not in json.dumps(env.variables)
     monkeypatch.delenv("MCP_TEST_TOKEN")
     episode, _ = await _run(env, script)
@@ -224,3 +235,54 @@ def test_bad_options_are_one_line_config_errors() -> None:
     ):
         with pytest.raises(ConfigError, match=message):
             load_environment("mcp", options)
+
+
+async def test_a_pass_env_value_the_server_prints_or_returns_is_never_stored(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A server that returns its `pass_env` key in a tool result, or prints it on stderr as it
+    fails to start (the tail is quoted in the error), hands on `[redacted credential]`: the
+    key reaches neither the model nor the record, and `credentials()` lists it for the worker."""
+    secret = 'sk-mcp-"quoted"-4f2a9'
+    monkeypatch.setenv("MCP_TEST_TOKEN", secret)
+    env = _env(STDIO, pass_env=["MCP_TEST_TOKEN"])
+    assert secret in env.credentials()
+    assert json.dumps(secret)[1:-1] in env.credentials()  # as it sits inside JSON text
+    script = [calls(call("variable", {"name": "MCP_TEST_TOKEN"}, id="c1")), text("done")]
+    episode, provider = await _run(env, script)
+    assert _results(episode) == [("[redacted credential]", False)]
+    assert "4f2a9" not in repr(dataclasses.asdict(episode))
+    assert "4f2a9" not in repr(provider.requests[-1])
+    leaky = [
+        "python",
+        "-c",
+        "import os, sys; print('key', os.environ['MCP_TEST_TOKEN'], file=sys.stderr); sys.exit(1)",
+    ]
+    episode, _ = await _run(_env(leaky, pass_env=["MCP_TEST_TOKEN"], startup_timeout_s=20), [text("never")])
+    assert episode.error is not None
+    assert "its stderr ended: key [redacted credential]" in episode.error.message
+    assert "4f2a9" not in repr(dataclasses.asdict(episode))
+
+
+async def test_credentials_in_an_mcp_url_are_listed_and_kept_out_of_messages() -> None:
+    """`http://user:PASS@host/mcp?api_key=KEY`: PASS, KEY and the Basic form are the env's
+    credentials, and a server that cannot be reached is named by its public URL, neither
+    credential in the episode's error."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://ann:pw-Secret-77@127.0.0.1:{port}/mcp?api_key=key-Secret-88&team=blue"
+    env = _env(url, startup_timeout_s=20)
+    listed = env.credentials()
+    assert {
+        "pw-Secret-77",
+        "ann:pw-Secret-77",
+        base64.b64encode(b"ann:pw-Secret-77").decode(),
+        "key-Secret-88",
+    } <= set(listed)
+    assert "ann" not in listed
+    assert "blue" not in listed
+    episode, _ = await _run(env, [text("never asked")])
+    assert episode.error is not None
+    assert f"MCP server http://127.0.0.1:{port}/mcp failed to start" in episode.error.message
+    assert "Secret" not in episode.error.message
