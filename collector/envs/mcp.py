@@ -26,10 +26,12 @@ Install the extra: ``pip install 'collector[mcp]'``. Configure it with `[env.opt
 One session per episode: `open` connects (a stdio command starts a process of its own, so a
 worker runs up to `ray.episodes_in_flight` server processes at once), reads
 the tools from ``tools/list`` (their input schemas are validated with `jsonschema` before a
-call is sent), and `close` ends the session, whatever way the episode ended. State therefore
-never leaks from one episode to another. Every call carries the episode id and call id in
-its request ``_meta`` (``collector/episode_id``, ``collector/call_id``), so the server's own
-logs join `executed_tool_calls`.
+call is sent; a tool whose input or output schema cannot be compiled, such as a `$ref` to
+itself or to nothing, fails `open` naming the tool, and whatever a validator still raises at
+a call is that call's error result), and `close` ends the session, whatever way the episode
+ended. State therefore never leaks from one episode to another. Every call carries the
+episode id and call id in its request ``_meta`` (``collector/episode_id``,
+``collector/call_id``), so the server's own logs join `executed_tool_calls`.
 
 Secrets. The values of `pass_env` (at least `MIN_CREDENTIAL_CHARS` characters: a shorter one
 would hide ordinary text) and the URL's credentials are this environment's `credentials()`:
@@ -64,7 +66,7 @@ from typing import Any, TextIO
 from collector.config import public_url, url_credentials
 from collector.envs.base import Environment, EpisodeContext, EpisodeWorld, Task, Tool, ToolCallContext
 from collector.envs.tasks import task_from_row
-from collector.envs.toolkit import ToolError, tool
+from collector.envs.toolkit import ToolError, schema_validator, tool
 from collector.errors import ConfigError, EnvironmentFailure
 
 Grader = Callable[["MCPWorld", str | None], float | Awaitable[float]]
@@ -190,12 +192,17 @@ class MCPWorld(EpisodeWorld):
             raise EnvironmentFailure(
                 self.env.scrub(f"MCP server {where} failed to start: {_describe(exc)}{tail}")
             ) from None
-        try:
-            self._tools = [self._tool(t) for t in tools if t.name != self.env.grade_tool]
-        except ValueError as exc:
-            raise EnvironmentFailure(
-                f"MCP server {where} lists a tool with a bad input schema: {exc}"
-            ) from None
+        built = []
+        for entry in tools:
+            if entry.name == self.env.grade_tool:
+                continue
+            try:
+                built.append(self._tool(entry))
+            except ValueError as exc:  # refused once, here, rather than at every call
+                raise EnvironmentFailure(
+                    f"MCP server {where}: tool {str(entry.name)[:80]!r}: its schema is refused: {exc}"
+                ) from None
+        self._tools = built
 
     async def _hold_session(self, listed: asyncio.Future[list[Any]]) -> None:
         from mcp import Client
@@ -276,6 +283,11 @@ class MCPWorld(EpisodeWorld):
                     )
                 ) from None
             raise ToolError(scrub(f"{name}: {exc.message[:300]}")) from None
+        if isinstance(exc, RuntimeError | RecursionError) and not session.done():
+            # The SDK checking the result against the tool's outputSchema failed (it raises
+            # RuntimeError; a schema it cannot follow, RecursionError): this call's error, and
+            # the session goes on.
+            raise ToolError(scrub(f"{name}: the result could not be checked: {_describe(exc)}")) from None
         if exc is not None:
             raise EnvironmentFailure(scrub(f"{where} failed during {name}: {_describe(exc)}")) from None
         result = request.result()
@@ -335,6 +347,12 @@ class MCPWorld(EpisodeWorld):
             return await self.call(name, arguments, meta)
 
         schema = dict(listed.input_schema or {"type": "object"})
+        output_schema = getattr(listed, "output_schema", None)
+        if output_schema:
+            try:
+                schema_validator(output_schema)  # the SDK checks results against it: compile it now
+            except ValueError as exc:
+                raise ValueError(f"outputSchema: {exc}") from None
         return tool(
             call_server,
             name=name,

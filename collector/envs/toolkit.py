@@ -18,7 +18,12 @@ the schema and receives the call's context (episode, call id, turn index).
    because coercing a model's mistake into an action is the failure this project exists
    to prevent. Tools built from a JSON Schema are checked with the `jsonschema` package
    (the schema's own draft, Draft 2020-12 when it names none), the field's standard
-   validator; messages name the failing field and keyword, never the value;
+   validator; messages name the failing field and keyword, never the value. A schema is
+   compiled when the tool is built: one that is not valid JSON Schema, has a `$ref` that
+   resolves nowhere (nothing remote is fetched) or a `$ref` cycle that never moves into the
+   value (`{"$ref": "#"}`, which the validator follows until RecursionError) is refused there
+   with a `ValueError`. Whatever the validator still raises at a call is that call's error
+   result (``ran=False``), never an exception out of `run_tool`;
 2. the function runs under a per-tool timeout. Coroutine functions are awaited and
    cancelled at the timeout; plain functions run on the collector's own tool threads
    (`ToolThreads`) unless the tool is marked `inline`, for fast in-memory tools where a
@@ -57,7 +62,7 @@ import inspect
 import json
 import queue
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, get_args, get_type_hints
 
@@ -73,6 +78,10 @@ from collector.turn import JSONObject, ToolSpec
 
 class ToolArgumentError(ValueError):
     """Arguments do not match the tool's schema. The message names fields, never values."""
+
+
+class ToolSchemaError(ValueError):
+    """A tool's schema failed while checking one call's arguments (not the arguments' fault)."""
 
 
 class ToolError(Exception):
@@ -141,26 +150,136 @@ def schema_validator(schema: Mapping[str, Any]) -> ArgumentValidator:
     Raises `ValueError` naming the problem when `schema` itself is not valid JSON Schema.
     """
     schema = dict(schema)
-    key = json.dumps(schema, sort_keys=True, default=str)
+    try:
+        key = json.dumps(schema, sort_keys=True, default=str)
+    except (RecursionError, ValueError) as exc:  # nested past the stack, or a circular object
+        raise ValueError(f"cannot be compiled: {type(exc).__name__} reading it") from None
     found = _SCHEMA_CACHE.get(key)
     if found is not None:
         return found
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     try:
         cls.check_schema(schema)
+        _check_references(schema, cls)
     except jsonschema.exceptions.SchemaError as exc:
         where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
         raise ValueError(f"not a valid JSON Schema at {where}: {exc.message[:200]}") from None
+    except ValueError:
+        raise
+    # Broad on purpose: whatever the validator trips over while compiling is this schema's
+    # refusal, one line, never a crash of the caller (a worker opening an MCP session).
+    except Exception as exc:  # noqa: BLE001
+        raise ValueError(f"cannot be compiled: {type(exc).__name__}: {_short(exc, 160)}") from None
     checker = cls(schema, format_checker=cls.FORMAT_CHECKER)
 
     def validate(arguments: JSONObject) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        errors = sorted(checker.iter_errors(arguments), key=lambda e: list(e.absolute_path))
+        try:
+            errors = sorted(checker.iter_errors(arguments), key=lambda e: list(e.absolute_path))
+        # Broad on purpose: a failure of the validator itself (a reference it cannot resolve,
+        # a recursion the compile check missed) is this call's error result, never the worker's.
+        except Exception as exc:  # noqa: BLE001
+            raise ToolSchemaError(f"its schema could not be checked ({type(exc).__name__})") from None
         if errors:
             raise ToolArgumentError("; ".join(_schema_problem(e) for e in errors[:5]))
         return (), dict(arguments) if isinstance(arguments, dict) else {}
 
     _SCHEMA_CACHE[key] = validate
     return validate
+
+
+#: Keywords that apply a subschema to the *same* instance: a cycle through them alone (a
+#: `$ref` back to itself, two definitions referring to each other) never ends.
+_IN_PLACE = frozenset({"allOf", "anyOf", "oneOf", "not", "if", "then", "else", "dependentSchemas"})
+_REFS = ("$ref", "$dynamicRef")
+#: Keywords whose value maps names to subschemas.
+_SCHEMA_MAPS = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
+#: Keywords whose values are data, not subschemas (a `$ref` key in an enum value is no reference).
+_DATA_KEYWORDS = frozenset({"enum", "const", "default", "examples"})
+#: The most subschemas the reference check walks: a schema larger than this is refused.
+MAX_SCHEMA_NODES = 20_000
+
+
+def _check_references(schema: Mapping[str, Any], cls: Any) -> None:
+    """Raise `ValueError` for a `$ref` that resolves nowhere (dangling, or remote: nothing is
+    fetched) and for a reference cycle that never moves into the instance (`{"$ref": "#"}`),
+    which the validator would follow until RecursionError at the first call.
+
+    Iterative, so a deeply nested schema cannot exhaust the stack here either."""
+    import referencing
+    import referencing.exceptions
+    import referencing.jsonschema
+
+    spec = referencing.jsonschema.specification_with(
+        str(schema.get("$schema", "https://json-schema.org/draft/2020-12/schema")),
+        default=referencing.jsonschema.DRAFT202012,
+    )
+    root_uri = "urn:collector:tool-schema"
+    registry: Any = referencing.Registry().with_resource(root_uri, spec.create_resource(schema))
+    resolver: Any = registry.resolver(base_uri=root_uri)
+    # Every subschema, with the resolver of its scope (`$id` changes the base of a `$ref`).
+    edges: dict[int, list[int]] = {}
+    nodes: dict[int, Any] = {}
+    stack: list[tuple[Any, Any, bool]] = [(schema, resolver, True)]
+    while stack:
+        node, scope, is_schema = stack.pop()
+        if isinstance(node, list):
+            stack.extend((item, scope, is_schema) for item in node)
+            continue
+        if not isinstance(node, dict) or id(node) in nodes:
+            continue
+        nodes[id(node)] = node
+        if len(nodes) > MAX_SCHEMA_NODES:
+            raise ValueError(f"more than {MAX_SCHEMA_NODES:,} subschemas")
+        if not is_schema:
+            stack.extend((value, scope, False) for value in node.values())
+            continue
+        if isinstance(node.get("$id"), str) and node is not schema:
+            scope = scope.in_subresource(spec.create_resource(node))
+        targets = edges.setdefault(id(node), [])
+        for keyword in _REFS:
+            ref = node.get(keyword)
+            if not isinstance(ref, str):
+                continue
+            try:
+                resolved = scope.lookup(ref)
+            except referencing.exceptions.Unresolvable:
+                raise ValueError(f"{keyword} {ref[:80]!r} resolves to nothing in the schema") from None
+            if isinstance(resolved.contents, dict):
+                targets.append(id(resolved.contents))
+                stack.append((resolved.contents, resolved.resolver, True))
+        for keyword, value in node.items():
+            if keyword in _REFS:
+                continue
+            if keyword in _SCHEMA_MAPS and isinstance(value, dict):
+                children = list(value.values())
+            else:
+                children = value if isinstance(value, list) else [value]
+            for item in children:
+                if keyword in _IN_PLACE and isinstance(item, dict):
+                    targets.append(id(item))
+                stack.append((item, scope, keyword not in _DATA_KEYWORDS))
+    _refuse_in_place_cycles(edges)
+
+
+def _refuse_in_place_cycles(edges: Mapping[int, list[int]]) -> None:
+    # Depth-first with colours, iterative: grey = on the current in-place path.
+    colour: dict[int, int] = {}
+    for start in edges:
+        if colour.get(start):
+            continue
+        colour[start] = 1
+        path: list[tuple[int, Iterator[int]]] = [(start, iter(edges.get(start, ())))]
+        while path:
+            node, pending = path[-1]
+            step = next(pending, None)
+            if step is None:
+                colour[node] = 2
+                path.pop()
+            elif colour.get(step) == 1:
+                raise ValueError('a $ref cycle applies to the same value without end (like {"$ref": "#"})')
+            elif not colour.get(step):
+                colour[step] = 1
+                path.append((step, iter(edges.get(step, ()))))
 
 
 def _schema_problem(error: jsonschema.exceptions.ValidationError) -> str:
@@ -407,8 +526,19 @@ async def run_tool(
             args, kwargs = schema_validator(tool_.parameters)(arguments)
     except ToolArgumentError as exc:
         return ToolOutcome(f"error: invalid arguments for {tool_.name}: {exc}; nothing was run", True, False)
+    except ToolSchemaError as exc:
+        return ToolOutcome(f"error: {tool_.name}: {exc}; nothing was run", True, False)
     except ValueError as exc:  # the hand-built Tool's schema itself is broken
         return ToolOutcome(f"error: {tool_.name} has an invalid schema: {exc}; nothing was run", True, False)
+    # Broad on purpose: a validator that fails in itself (RecursionError, a resolver error)
+    # fails this call, never the worker's batch.
+    except Exception as exc:  # noqa: BLE001
+        return ToolOutcome(
+            f"error: {tool_.name}: its arguments could not be checked ({type(exc).__name__}); "
+            "nothing was run",
+            True,
+            False,
+        )
     if tool_.context_parameter is not None:
         kwargs[tool_.context_parameter] = context
     limit = tool_.timeout_s if tool_.timeout_s is not None else timeout_s

@@ -1,5 +1,6 @@
 """A small MCP server for the tests, on the official SDK: `python mcp_server.py stdio` or
-`python mcp_server.py http PORT` (streamable HTTP on 127.0.0.1).
+`python mcp_server.py http PORT` (streamable HTTP on 127.0.0.1); `stdio bad-schema` lists
+`calculator` with a self-referencing inputSchema.
 
 Its tools answer the simulator's order-status and arithmetic prompts. `crash` ends the
 process mid-call (a server that dies mid-episode); `grade` is the grader hook, reading this
@@ -73,6 +74,10 @@ def grade(final_text: str) -> float:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) > 2 and sys.argv[2] == "bad-schema":
+        # One tool whose inputSchema refers to itself (a server bug seen in the wild): the
+        # validator would follow it until RecursionError at the first call.
+        server._tool_manager.get_tool("calculator").parameters = {"type": "object", "$ref": "#"}  # type: ignore[union-attr]
     if sys.argv[1] == "stdio":
         server.run("stdio")
     else:

@@ -286,3 +286,17 @@ async def test_credentials_in_an_mcp_url_are_listed_and_kept_out_of_messages() -
     assert episode.error is not None
     assert f"MCP server http://127.0.0.1:{port}/mcp failed to start" in episode.error.message
     assert "Secret" not in episode.error.message
+
+
+async def test_a_tool_whose_schema_cannot_be_compiled_fails_open_naming_it() -> None:
+    """A listed tool whose inputSchema is `{"$ref": "#"}` (RecursionError in the validator at the
+    first call, every rerun) is refused when the session opens: an `error` episode whose one
+    line names the tool, never an exception out of the episode (the worker's batch)."""
+    env = _env(["python", str(SERVER), "stdio", "bad-schema"])
+    script = [calls(call("calculator", {"expression": "1+1"}, id="c1")), text("2")]
+    episode, provider = await _run(env, script)
+    assert episode.stop_reason is StopReason.ERROR
+    assert episode.error is not None
+    assert "tool 'calculator': its schema is refused: a $ref cycle" in episode.error.message
+    assert "\n" not in episode.error.message
+    assert provider.requests == []  # nothing was asked of the model

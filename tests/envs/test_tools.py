@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Literal
+from typing import Any, Literal
 
+import pytest
 from pydantic import BaseModel, Field
 
+from collector.envs import toolkit
 from collector.envs.base import Tool
 from collector.envs.toolkit import check_schema, run_tool, tool, tool_specs
 
@@ -140,3 +142,79 @@ async def test_async_tools_and_per_tool_timeout() -> None:
     assert (await run_tool(tool(quick), {"x": 4}, 1.0)).content == "8"
     out = await run_tool(tool(slowish, timeout_s=0.01), {}, 3600)
     assert out.content == "error: slowish timed out after 0.01 s"
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "string"}
+    for _ in range(depth):
+        schema = {"type": "object", "properties": {"a": schema}}
+    return schema
+
+
+@pytest.mark.parametrize(
+    ("schema", "message"),
+    [
+        ({"$ref": "#"}, "a $ref cycle"),
+        (
+            {"$defs": {"a": {"allOf": [{"$ref": "#/$defs/b"}]}, "b": {"$ref": "#/$defs/a"}},
+             "$ref": "#/$defs/a"},
+            "a $ref cycle",
+        ),
+        (
+            {"type": "object", "properties": {"x": {"$ref": "#/$defs/missing"}}},
+            "'#/$defs/missing' resolves to nothing",
+        ),
+        ({"properties": {"x": {"$ref": "http://127.0.0.1:9/remote.json"}}}, "resolves to nothing"),
+        (_nested(3000), "cannot be compiled: RecursionError"),
+    ],
+    ids=["self", "mutual-through-allOf", "dangling", "remote", "nested-3000"],
+)
+def test_a_schema_that_cannot_be_compiled_is_refused_when_the_tool_is_built(
+    schema: dict[str, Any], message: str
+) -> None:
+    """Self-referencing, dangling and remote `$ref`s, and nesting past the stack, are refused
+    with one ValueError line when the tool is built, not at the first call."""
+    with pytest.raises(ValueError, match=r"^[^\n]*" + message.replace("$", r"\$").replace("(", r"\(")):
+        tool(lambda **a: a, name="t", parameters=schema)
+
+
+async def test_recursive_schemas_that_descend_are_accepted_and_checked() -> None:
+    """A tree schema refers to itself below a property (each step moves into the value): it
+    compiles, and calls are validated through the reference."""
+    tree = {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "children": {"type": "array", "items": {"$ref": "#"}}},
+        "required": ["name"],
+        "$defs": {"unused": {"$ref": "#/properties/name"}},
+    }
+    t = tool(lambda **a: "ok", name="tree", parameters=tree, inline=True)
+    good = await run_tool(t, {"name": "r", "children": [{"name": "c", "children": []}]}, 1.0)
+    assert good.content == "ok"
+    bad = await run_tool(t, {"name": "r", "children": [{"children": []}]}, 1.0)
+    assert bad.is_error
+    assert "arguments.children.0.name: field required" in bad.content
+
+
+async def test_a_validator_failure_at_a_call_is_that_calls_error_result(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Whatever the validator raises at a call (RecursionError, a resolver error, anything) is
+    an error result with ran=False, never an exception out of `run_tool`."""
+    monkeypatch.setattr(toolkit, "_check_references", lambda schema, cls: None)  # what compiling missed
+    looping = tool(lambda **a: "ran", name="looping", parameters={"$ref": "#"}, inline=True)
+    out = await run_tool(looping, {"x": 1}, 1.0)
+    assert (out.is_error, out.ran) == (True, False)
+    assert out.content == "error: looping: its schema could not be checked (RecursionError); nothing was run"
+
+    def explode(arguments: object) -> Any:
+        raise KeyError("resolver")
+
+    broken = Tool("broken", "d", {"type": "object"}, lambda: "ran", validator=explode, inline=True)
+    out = await run_tool(broken, {}, 1.0)
+    assert (out.is_error, out.ran) == (True, False)
+    assert "could not be checked (KeyError)" in out.content
+    monkeypatch.undo()  # compiled as usual again: a hand-built Tool's schema is compiled at its call
+    hand_built = Tool("hand", "d", {"$ref": "#/$defs/nowhere"}, lambda: "ran", inline=True)
+    out = await run_tool(hand_built, {}, 1.0)
+    assert (out.is_error, out.ran) == (True, False)
+    assert "hand has an invalid schema: $ref '#/$defs/nowhere' resolves to nothing" in out.content
