@@ -345,3 +345,13 @@ def test_url_credentials_lists_every_secret_form(url: str, secrets: set[str]) ->
     assert not {"ann", "blue", "2", "team"} & found
     assert bool(found) == bool(secrets)
     assert not any(s in without_url_credentials(url) for s in secrets)
+
+
+def test_the_tool_result_bound_is_in_the_fingerprint_only_when_changed() -> None:
+    """`loop.max_tool_result_bytes` defaults to toolkit's 1 MiB and, at the default, leaves
+    existing run ids as they were; another value changes what the data holds."""
+    from collector.envs.toolkit import DEFAULT_MAX_RESULT_BYTES
+
+    assert base().loop.max_tool_result_bytes == DEFAULT_MAX_RESULT_BYTES
+    assert "max_tool_result_bytes" not in data_identity(base())["loop"]
+    assert config_fingerprint(with_(base(), loop__max_tool_result_bytes=4096)) != config_fingerprint(base())

@@ -30,7 +30,7 @@ _SELECTION_ONLY: dict[str, Any] = {
 }
 #: Loop fields added after run directories existed: left out of the identity while at their
 #: default, so a run directory written before they existed still resumes.
-_LATER_LOOP_FIELDS = ("max_tool_calls_per_turn", "max_argument_bytes")
+_LATER_LOOP_FIELDS = ("max_tool_calls_per_turn", "max_argument_bytes", "max_tool_result_bytes")
 _PROVIDER_TRANSPORT_ONLY = {
     "request_timeout_s", "request_deadline_s", "max_reply_bytes", "retry", "api_key_env", "http_client",
     "allow_model_alias",

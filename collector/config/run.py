@@ -91,6 +91,10 @@ class LoopConfig(_Model):
     max_argument_bytes: PositiveInt = 1024 * 1024
     """A tool call whose arguments are longer than this (UTF-8 bytes; 1 MiB) ends the episode
     as `error` (ProtocolViolation), and no call of its turn runs."""
+    max_tool_result_bytes: PositiveInt = 1024 * 1024
+    """A tool result longer than this (UTF-8 bytes; 1 MiB) is dropped and the call's result is
+    an error saying so (the model reads it; the episode goes on). Results are stored and sent
+    again on every later turn, so an unbounded one (a 16 MB MCP answer) costs every step."""
     retry_cut_answers: bool = False
     """Opt-in: when a turn with no tool call (a final answer) is cut by the cap and `length`
     is not in stop_on, add a user message asking for a shorter reply and call the model again

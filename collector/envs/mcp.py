@@ -40,6 +40,11 @@ environment also replaces them itself, by ``[redacted credential]``, in what it 
 tool result, an error result, the quoted stderr tail, a failure message. So a server that
 echoes its key reaches neither the model's provider nor the record.
 
+Bounds. A result is held to `loop.max_tool_result_bytes` like any tool's (`run_tool`): a
+larger one is that call's error result, never stored or replayed. What the SDK logs about a
+server (a traceback per non-JSON stdout line, unbounded for a server that prints its debug
+output there) is rate-limited, cut and scrubbed (`collector.envs.mcplog`).
+
 Failures. A result with ``isError`` is an error result for the model, as is a protocol
 error answering one call. A server that does not start within `startup_timeout_s`, or whose
 connection closes (it crashed, or was killed) is an `EnvironmentFailure`: the episode ends
@@ -64,6 +69,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TextIO
 
 from collector.config import public_url, url_credentials
+from collector.envs import mcplog
 from collector.envs.base import Environment, EpisodeContext, EpisodeWorld, Task, Tool, ToolCallContext
 from collector.envs.tasks import task_from_row
 from collector.envs.toolkit import ToolError, schema_validator, tool
@@ -109,6 +115,7 @@ class MCPEnvironment(Environment):
                 )
         elif not server or not all(isinstance(part, str) for part in server):
             raise ConfigError("env.options.server: a command must be a non-empty list of strings")
+        mcplog.install()  # before any session: the SDK's per-line log records are bounded
         if grader is not None and grade_tool is not None:
             raise ConfigError("env.options: give grader or grade_tool, not both")
         self.server: str | tuple[str, ...] = server if isinstance(server, str) else tuple(server)
@@ -174,6 +181,7 @@ class MCPWorld(EpisodeWorld):
 
     async def open(self) -> None:
         where = self.env.describe_server()
+        mcplog.GUARD.add_secrets(self.env.credentials())  # what the SDK logs is scrubbed too
         listed: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
         # The session lives in a task of its own: the SDK's task groups cancel their host
         # task when the transport fails, and that host must not be the episode.

@@ -37,7 +37,10 @@ the schema and receives the call's context (episode, call id, turn index).
    A tool that wants to answer with an error result raises `ToolError(message)`: the model
    reads ``error: {message}``.
 
-Results are strings for the model: a `str` as is, anything else as JSON.
+Results are strings for the model: a `str` as is, anything else as JSON. A result longer than
+`loop.max_tool_result_bytes` (UTF-8 bytes, 1 MiB by default: `DEFAULT_MAX_RESULT_BYTES`)
+becomes an error result naming its size and the limit; the result itself is dropped, since
+it would be stored and sent to the model again on every later turn.
 
 The thread limit. Plain functions never use asyncio's default executor: it holds only
 ``min(32, cpus + 4)`` threads, so that many hung tools used to make every later threaded
@@ -505,6 +508,12 @@ DEFAULT_TOOL_THREADS = ToolThreads()
 # --- Running a tool. ---
 
 
+#: The largest tool result kept, in UTF-8 bytes (1 MiB), when the caller names no other:
+#: the default of `loop.max_tool_result_bytes`. A result is replayed to the model on every
+#: later turn and stored whole, so a 16 MB answer is a cost at every step, not once.
+DEFAULT_MAX_RESULT_BYTES = 1024 * 1024
+
+
 async def run_tool(
     tool_: Tool,
     arguments: JSONObject,
@@ -512,12 +521,14 @@ async def run_tool(
     *,
     threads: ToolThreads | None = None,
     context: ToolCallContext | None = None,
+    max_result_bytes: int | None = None,
 ) -> ToolOutcome:
     """Validate, then run under a timeout. Never raises except on cancellation and
     `EnvironmentFailure` (see the module docstring).
 
     Plain functions run on `threads` (default: `DEFAULT_TOOL_THREADS`). A tool with a
-    `context_parameter` receives `context` there.
+    `context_parameter` receives `context` there. A result longer than `max_result_bytes`
+    (default `DEFAULT_MAX_RESULT_BYTES`) is dropped: the call's result is an error saying so.
     """
     try:
         if tool_.validator is not None:
@@ -570,7 +581,26 @@ async def run_tool(
     # Broad on purpose: whatever a tool raises is a result for the model, never a crash.
     except Exception as exc:  # noqa: BLE001
         return _failed(tool_, exc)
-    return ToolOutcome(_to_text(result), False)
+    return _bounded(tool_, _to_text(result), max_result_bytes or DEFAULT_MAX_RESULT_BYTES)
+
+
+def _bounded(tool_: Tool, text: str, limit: int) -> ToolOutcome:
+    # Cheap first: at most 4 UTF-8 bytes a character, so a short str cannot exceed the limit,
+    # and one of more characters than the limit always does (not encoded: it may be huge).
+    if len(text) * 4 <= limit:
+        return ToolOutcome(text, False)
+    if len(text) > limit:
+        size = f"at least {len(text):,}"
+    else:
+        encoded = len(text.encode("utf-8", "surrogatepass"))
+        if encoded <= limit:
+            return ToolOutcome(text, False)
+        size = f"{encoded:,}"
+    return ToolOutcome(
+        f"error: {tool_.name} returned {size} bytes, over loop.max_tool_result_bytes = {limit:,}; "
+        "the result was dropped",
+        True,
+    )
 
 
 def _failed(tool_: Tool, exc: Exception) -> ToolOutcome:

@@ -1,6 +1,7 @@
 """A small MCP server for the tests, on the official SDK: `python mcp_server.py stdio` or
 `python mcp_server.py http PORT` (streamable HTTP on 127.0.0.1); `stdio bad-schema` lists
-`calculator` with a self-referencing inputSchema.
+`calculator` with a self-referencing inputSchema; `stdio flood N` first prints N non-JSON
+lines on stdout; `big` answers with as many characters as asked.
 
 Its tools answer the simulator's order-status and arithmetic prompts. `crash` ends the
 process mid-call (a server that dies mid-episode); `grade` is the grader hook, reading this
@@ -61,6 +62,12 @@ def variable_digest(name: str) -> str:
 
 
 @server.tool()
+def big(size: int) -> str:
+    """A result of `size` characters (a server that answers with a whole file)."""
+    return "x" * size
+
+
+@server.tool()
 def crash() -> str:
     """Exit the server process in the middle of the call."""
     print("test-orders: crashing on purpose", file=sys.stderr, flush=True)
@@ -78,6 +85,12 @@ if __name__ == "__main__":
         # One tool whose inputSchema refers to itself (a server bug seen in the wild): the
         # validator would follow it until RecursionError at the first call.
         server._tool_manager.get_tool("calculator").parameters = {"type": "object", "$ref": "#"}  # type: ignore[union-attr]
+    if len(sys.argv) > 3 and sys.argv[2] == "flood":
+        # Non-JSON lines on the MCP channel before the server speaks (a library printing its
+        # debug output to stdout), one quoting a key: the client logs each line it cannot parse.
+        junk = "debug: " + "y" * 500 + " key=" + os.environ.get("MCP_TEST_TOKEN", "") + "\n"
+        sys.stdout.write(junk * int(sys.argv[3]))
+        sys.stdout.flush()
     if sys.argv[1] == "stdio":
         server.run("stdio")
     else:

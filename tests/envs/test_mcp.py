@@ -8,6 +8,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import logging
 import socket
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from collector.config import LoopConfig
+from collector.envs import mcplog
 from collector.envs.loading import load_environment
 from collector.envs.mcp import MCPEnvironment, MCPWorld
 from collector.episode.loop import EpisodeSpec, run_episode
@@ -101,6 +103,7 @@ async def test_tools_come_from_the_server_and_is_error_is_an_error_result(
         "approve",
         "variable",
         "variable_digest",
+        "big",
         "crash",
         "grade",
     }
@@ -300,3 +303,65 @@ async def test_a_tool_whose_schema_cannot_be_compiled_fails_open_naming_it() -> 
     assert "tool 'calculator': its schema is refused: a $ref cycle" in episode.error.message
     assert "\n" not in episode.error.message
     assert provider.requests == []  # nothing was asked of the model
+
+
+async def test_a_result_over_the_size_bound_is_that_calls_error_result() -> None:
+    """A 2 MB MCP result (over the 1 MiB default of loop.max_tool_result_bytes) is neither stored
+    nor replayed: the call's result is an error naming the size, and the episode goes on."""
+    script = [
+        calls(call("big", {"size": 2_000_000}, id="c1"), call("big", {"size": 1000}, id="c2")),
+        text("done"),
+    ]
+    episode, provider = await _run(_env(STDIO), script)
+    assert episode.stop_reason is StopReason.DONE, episode.error
+    (over, over_error), (ok, ok_error) = _results(episode)
+    assert over_error
+    assert over == "error: big returned at least 2,000,000 bytes, over loop.max_tool_result_bytes = " \
+        "1,048,576; the result was dropped"
+    assert (ok, ok_error) == ("x" * 1000, False)
+    assert len(repr(provider.requests[-1].messages)) < 10_000  # what is replayed to the model
+
+
+async def test_a_stdio_server_flooding_stdout_cannot_flood_the_logs(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """4,000 non-JSON stdout lines (2 MB, each of which the SDK logs with a traceback) reach the
+    logs as a few bounded records with no traceback, the key they quote scrubbed, and the
+    session still works."""
+    monkeypatch.setenv("MCP_TEST_TOKEN", "tok-flood-5150")
+    env = _env(["python", str(SERVER), "stdio", "flood", "4000"], pass_env=["MCP_TEST_TOKEN"])
+    script = [calls(call("lookup_order", {"order_id": "A-1"}, id="c1")), text("Order A-1 is shipped.")]
+    with caplog.at_level(logging.DEBUG, logger="mcp"):
+        episode, _ = await _run(env, script)
+    assert episode.stop_reason is StopReason.DONE, episode.error
+    sdk = [r for r in caplog.records if r.name.startswith("mcp")]
+    parse = [r for r in sdk if "Failed to parse JSONRPC message" in r.getMessage()]
+    assert 1 <= len(parse) <= mcplog.BURST
+    assert all(r.exc_info is None for r in sdk)
+    logged = "\n".join(caplog.handler.format(r) for r in sdk)
+    assert len(logged) < 100_000
+    assert "tok-flood-5150" not in caplog.text
+
+
+def test_the_log_guard_rate_limits_truncates_and_counts_what_it_dropped() -> None:
+    """Per message template: BURST records per window pass, each cut to max_chars; the first
+    one of the next window says how many were dropped."""
+    guard = mcplog.SDKLogGuard(burst=2, window_s=0.2, max_chars=100)
+    guard.add_secrets(["sekrit-value"])
+
+    def record(text: str) -> logging.LogRecord:
+        try:
+            raise ValueError(text)
+        except ValueError:
+            return logging.LogRecord("mcp.client.stdio", logging.ERROR, __file__, 1, "Failed %s", ("x",),
+                                     sys.exc_info())
+
+    passed = [r for r in (record("sekrit-value " + "z" * 5000) for _ in range(50)) if guard.filter(r)]
+    assert len(passed) == 2
+    assert all(len(r.getMessage()) < 200 and r.exc_info is None for r in passed)
+    assert "sekrit-value" not in passed[0].getMessage()
+    assert "[redacted credential]" in passed[0].getMessage()
+    time.sleep(0.25)
+    later = record("short")
+    assert guard.filter(later)
+    assert "[48 more like this dropped]" in later.getMessage()

@@ -218,3 +218,25 @@ async def test_a_validator_failure_at_a_call_is_that_calls_error_result(
     out = await run_tool(hand_built, {}, 1.0)
     assert (out.is_error, out.ran) == (True, False)
     assert "hand has an invalid schema: $ref '#/$defs/nowhere' resolves to nothing" in out.content
+
+
+async def test_a_result_over_the_byte_bound_is_an_error_result() -> None:
+    """`max_result_bytes` counts UTF-8 bytes: at the bound a result passes, one byte over (or a
+    multi-byte text over it in bytes though not in characters) is an error naming the size;
+    without a bound given, DEFAULT_MAX_RESULT_BYTES (1 MiB) applies."""
+    echo = tool(lambda text: text, name="echo", parameters={"type": "object"}, inline=True)
+    assert (await run_tool(echo, {"text": "a" * 100}, 1.0, max_result_bytes=100)).content == "a" * 100
+    over = await run_tool(echo, {"text": "a" * 101}, 1.0, max_result_bytes=100)
+    assert (over.is_error, over.ran) == (True, True)
+    assert over.content == (
+        "error: echo returned at least 101 bytes, over loop.max_tool_result_bytes = 100; "
+        "the result was dropped"
+    )
+    wide = await run_tool(echo, {"text": "é" * 60}, 1.0, max_result_bytes=100)  # 60 characters, 120 bytes
+    assert wide.is_error
+    assert "returned 120 bytes" in wide.content
+    assert not (await run_tool(echo, {"text": "é" * 50}, 1.0, max_result_bytes=100)).is_error
+    assert toolkit.DEFAULT_MAX_RESULT_BYTES == 1024 * 1024
+    huge = await run_tool(echo, {"text": "b" * (toolkit.DEFAULT_MAX_RESULT_BYTES + 1)}, 1.0)
+    assert huge.is_error
+    assert "over loop.max_tool_result_bytes = 1,048,576" in huge.content
