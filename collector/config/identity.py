@@ -64,6 +64,8 @@ def data_identity(cfg: RunConfig) -> dict[str, Any]:
     # A tool server's URL names what the tools are, its credentials only who may call them:
     # rotating a key must resume the same run (a URL without credentials hashes as before).
     _rewrite_server_url(data["env"], without_url_credentials)
+    # Where the project lives is not what the data means: the task file as the config wrote it.
+    data["env"]["task_file"] = cfg.env.task_file_as_written()
     return data
 
 

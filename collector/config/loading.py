@@ -77,6 +77,9 @@ def config_from_dict(data: Mapping[str, Any], source: str = "<config>") -> RunCo
 def load_config(path: str | Path, overrides: Sequence[str] = ()) -> RunConfig:
     """Read a TOML config, apply `--set` overrides, validate.
 
+    Paths in the file (`env.task_file`, `env.python_path`) are relative to the file's
+    directory; paths given with `--set`, and `output.path`, to the working directory.
+
     Every failure is a ConfigError whose message is one line naming the file, the field path
     and the bad value.
     """
@@ -93,5 +96,33 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> RunConfig:
     except UnicodeDecodeError as exc:
         # TOML is UTF-8 by definition (tomllib decodes before parsing).
         raise ConfigError(f"{source}: not valid TOML: not UTF-8 text (byte {exc.start})") from None
-    return check_run_config(config_from_dict(apply_overrides(data, overrides), source), source)
+    data, written = _paths_from_file(data, Path(path).resolve().parent)
+    cfg = config_from_dict(apply_overrides(data, overrides), source)
+    if written is not None:
+        cfg.env._task_file_written = written  # an override of task_file no longer matches it
+    return check_run_config(cfg, source)
+
+
+def _paths_from_file(data: dict[str, Any], root: Path) -> tuple[dict[str, Any], tuple[str, str] | None]:
+    """`data` with `env.task_file` and `env.python_path` made absolute against `root` (the
+    config file's directory) where they are relative, and (absolute, written) for the task
+    file. Before the overrides: a `--set` path stays relative to the working directory."""
+    env = data.get("env")
+    if not isinstance(env, dict):
+        return data, None
+    env = dict(env)
+    written = None
+    task_file = env.get("task_file")
+    if isinstance(task_file, str) and _relative(task_file):
+        env["task_file"] = str(root / task_file)
+        written = (env["task_file"], task_file)
+    paths = env.get("python_path")
+    if isinstance(paths, list):
+        env["python_path"] = [str(root / p) if isinstance(p, str) and _relative(p) else p for p in paths]
+    return {**data, "env": env}, written
+
+
+def _relative(path: str) -> bool:
+    # A URI (s3://...) or an absolute path is left as written.
+    return bool(path) and "://" not in path and not Path(path).is_absolute()
 

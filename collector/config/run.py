@@ -10,7 +10,7 @@ import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from collector.config.models import (
     INT64_MAX,
@@ -39,14 +39,28 @@ class EnvConfig(_Model):
     tasks: Annotated[int, Field(gt=0, le=MAX_TASKS)] | None = None
     """Use the first N tasks; all when unset (at most 1,000,000)."""
     task_file: str | None = None
-    """Optional JSONL or Parquet file of tasks (columns: id, prompt, metadata)."""
+    """Optional JSONL or Parquet file of tasks (columns: id, prompt, metadata). In a config file,
+    a relative path is relative to the file's directory (`collector run proj/config.toml` finds
+    `proj/tasks.jsonl`); given with `--set`, relative to the working directory."""
     # The noqa: RUF012 here: pydantic copies field defaults per instance (ruff cannot see
     # that `_Model`, defined in another module, is a pydantic model).
     options: dict[str, object] = {}  # noqa: RUF012
     """Passed to the environment's constructor."""
     python_path: list[str] = []  # noqa: RUF012
     """Directories put on `sys.path` (driver and workers) before a `module:attr` environment is
-    imported, for an environment that is not installed. Relative to where `collector run` runs."""
+    imported, for an environment that is not installed. In a config file, relative to the
+    file's directory (like `task_file`); given with `--set`, relative to the working directory."""
+    # `task_file` as the config file wrote it, beside the absolute path `load_config` made of
+    # it: the fingerprint hashes the written form, so moving the project (or starting from
+    # another directory) is not "another config". Private: not a setting, never dumped.
+    _task_file_written: tuple[str, str] | None = PrivateAttr(default=None)
+
+    def task_file_as_written(self) -> str | None:
+        """`task_file` as its config file wrote it (relative to the file), or as set."""
+        written = self._task_file_written
+        if written is not None and written[0] == self.task_file:
+            return written[1]
+        return self.task_file
 
 
 class RewardConfig(_Model):
@@ -146,7 +160,9 @@ class RayConfig(_Model):
 class OutputConfig(_Model):
     path: str = "runs/{name}"
     """The run directory. `{name}` is replaced by the run's `name`, so by default every config
-    gets its own `runs/<name>` and two configs never collide on one directory."""
+    gets its own `runs/<name>` and two configs never collide on one directory. A relative path
+    is relative to the working directory, not to the config file (unlike `env.task_file`):
+    the data goes where the command runs, and a run resumes wherever the config is kept."""
     format: Literal["arrow", "parquet"] = "arrow"
     """Shard file format: Arrow IPC (zstd) or Parquet."""
     rows_per_shard: PositiveInt = 512
