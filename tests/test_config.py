@@ -355,3 +355,38 @@ def test_the_tool_result_bound_is_in_the_fingerprint_only_when_changed() -> None
     assert base().loop.max_tool_result_bytes == DEFAULT_MAX_RESULT_BYTES
     assert "max_tool_result_bytes" not in data_identity(base())["loop"]
     assert config_fingerprint(with_(base(), loop__max_tool_result_bytes=4096)) != config_fingerprint(base())
+
+
+def test_each_swept_provider_has_its_own_extra_body(tmp_path: Path) -> None:
+    """`sweep.providers[i].extra_body` is merged over `sampling.extra_body` for that provider
+    alone (objects key by key); unset, the fingerprint is what it was; set, it changes."""
+    path = write(tmp_path, MINIMAL + """
+[sampling]
+extra_body = { top_k = 20, chat_template_kwargs = { enable_thinking = false, mode = "a" } }
+[[sweep.providers]]
+kind = "chat"
+base_url = "http://127.0.0.1:1/v1"
+label = "vllm"
+extra_body = { chat_template_kwargs = { enable_thinking = true }, min_p = 0.1 }
+[[sweep.providers]]
+kind = "gemini"
+base_url = "http://127.0.0.1:2"
+label = "gemini"
+extra_body = { top_k = "replaced", generationConfig = { seed = 3 } }
+[[sweep.providers]]
+kind = "sim"
+""")
+    vllm, gemini, sim = load_config(path).sweep.providers or []
+    sampling = load_config(path).sampling.extra_body
+    assert vllm.request_extra_body(sampling) == {
+        "top_k": 20, "chat_template_kwargs": {"enable_thinking": True, "mode": "a"}, "min_p": 0.1,
+    }
+    assert gemini.request_extra_body(sampling) == {
+        "top_k": "replaced", "chat_template_kwargs": {"enable_thinking": False, "mode": "a"},
+        "generationConfig": {"seed": 3},
+    }
+    assert sim.request_extra_body(sampling) == sampling
+    assert sampling == {"top_k": 20, "chat_template_kwargs": {"enable_thinking": False, "mode": "a"}}
+    assert "extra_body" not in data_identity(base())["provider"]
+    changed = with_(base(), provider__extra_body={"min_p": 0.1})
+    assert config_fingerprint(changed) != config_fingerprint(base())

@@ -44,6 +44,8 @@ def _provider_identity(provider: ProviderConfig) -> dict[str, Any]:
         data.pop("base_url", None)
     if data.get("context_window") is None:  # issue 16: unset keeps existing run ids
         data.pop("context_window", None)
+    if not data.get("extra_body"):  # issue 31: unset keeps existing run ids
+        data.pop("extra_body", None)
     return data
 
 

@@ -89,6 +89,11 @@ class ProviderConfig(_Model):
     """The model's context window in tokens. Set, each turn's cap is clamped to what the window
     leaves after the (estimated) prompt, and a turn that cannot fit ends the episode as
     `context_overflow` without a request. Unset: only the provider's own error says so."""
+    extra_body: dict[str, object] = {}
+    """Server-specific request fields for this provider only, merged over `sampling.extra_body`
+    (objects key by key, anything else replaces): in a sweep over providers of different
+    wires (`sweep.providers`), each gets its own (vLLM's `top_k` for one, Gemini's
+    `generationConfig` for another). In the fingerprint when set."""
     allow_model_alias: bool = False
     """Skip the check, before the sweep, that this server serves each model of `sweep.models`
     (its `/models` list, or the `model` of one small reply). For a server that answers every
@@ -105,6 +110,11 @@ class ProviderConfig(_Model):
     def name(self) -> str:
         """What the `provider` column holds for this provider."""
         return self.label or self.kind
+
+    def request_extra_body(self, sampling_extra: Mapping[str, object]) -> dict[str, object]:
+        """The extra request fields this provider sends: `sampling.extra_body` with this
+        provider's `extra_body` merged over it (objects key by key, as the adapters merge)."""
+        return _merged(dict(sampling_extra), self.extra_body)
 
     @property
     def wire(self) -> ProviderKind:
@@ -243,6 +253,17 @@ class SweepConfig(_Model):
                 raise ValueError("swept providers need distinct labels (set provider.label)")
         return self
 
+
+
+def _merged(base: dict[str, object], extra: Mapping[str, object]) -> dict[str, object]:
+    # The adapters' `merge_extra` rule (collector.providers.common), which this layer cannot import.
+    for key, value in extra.items():
+        current = base.get(key)
+        if isinstance(current, dict) and isinstance(value, Mapping):
+            base[key] = _merged(dict(current), value)
+        else:
+            base[key] = value
+    return base
 
 
 def _describe(value: object) -> str:
