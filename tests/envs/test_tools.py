@@ -9,7 +9,7 @@ from typing import Any, Literal
 import pytest
 from pydantic import BaseModel, Field
 
-from collector.envs import toolkit
+from collector.envs import schemas, toolkit
 from collector.envs.base import Tool
 from collector.envs.toolkit import check_schema, run_tool, tool, tool_specs
 
@@ -200,7 +200,8 @@ async def test_a_validator_failure_at_a_call_is_that_calls_error_result(
 ) -> None:
     """Whatever the validator raises at a call (RecursionError, a resolver error, anything) is
     an error result with ran=False, never an exception out of `run_tool`."""
-    monkeypatch.setattr(toolkit, "_check_references", lambda schema, cls: None)  # what compiling missed
+    monkeypatch.setattr(schemas, "_check_references", lambda schema, cls: None)  # what compiling missed
+    monkeypatch.setattr(schemas, "_SCHEMA_CACHE", {})  # nor may it leave that validator cached
     looping = tool(lambda **a: "ran", name="looping", parameters={"$ref": "#"}, inline=True)
     out = await run_tool(looping, {"x": 1}, 1.0)
     assert (out.is_error, out.ran) == (True, False)
