@@ -107,9 +107,11 @@ def _check_references(schema: Mapping[str, Any], cls: Any) -> None:
         str(schema.get("$schema", "https://json-schema.org/draft/2020-12/schema")),
         default=referencing.jsonschema.DRAFT202012,
     )
-    root_uri = "urn:collector:tool-schema"
-    registry: Any = referencing.Registry().with_resource(root_uri, spec.create_resource(schema))
-    resolver: Any = registry.resolver(base_uri=root_uri)
+    # As the validator resolves: the root under its own `$id` (if any), every nested `$id`
+    # resource found by crawling, and nothing retrieved from outside.
+    resource = spec.create_resource(schema)
+    root = resource.id() or ""
+    resolver: Any = referencing.Registry().with_resource(root, resource).crawl().resolver(base_uri=root)
     # Every subschema, with the resolver of its scope (`$id` changes the base of a `$ref`).
     edges: dict[int, list[int]] = {}
     nodes: dict[int, Any] = {}

@@ -193,6 +193,18 @@ async def test_recursive_schemas_that_descend_are_accepted_and_checked() -> None
     bad = await run_tool(t, {"name": "r", "children": [{"children": []}]}, 1.0)
     assert bad.is_error
     assert "arguments.children.0.name: field required" in bad.content
+    # Nested `$id` resources resolve as the validator resolves them; a pydantic model's
+    # `$defs` (what an SDK server lists) compile too.
+    scoped = {
+        "$id": "https://example.com/root.json",
+        "$defs": {"n": {"$id": "nested.json", "$defs": {"k": {"type": "integer"}},
+                        "properties": {"v": {"$ref": "#/$defs/k"}}}},
+        "properties": {"y": {"$ref": "nested.json"}},
+    }
+    s = tool(lambda **a: "ok", name="scoped", parameters=scoped, inline=True)
+    assert (await run_tool(s, {"y": {"v": 1}}, 1.0)).content == "ok"
+    assert (await run_tool(s, {"y": {"v": "one"}}, 1.0)).is_error
+    tool(lambda **a: "ok", name="model", parameters=EmailArgs.model_json_schema())
 
 
 async def test_a_validator_failure_at_a_call_is_that_calls_error_result(
