@@ -198,7 +198,7 @@ class MCPWorld(EpisodeWorld):
             tail = self._stderr_tail()
             await self.close()
             raise EnvironmentFailure(
-                self.env.scrub(f"MCP server {where} failed to start: {_describe(exc)}{tail}")
+                f"MCP server {where} failed to start: {_describe(exc, self.env.scrub)}{tail}"
             ) from None
         built = []
         for entry in tools:
@@ -254,7 +254,8 @@ class MCPWorld(EpisodeWorld):
             lines = [line.strip() for line in self._stderr.read().splitlines() if line.strip()]
         except (OSError, ValueError):
             return ""
-        return f"; its stderr ended: {lines[-1][:300]}" if lines else ""
+        # Scrubbed before it is cut: a cut through a key would leave its first part unmatched.
+        return f"; its stderr ended: {self.env.scrub(lines[-1])[:300]}" if lines else ""
 
     async def call(
         self, name: str, arguments: Mapping[str, Any], meta: Mapping[str, str] | None = None
@@ -290,14 +291,14 @@ class MCPWorld(EpisodeWorld):
                         + self._stderr_tail()
                     )
                 ) from None
-            raise ToolError(scrub(f"{name}: {exc.message[:300]}")) from None
+            raise ToolError(f"{name}: {scrub(exc.message)[:300]}") from None
         if isinstance(exc, RuntimeError | RecursionError) and not session.done():
             # The SDK checking the result against the tool's outputSchema failed (it raises
             # RuntimeError; a schema it cannot follow, RecursionError): this call's error, and
             # the session goes on.
-            raise ToolError(scrub(f"{name}: the result could not be checked: {_describe(exc)}")) from None
+            raise ToolError(f"{name}: the result could not be checked: {_describe(exc, scrub)}") from None
         if exc is not None:
-            raise EnvironmentFailure(scrub(f"{where} failed during {name}: {_describe(exc)}")) from None
+            raise EnvironmentFailure(f"{where} failed during {name}: {_describe(exc, scrub)}") from None
         result = request.result()
         text = scrub(_result_text(result))
         if result.is_error:
@@ -305,7 +306,7 @@ class MCPWorld(EpisodeWorld):
         return text
 
     def _cause(self) -> str:
-        return f" ({_describe(self._ended)})" if self._ended is not None else ""
+        return f" ({_describe(self._ended, self.env.scrub)})" if self._ended is not None else ""
 
     async def grade(self, final_text: str | None) -> float:
         if self.env.grader is not None:
@@ -397,12 +398,13 @@ def _credential_pattern(forms: tuple[str, ...]) -> re.Pattern[str] | None:
     return re.compile("|".join(map(re.escape, forms))) if forms else None
 
 
-def _describe(exc: BaseException) -> str:
-    # An exception group (anyio's task groups) hides the cause one level down.
+def _describe(exc: BaseException, scrub: Callable[[str], str] = str) -> str:
+    # An exception group (anyio's task groups) hides the cause one level down. `scrub` runs
+    # before the cut, so no key is left half-matched at the end.
     inner = getattr(exc, "exceptions", None)
     if inner:
-        return _describe(inner[0])
-    text = " ".join(str(exc).split())[:200]
+        return _describe(inner[0], scrub)
+    text = scrub(" ".join(str(exc).split()))[:200]
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 

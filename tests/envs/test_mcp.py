@@ -23,6 +23,7 @@ from collector.envs import mcplog
 from collector.envs.loading import load_environment
 from collector.envs.mcp import MCPEnvironment, MCPWorld
 from collector.episode.loop import EpisodeSpec, run_episode
+from collector.errors import EnvironmentFailure
 from collector.providers.scripted import ScriptedProvider, call, calls, cut, text
 from collector.stop import StopReason
 from tests.episode.helpers import assert_settled
@@ -265,6 +266,15 @@ async def test_a_pass_env_value_the_server_prints_or_returns_is_never_stored(
     assert episode.error is not None
     assert "its stderr ended: key [redacted credential]" in episode.error.message
     assert "4f2a9" not in repr(dataclasses.asdict(episode))
+    # A long line: the tail is cut at 300 characters, through the key, after it is scrubbed.
+    code = "import os, sys; print('z' * 290, os.environ['MCP_TEST_TOKEN'], file=sys.stderr); sys.exit(1)"
+    long_line = _env(["python", "-c", code], pass_env=["MCP_TEST_TOKEN"], startup_timeout_s=20)
+    world = long_line.start(long_line.tasks()[0])
+    with pytest.raises(EnvironmentFailure) as failed:  # the whole message, before the loop's own cut
+        await world.open()
+    await world.close()
+    assert "zzz [redacted" in str(failed.value)
+    assert "sk-mcp" not in str(failed.value)
 
 
 async def test_credentials_in_an_mcp_url_are_listed_and_kept_out_of_messages() -> None:
