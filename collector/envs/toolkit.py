@@ -411,11 +411,12 @@ async def run_tool(
 
 
 def _bounded(tool_: Tool, text: str, limit: int) -> ToolOutcome:
-    # Cheap first: at most 4 UTF-8 bytes a character, so a short str cannot exceed the limit,
-    # and one of more characters than the limit always does (not encoded: it may be huge).
+    # Cheap first: at most 4 UTF-8 bytes a character, so a short str cannot exceed the limit.
+    # A very long one is not encoded just to be measured (it may be huge): its characters
+    # are a lower bound on its bytes.
     if len(text) * 4 <= limit:
         return ToolOutcome(text, False)
-    if len(text) > limit:
+    if len(text) > 4 * limit:
         size = f"at least {len(text):,}"
     else:
         encoded = len(text.encode("utf-8", "surrogatepass"))

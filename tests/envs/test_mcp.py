@@ -326,7 +326,7 @@ async def test_a_result_over_the_size_bound_is_that_calls_error_result() -> None
     assert episode.stop_reason is StopReason.DONE, episode.error
     (over, over_error), (ok, ok_error) = _results(episode)
     assert over_error
-    assert over == "error: big returned at least 2,000,000 bytes, over loop.max_tool_result_bytes = " \
+    assert over == "error: big returned 2,000,000 bytes, over loop.max_tool_result_bytes = " \
         "1,048,576; the result was dropped"
     assert (ok, ok_error) == ("x" * 1000, False)
     assert len(repr(provider.requests[-1].messages)) < 10_000  # what is replayed to the model

@@ -242,13 +242,15 @@ async def test_a_result_over_the_byte_bound_is_an_error_result() -> None:
     over = await run_tool(echo, {"text": "a" * 101}, 1.0, max_result_bytes=100)
     assert (over.is_error, over.ran) == (True, True)
     assert over.content == (
-        "error: echo returned at least 101 bytes, over loop.max_tool_result_bytes = 100; "
+        "error: echo returned 101 bytes, over loop.max_tool_result_bytes = 100; "
         "the result was dropped"
     )
     wide = await run_tool(echo, {"text": "é" * 60}, 1.0, max_result_bytes=100)  # 60 characters, 120 bytes
     assert wide.is_error
     assert "returned 120 bytes" in wide.content
     assert not (await run_tool(echo, {"text": "é" * 50}, 1.0, max_result_bytes=100)).is_error
+    far = await run_tool(echo, {"text": "a" * 401}, 1.0, max_result_bytes=100)  # not encoded to be measured
+    assert "returned at least 401 bytes" in far.content
     assert toolkit.DEFAULT_MAX_RESULT_BYTES == 1024 * 1024
     huge = await run_tool(echo, {"text": "b" * (toolkit.DEFAULT_MAX_RESULT_BYTES + 1)}, 1.0)
     assert huge.is_error
