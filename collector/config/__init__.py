@@ -9,6 +9,10 @@ TOML because the standard library reads it (`tomllib`) and the closest peers use
 before validation, so an override is checked exactly like the file. Every failure is one
 `ConfigError` line: `configs/x.toml: sweep.budgets.0: Input should be greater than 0 (got -5)`.
 
+Paths. In a config file, `env.task_file` and `env.python_path` are relative to the file's
+directory; with `--set`, to the working directory; `output.path` always to the working
+directory.
+
 Identity. `config_fingerprint` hashes only the fields that define what an episode means
 (provider wire, sampling, environment, loop policy, seed, run name). The fields that only
 select which episodes exist (models, budgets, samples, task count) and the ones that only
@@ -22,21 +26,18 @@ Checks that need more than the schema (`check_run_config`: simulator model names
 presets) run in `load_config` and again in the job before Ray starts, not in the pydantic
 models, so a `RunConfig` can still be built in code for any model name.
 
-Layout (one concept a module, each re-exported here, so `from collector.config import X`
-is the one import path): `collector.config.models` (providers, sampling, the sweep; the
-shared `_Model` and limits), `collector.config.run` (environment, loop, Ray, output,
-`RunConfig`, `check_run_config`), `collector.config.loading` (TOML, `--set`, one-line
-errors), `collector.config.identity` (fingerprint, run id, resolved config, paths),
-`collector.config.urls` (credentials in URLs). All are
-tested in tests/test_config.py.
+Layout (one concept a module, each public name re-exported here, so `from collector.config
+import X` is the one import path): `collector.config.models` (providers, sampling, the
+sweep; the shared `_Model` and limits), `collector.config.run` (environment, loop, Ray,
+output, `RunConfig`, `check_run_config`), `collector.config.loading` (TOML, `--set`,
+one-line errors, paths relative to the file), `collector.config.identity` (fingerprint, run
+id, resolved config, paths), `collector.config.urls` (credentials in URLs). All are tested
+in tests/test_config.py (file-relative paths also in tests/envs/test_loading.py).
 """
 
 from __future__ import annotations
 
 from collector.config.identity import (
-    _LATER_LOOP_FIELDS,
-    _PROVIDER_TRANSPORT_ONLY,
-    _SELECTION_ONLY,
     config_fingerprint,
     data_identity,
     resolved_config,
@@ -44,7 +45,6 @@ from collector.config.identity import (
     with_absolute_paths,
 )
 from collector.config.loading import (
-    _one_line,
     apply_overrides,
     config_from_dict,
     load_config,
@@ -69,11 +69,8 @@ from collector.config.models import (
     SamplingConfig,
     SweepCell,
     SweepConfig,
-    _describe,
-    _Model,
 )
 from collector.config.run import (
-    _RUN_NAME,
     EnvConfig,
     LoopConfig,
     OutputConfig,
@@ -99,10 +96,6 @@ __all__ = [
     "MAX_SAMPLES_PER_TASK",
     "MAX_TASKS",
     "MAX_WORKERS",
-    "_LATER_LOOP_FIELDS",
-    "_PROVIDER_TRANSPORT_ONLY",
-    "_RUN_NAME",
-    "_SELECTION_ONLY",
     "Budget",
     "EnvConfig",
     "LoopConfig",
@@ -120,9 +113,6 @@ __all__ = [
     "SamplingConfig",
     "SweepCell",
     "SweepConfig",
-    "_Model",
-    "_describe",
-    "_one_line",
     "apply_overrides",
     "check_run_config",
     "config_fingerprint",
