@@ -247,10 +247,10 @@ def test_pyarrow_polars_and_duckdb_read_the_bucket(tmp_path: Path, s3_bucket: S3
 
 
 def test_the_readme_s3_block_runs_against_a_bucket(tmp_path: Path, s3_bucket: S3Bucket) -> None:
-    """README's "Reading a run in object storage" block runs as shown on a Parquet run where it says."""
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+    """docs/clusters.md's "Reading a run in object storage" block runs as shown where it says."""
+    text = (REPO / "docs/clusters.md").read_text(encoding="utf-8")
     match = re.search(re.escape(README_MARK) + r"\n```python\n(.*?)^```\n", text, flags=re.S | re.M)
-    assert match, "README has no block marked for this test"
+    assert match, "docs/clusters.md has no block marked for this test"
     code = match.group(1)
     named = re.search(r'^bucket, prefix = "([^"]+)", "([^"]+)"$', code, flags=re.M)
     assert named, "the block names its bucket and prefix on one line"
