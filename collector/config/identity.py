@@ -1,6 +1,6 @@
 """A config's identity and its stored form: fingerprint, run id, resolved config, paths.
 
-Part of `collector.config` (import from there); tested in tests/test_config.py.
+Part of `collector.config` (import from there). Tests: tests/test_config.py.
 """
 
 from __future__ import annotations

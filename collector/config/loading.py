@@ -1,6 +1,7 @@
 """Loading a config: TOML files, `--set a.b=value` overrides, one-line `ConfigError`s.
 
-Part of `collector.config` (import from there); tested in tests/test_config.py.
+Part of `collector.config` (import from there). Tests: tests/test_config.py,
+tests/envs/test_loading.py (paths relative to the config file).
 """
 
 from __future__ import annotations

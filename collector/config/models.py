@@ -1,7 +1,8 @@
 """The sweep's models: providers (wire, endpoint, retries), sampling, and the sweep's axes.
 
-Part of `collector.config` (import from there); tested in tests/test_config.py. Also the
-shared pieces of every config model: `_Model` (unknown fields forbidden, frozen, attribute
+Part of `collector.config` (import from there). Tests: tests/test_config.py.
+
+Also the shared pieces of every config model: `_Model` (unknown fields forbidden, frozen, attribute
 docstrings as field descriptions) and the upper bounds (README, Reliability: "Limits").
 """
 

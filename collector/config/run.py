@@ -1,6 +1,6 @@
 """The run's own models: environment, loop policy, Ray layout, output, and `RunConfig`.
 
-Part of `collector.config` (import from there); tested in tests/test_config.py.
+Part of `collector.config` (import from there). Tests: tests/test_config.py.
 `check_run_config` holds the checks that need more than the schema (simulator presets).
 """
 

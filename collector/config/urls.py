@@ -1,7 +1,9 @@
 """Credentials written into URLs: the public form stored or printed, and the secret values.
 
-Part of `collector.config` (import from there); tested in tests/test_config.py and
-tests/envs/test_mcp.py (an MCP server's URL). A URL may carry credentials in its user info
+Part of `collector.config` (import from there). Tests: tests/test_config.py,
+tests/envs/test_mcp.py (an MCP server's URL).
+
+A URL may carry credentials in its user info
 (``http://user:PASS@host/mcp``) or in a query parameter (``?api_key=KEY``, ``?key=KEY``).
 `public_url` is what a resolved config stores and a message prints: no user info, no query.
 `without_url_credentials` keeps every part but the credentials: what the fingerprint hashes,

@@ -1,5 +1,7 @@
 """The environment interface: tasks, tools, and a grader.
 
+Tests: tests/envs/test_context.py, tests/envs/test_my_env.py.
+
 An `Environment` lists `Task`s. For each episode the loop calls
 `Environment.start(task, context)` and gets a fresh `EpisodeWorld`: the tools bound to that
 episode's own state, and a grader that reads the final state. Worlds are never shared

@@ -1,7 +1,9 @@
 """Tools given as JSON Schema: compiling a schema once, and checking a call's arguments.
 
-Part of the tools (`collector.envs.toolkit` re-exports every name here); tested in
-tests/envs/test_tools.py and tests/envs/test_mcp.py. Checked with the `jsonschema` package
+Part of the tools (`collector.envs.toolkit` re-exports every name here). Tests:
+tests/envs/test_tools.py, tests/envs/test_mcp.py.
+
+Checked with the `jsonschema` package
 (the schema's own draft, Draft 2020-12 when it names none). A schema is compiled once
 (cached by its JSON text): one that is not valid JSON Schema, has a `$ref` that resolves
 nowhere (dangling, or remote: nothing is fetched) or a `$ref` cycle that never moves into

@@ -1,5 +1,7 @@
 """Tools: schemas from typed Python callables, validation before a call, and safe execution.
 
+Tests: tests/envs/test_tools.py, tests/envs/test_tool_threads.py.
+
 A `Tool` (collector.envs.base) pairs a JSON Schema with a function. `tool()` builds one from
 a typed callable (each parameter becomes a property; defaults make it optional), from a
 callable taking one pydantic model (the model's fields are the arguments), or from a JSON
