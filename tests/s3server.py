@@ -88,3 +88,116 @@ def s3_bucket(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> S3Bucket:
     )
     bucket.client.create_bucket(Bucket=bucket.name)
     return bucket
+
+
+@dataclass
+class Fault:
+    """One scripted failure of the proxy: requests that `match` (method, path with query,
+    headers) get `status` instead of the server's answer, `times` times. With `forward` the
+    request reaches the server first (the write lands, only its answer is lost: a gateway's
+    500, a reset after the write); without, the server never sees it (throttling)."""
+
+    match: Any
+    status: int
+    code: str
+    forward: bool
+    times: int = 1
+    hits: int = 0
+
+
+class FaultyProxy:
+    """A loopback HTTP proxy in front of the moto server that forwards every request and
+    answers as the server did, except for the requests a `Fault` matches. The fault fires on
+    the request itself (an event proving the work is in flight), never on a timer."""
+
+    def __init__(self, upstream: str) -> None:
+        import http.server
+        import threading
+        import urllib.parse
+
+        target = urllib.parse.urlsplit(upstream)
+        self.upstream = (target.hostname or "127.0.0.1", target.port or 80)
+        self.faults: list[Fault] = []
+        self._lock = threading.Lock()
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+            def _any(self) -> None:
+                proxy._handle(self)
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _any
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def fail(self, match: Any, *, status: int = 500, code: str = "InternalError", forward: bool = True,
+             times: int = 1) -> Fault:
+        fault = Fault(match, status, code, forward, times)
+        with self._lock:
+            self.faults.append(fault)
+        return fault
+
+    def _fault_for(self, method: str, path: str, headers: Any) -> Fault | None:
+        with self._lock:
+            for fault in self.faults:
+                if fault.hits < fault.times and fault.match(method, path, headers):
+                    fault.hits += 1
+                    return fault
+        return None
+
+    def _handle(self, handler: Any) -> None:
+        import http.client
+
+        length = int(handler.headers.get("Content-Length") or 0)
+        body = handler.rfile.read(length) if length else b""
+        fault = self._fault_for(handler.command, handler.path, handler.headers)
+        if fault is None or fault.forward:
+            conn = http.client.HTTPConnection(*self.upstream, timeout=30)
+            try:
+                headers = {k: v for k, v in handler.headers.items() if k.lower() != "connection"}
+                conn.request(handler.command, handler.path, body=body, headers=headers)
+                answer = conn.getresponse()
+                data = answer.read()
+                # A HEAD's Content-Length is the object's size: kept; any other is recomputed.
+                dropped = ("transfer-encoding", "connection") + (() if handler.command == "HEAD"
+                                                                 else ("content-length",))
+                status, reply = answer.status, [(k, v) for k, v in answer.getheaders()
+                                                if k.lower() not in dropped]
+            finally:
+                conn.close()
+        if fault is not None:
+            data = (f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{fault.code}</Code>'
+                    f"<Message>injected by the test proxy</Message></Error>").encode()
+            status, reply = fault.status, [("Content-Type", "application/xml")]
+        handler.send_response(status)
+        for k, v in reply:
+            handler.send_header(k, v)
+        if fault is not None or handler.command != "HEAD":
+            handler.send_header("Content-Length", str(len(data)))
+        handler.end_headers()
+        if handler.command != "HEAD":
+            handler.wfile.write(data)
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def faulty_s3(s3_bucket: S3Bucket, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[S3Bucket, FaultyProxy]]:
+    """`s3_bucket`, with the SDK environment pointing at a `FaultyProxy` in front of the server
+    (the bucket's own `client` still talks to the server directly, for the test's assertions)."""
+    proxy = FaultyProxy(s3_bucket.endpoint_url)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", proxy.url)
+    try:
+        yield s3_bucket, proxy
+    finally:
+        proxy.close()

@@ -15,6 +15,8 @@ the other fsspec schemes are refused in one line. GCS has the primitive, in its 
 match for the swap), but its S3-compatible endpoint honours ``If-None-Match`` only on reads,
 so pointing the S3 store at it is refused by the probe; a native adapter is not built here
 (no GCS server can run in the test suite to prove it).
+
+Tests: tests/storage/test_location.py, tests/storage/test_s3_readers.py.
 """
 
 from __future__ import annotations
@@ -85,5 +87,13 @@ def parse_location(value: str | Path) -> Path | ObjectLocation:
         raise OutputError(f"output path {text}: {bucket!r} is not a valid S3 bucket name")
     if parts.query or parts.fragment:
         raise OutputError(f"output path {text}: a run location takes no query or fragment")
-    prefix = parts.path.strip("/")
-    return ObjectLocation(scheme, bucket, prefix)
+    # One slash each side is the URI's own ("s3://b/run/" is "run"); inside, a key is taken
+    # literally by S3 but normalized by every path-based reader (and by the mirror): an empty,
+    # "." or ".." segment would name a run that the writer finds and no reader does.
+    path = parts.path.removeprefix("/").removesuffix("/")
+    if path and any(seg in ("", ".", "..") for seg in path.split("/")):
+        raise OutputError(
+            f"{text}: a run's prefix cannot hold '.' or '..' segments or '//' (S3 takes keys "
+            "literally, every reader would refuse the run); write it without them"
+        )
+    return ObjectLocation(scheme, bucket, path)

@@ -39,6 +39,8 @@ between its read of the base and its listing of the records) reads again.
 Run dirs written before this layout (``manifest.json`` at the top, shards under
 ``model=<m>/budget=<b>/``) are still read by every collector reader (`read_manifest`
 falls back to `LEGACY_MANIFEST`); the store refuses to continue them.
+
+Tests: tests/storage/test_commit_log.py, test_integrity.py, test_store.py.
 """
 
 from __future__ import annotations

@@ -22,10 +22,25 @@ there, the sync runs again. A bucket that stays in that state across a sync that
 nothing is what the bucket holds, and the readers report it (`check`: a problem); one that
 keeps changing ends after `SYNC_ATTEMPTS` with one line.
 
+A damaged local copy. The sync trusts a local file whose size and ETag match the key's only
+while the file is the one it wrote: the index keeps each file's size and mtime as written, and
+a file changed since (edited, truncated, damaged) is verified again against the manifest's
+sha256 (a shard) or simply fetched again (any other key). A shard whose local copy differs
+from its checksum is fetched again and reported as a warning naming the "local mirror", so
+that `check` never blames the bucket for a damaged copy; one that still differs once fetched
+is what the bucket holds, and `check` reports it.
+
+Keys outside the run's layout. A key that is not a plain relative path (``data/../../x``,
+``a//b``) or that clashes with another (``data/x`` and ``data/x/y``) cannot be mirrored; it is
+ignored and reported as a warning naming it, so that one stray key never makes the run
+unreadable to every reader.
+
 Errors (no such bucket, no permission, credentials refused, endpoint unreachable, boto3 not
 installed) are one `OutputError` line naming the run's URI, built from the error's code,
 never from a message that could carry a credential. Credentials come from the SDK's usual
 chain (environment, profile, instance role) and are never written to the cache.
+
+Tests: tests/storage/test_s3_readers.py, tests/storage/test_mirror.py.
 """
 
 from __future__ import annotations
@@ -33,6 +48,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import uuid
 from collections.abc import Iterator
@@ -45,10 +61,12 @@ from urllib.parse import quote, urlsplit
 from collector.errors import OutputError
 from collector.storage.location import ObjectLocation, parse_location
 from collector.storage.manifest import (
+    CHECKSUM_ALGORITHM,
     DATA_DIR,
     LEGACY_MANIFEST,
     MANIFEST,
     NotARunDirectory,
+    file_digest,
     read_manifest,
     shard_location,
     unique_entries,
@@ -65,6 +83,8 @@ CONNECT_TIMEOUT_S = 10
 READ_TIMEOUT_S = 60
 _CHUNK = 1 << 20
 _INDEX_VERSION = 1
+
+log = logging.getLogger(__name__)
 
 
 def resolve_run(run: str | Path) -> Path:
@@ -111,6 +131,8 @@ class SyncResult:
 
     downloaded: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    """One line per key ignored (outside the run's layout) or local copy fetched again."""
 
     @property
     def changed(self) -> bool:
@@ -127,6 +149,8 @@ def local_view(location: ObjectLocation) -> Path:
     problem = ""
     for _ in range(SYNC_ATTEMPTS):
         result = sync(location)
+        for warning in result.warnings:
+            log.warning("%s", warning)
         problem = _inconsistency(root)
         if not problem or not result.changed:
             # Consistent; or a sync that changed nothing found it so: the bucket itself holds
@@ -168,26 +192,39 @@ def sync(location: ObjectLocation) -> SyncResult:
     index_file = index_path(location)
     index_file.parent.mkdir(parents=True, exist_ok=True)
     with _locked(index_file.with_suffix(".lock")):
-        listing = _list(client, location)
+        result = SyncResult()
+        listing = _list(client, location, result.warnings)
         if MANIFEST not in listing and LEGACY_MANIFEST not in listing:
             raise NotARunDirectory(f"{location} is not a run (no {MANIFEST} under it)")
         index = _load_index(index_file)
         generation = int(index.get("syncs", 0)) + 1
         known: dict[str, dict[str, Any]] = index.get("keys", {})
-        result = SyncResult()
         root.mkdir(parents=True, exist_ok=True)
         for rel in _local_files(root):
             if rel not in listing:
                 (root / rel).unlink()
                 known.pop(rel, None)
                 result.removed.append(rel)
+        checksums = _checksums(root) if any(_changed(root / rel, known.get(rel)) for rel in listing) else {}
         for rel, (size, etag) in sorted(listing.items()):
             target = root / rel
             entry = known.get(rel)
-            if (entry is not None and entry.get("etag") == etag and entry.get("size") == size
-                    and target.is_file() and target.stat().st_size == size):
+            if entry is not None and entry.get("etag") == etag and entry.get("size") == size:
+                if not _changed(target, entry):
+                    continue
+                if target.is_file() and rel in checksums and _digest(target) == checksums[rel]:
+                    known[rel] = {**entry, **_stamp(target)}  # touched, not damaged: nothing to fetch
+                    continue
+                if target.is_file():
+                    result.warnings.append(
+                        f"{location}: {rel} in the local mirror ({target}) was damaged or changed since it "
+                        "was fetched (it differs from the bucket's object); fetched again")
+            try:
+                got = _download(client, location, rel, target, index_file.parent)
+            except _Clash as clash:
+                result.warnings.append(str(clash))
+                known.pop(rel, None)
                 continue
-            got = _download(client, location, rel, target, index_file.parent)
             if got is None:  # deleted since the listing (a compaction, a moved shard)
                 known.pop(rel, None)
                 if target.is_file():
@@ -196,12 +233,50 @@ def sync(location: ObjectLocation) -> SyncResult:
                 continue
             # The ETag of what was downloaded, not the listing's: the key may have been
             # replaced in between, and the next sync must then fetch it again.
-            known[rel] = {"size": got[0], "etag": got[1], "sync": generation}
+            known[rel] = {"size": got[0], "etag": got[1], "sync": generation, **_stamp(target)}
             result.downloaded.append(rel)
         _prune_empty_dirs(root)
         _write_index(index_file, {"version": _INDEX_VERSION, "uri": str(location), "syncs": generation,
                                   "keys": known})
     return result
+
+
+def _stamp(path: Path) -> dict[str, int]:
+    """What a local file looked like when the sync wrote or verified it."""
+    st = path.stat()
+    return {"local_size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def _changed(path: Path, entry: dict[str, Any] | None) -> bool:
+    """Whether the local copy is not the file the last sync left (or there is none)."""
+    if entry is None:
+        return True
+    try:
+        st = path.stat()
+    except OSError:
+        return True
+    return not path.is_file() or (st.st_size, st.st_mtime_ns) != (entry.get("local_size", entry.get("size")),
+                                                                 entry.get("mtime_ns", st.st_mtime_ns))
+
+
+def _checksums(root: Path) -> dict[str, str]:
+    """The manifest's checksum of each committed shard, by run-relative path (of both places a
+    committed shard may be: data/, or pending); {} when the local manifest cannot be read."""
+    try:
+        manifest = read_manifest(root)
+    except OutputError:
+        return {}
+    out: dict[str, str] = {}
+    for entry in manifest["shards"]:
+        checksum = entry.get("checksum")
+        if isinstance(checksum, str) and checksum.startswith(f"{CHECKSUM_ALGORITHM}:"):
+            out[entry["path"]] = checksum
+            out[shard_location(root, entry["path"]).relative_to(root).as_posix()] = checksum
+    return out
+
+
+def _digest(path: Path) -> str:
+    return file_digest(path)[1]
 
 
 def _local_files(root: Path) -> list[str]:
@@ -253,8 +328,9 @@ def _client(location: ObjectLocation) -> Any:
                        connect_timeout_s=CONNECT_TIMEOUT_S, read_timeout_s=READ_TIMEOUT_S)
 
 
-def _list(client: Any, location: ObjectLocation) -> dict[str, tuple[int, str]]:
-    """Every key under the prefix as run-relative path -> (size, ETag)."""
+def _list(client: Any, location: ObjectLocation, warnings: list[str]) -> dict[str, tuple[int, str]]:
+    """Every key under the prefix as run-relative path -> (size, ETag); one that cannot be
+    mirrored is left out, with a line in `warnings`."""
     prefix = f"{location.prefix}/" if location.prefix else ""
     listing: dict[str, tuple[int, str]] = {}
     try:
@@ -264,7 +340,10 @@ def _list(client: Any, location: ObjectLocation) -> dict[str, tuple[int, str]]:
                 rel = key[len(prefix):]
                 if rel.endswith("/"):
                     continue  # a "directory" marker some tools create: no data, no file
-                _check_relative(location, key, rel)
+                problem = _not_relative(location, key, rel)
+                if problem:
+                    warnings.append(problem)
+                    continue
                 listing[rel] = (int(obj["Size"]), str(obj["ETag"]))
     except OutputError:
         raise
@@ -273,12 +352,18 @@ def _list(client: Any, location: ObjectLocation) -> dict[str, tuple[int, str]]:
     return listing
 
 
-def _check_relative(location: ObjectLocation, key: str, rel: str) -> None:
-    """A key that is not a plain relative path cannot be mirrored without escaping the
-    mirror (``..``) or colliding with another key (``a//b``)."""
+def _not_relative(location: ObjectLocation, key: str, rel: str) -> str:
+    """Why a key cannot be mirrored without escaping the mirror (``..``) or colliding with
+    another key (``a//b``), or "" when it is a plain relative path."""
     parts = rel.split("/")
     if not rel or rel.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\0" in rel:
-        raise OutputError(f"{location}: key {key!r} is not a plain relative path; it cannot be mirrored")
+        return (f"{location}: key {key!r} is not a plain relative path (outside the run's layout); "
+                "ignored, not mirrored")
+    return ""
+
+
+class _Clash(Exception):
+    """A key that cannot have a file of its own in the mirror (another key's directory)."""
 
 
 def _download(client: Any, location: ObjectLocation, rel: str, target: Path, scratch: Path
@@ -305,8 +390,8 @@ def _download(client: Any, location: ObjectLocation, rel: str, target: Path, scr
             os.replace(tmp, target)
         except OSError as e:
             # Keys "a" and "a/b" both exist: a file and a directory cannot share a name here.
-            raise OutputError(f"{location}: key {location.key(rel)!r} clashes with another key in the "
-                              f"local mirror ({e.strerror or type(e).__name__})") from None
+            raise _Clash(f"{location}: key {location.key(rel)!r} clashes with another key in the local "
+                         f"mirror ({e.strerror or type(e).__name__}); ignored, not mirrored") from None
         return size, str(reply.get("ETag", ""))
     finally:
         tmp.unlink(missing_ok=True)

@@ -16,6 +16,8 @@ The contract between the two sides:
   either the old state (the pending files are orphans, removed by the next open) or the new;
 - a pending shard that is never committed (a duplicate batch, a worker presumed dead) is
   removed with ``sink.discard`` or by the next open.
+
+Tests: tests/storage/test_pending_commit.py, tests/storage/test_objectstore.py.
 """
 
 from __future__ import annotations

@@ -12,24 +12,56 @@ the endpoint from ``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL`` (boto3 reads bo
 Connect and read timeouts and the retry count are bounded (`_CONFIG`), so an unreachable
 endpoint is an error within seconds, never a hang; their worst case also stays well under
 the lock's lease (`collector.storage.s3store`).
+
+Throttling. botocore's own attempts give up after `_MAX_ATTEMPTS`, which a burst of
+``SlowDown`` (503) outlasts: a run would stop on a bucket that only asked it to slow down.
+A throttled request (it was not processed: safe to send again, conditional or not) is
+therefore sent again after a jittered exponential back-off (from `THROTTLE_BASE_S`, each
+wait at most `THROTTLE_CAP_S`, half of it random), for at most `THROTTLE_BUDGET_S` = 60 s
+of waiting per request in total; then it fails as any error does.
+
+A retried conditional write that had landed. When a PUT reached S3 but its answer was lost
+(a gateway's 500, a reset after the write, InternalError), the retry of a create-only or
+``If-Match`` PUT gets 412 (or 409) from the object this very call wrote. So a refusal after a
+retry is checked against what was sent before it is called a conflict: a HEAD (size, and the
+MD5 ETag of a single-part PUT), and the bytes themselves when the ETag is not an MD5 (SSE-KMS).
+Ours: the write succeeded (its ETag is returned). Another's: `PreconditionFailed`. Unreadable:
+an `OutputError` whose outcome is unknown (the caller keeps whatever the write may name).
+
+Tests: tests/storage/test_objectstore.py, tests/storage/test_s3_retries.py.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import logging
 import os
-from collections.abc import Iterator
-from typing import Any
+import random
+import time
+from collections.abc import Callable, Iterator
+from email.utils import parsedate_to_datetime
+from typing import Any, TypeVar
 
 from collector.errors import OutputError
 
-__all__ = ["PreconditionFailed", "S3Bucket", "make_client", "scrub"]
+__all__ = ["THROTTLE_BUDGET_S", "PreconditionFailed", "S3Bucket", "make_client", "scrub"]
+
+log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 _SECRET_VARS = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID")
 #: 3 attempts of at most 5 s connect + 15 s read: a dead endpoint fails in about a minute at worst.
 _CONNECT_TIMEOUT_S = 5.0
 _READ_TIMEOUT_S = 15.0
 _MAX_ATTEMPTS = 3
+#: Throttling back-off (see the module docstring): first wait, longest wait, total waiting.
+THROTTLE_BASE_S = 1.0
+THROTTLE_CAP_S = 15.0
+THROTTLE_BUDGET_S = 60.0
+#: The codes (and HTTP statuses) of a request the store refused to process for now.
+_THROTTLED = frozenset({"SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded",
+                        "RequestThrottled", "TooManyRequestsException", "ServiceUnavailable", "503"})
 #: What each S3 error code means to a user, where the code alone does not say it.
 _MEANING = {
     "NoSuchBucket": "no such bucket",
@@ -96,12 +128,53 @@ def describe(e: BaseException) -> tuple[str, str]:
     return name, scrub(str(e)) or name
 
 
+def _throttled(e: BaseException) -> bool:
+    response = getattr(e, "response", None)
+    if not isinstance(response, dict):
+        return False
+    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return describe(e)[0] in _THROTTLED or status == 503
+
+
+class _Failed(Exception):
+    """A request that failed after every retry; `retried`: whether it was sent more than once."""
+
+    def __init__(self, error: BaseException, retried: bool) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.retried = retried
+
+
+def _retry_attempts(e: BaseException) -> int:
+    response = getattr(e, "response", None)
+    if not isinstance(response, dict):
+        return 0
+    return int(response.get("ResponseMetadata", {}).get("RetryAttempts") or 0)
+
+
 class S3Bucket:
     """One bucket, through one client (thread-safe: the store verifies shards in a few threads)."""
 
     def __init__(self, bucket: str, client: Any | None = None) -> None:
         self.name = bucket
         self.client = client if client is not None else make_client()
+
+    @staticmethod
+    def _send(call: Callable[[], _T]) -> _T:
+        """`call()`, sent again while it is throttled (the module docstring's back-off); `_Failed`
+        once it fails otherwise or the budget is spent."""
+        waited, attempt = 0.0, 0
+        while True:
+            try:
+                return call()
+            except Exception as e:  # noqa: BLE001 - classified here, described by the caller
+                if not _throttled(e) or waited >= THROTTLE_BUDGET_S:
+                    raise _Failed(e, attempt > 0 or _retry_attempts(e) > 0) from None
+                step = min(THROTTLE_CAP_S, THROTTLE_BASE_S * 2 ** attempt)
+                delay = min(step / 2 + random.uniform(0, step / 2), THROTTLE_BUDGET_S - waited)
+                time.sleep(delay)
+                waited += delay
+                attempt += 1
 
     def _fail(self, key: str, action: str, e: BaseException) -> OutputError:
         code, meaning = describe(e)
@@ -113,9 +186,9 @@ class S3Bucket:
 
     def _call(self, key: str, action: str, method: str, **kwargs: Any) -> Any:
         try:
-            return getattr(self.client, method)(Bucket=self.name, **kwargs)
-        except Exception as e:  # noqa: BLE001 - every botocore failure becomes one line
-            raise self._fail(key, action, e) from None
+            return self._send(lambda: getattr(self.client, method)(Bucket=self.name, **kwargs))
+        except _Failed as f:  # every botocore failure becomes one line
+            raise self._fail(key, action, f.error) from None
 
     def put(self, key: str, body: bytes, *, create_only: bool = False, if_match: str | None = None) -> str:
         """PUT `body` at `key` (create-only, or only over the version with ETag `if_match`); its ETag."""
@@ -125,33 +198,75 @@ class S3Bucket:
         if if_match is not None:
             extra["IfMatch"] = if_match
         try:
-            response = self.client.put_object(Bucket=self.name, Key=key, Body=body, **extra)
-        except Exception as e:  # noqa: BLE001 - every botocore failure becomes one line
-            if if_match is not None and describe(e)[0] in ("NoSuchKey", "404"):
+            response = self._send(lambda: self.client.put_object(Bucket=self.name, Key=key, Body=body,
+                                                                 **extra))
+        except _Failed as f:  # every botocore failure becomes one line
+            if if_match is not None and describe(f.error)[0] in ("NoSuchKey", "404"):
                 # If-Match on a key that is gone: the version we hold no longer exists (S3 says 404).
                 raise PreconditionFailed(f"s3://{self.name}/{key}: write refused: the object is gone") \
                     from None
-            raise self._fail(key, "write", e) from None
+            failure = self._fail(key, "write", f.error)
+            if isinstance(failure, PreconditionFailed) and f.retried:
+                landed = self._landed(key, body)
+                if landed is not None:
+                    log.info("s3://%s/%s: a retried write was refused by its own first attempt, which "
+                             "had landed", self.name, key)
+                    return landed
+            raise failure from None
         return str(response["ETag"])
+
+    def _landed(self, key: str, body: bytes) -> str | None:
+        """The ETag of the object at `key` when it holds exactly `body` (the write that a retry
+        found in its way was this one), None when it holds something else or nothing; an
+        OutputError (outcome unknown) when that cannot be read."""
+        try:
+            head = self._send(lambda: self.client.head_object(Bucket=self.name, Key=key))
+            if int(head.get("ContentLength", -1)) != len(body):
+                return None
+            etag = str(head["ETag"])
+            if etag.strip('"') == hashlib.md5(body, usedforsecurity=False).hexdigest():
+                return etag
+            # Not an MD5 (SSE-KMS, a multipart upload): the bytes decide.
+            got = self._send(lambda: self.client.get_object(Bucket=self.name, Key=key))
+            return str(got["ETag"]) if got["Body"].read() == body else None
+        except _Failed as f:
+            if describe(f.error)[0] in ("NoSuchKey", "404", "NotFound"):
+                return None
+            code, meaning = describe(f.error)
+            raise OutputError(f"s3://{self.name}/{key}: a retried write was refused and what is there "
+                              f"could not be read back: {meaning} ({code})") from None
 
     def get(self, key: str) -> tuple[bytes, str, dt.datetime] | None:
         """The object's bytes, ETag and LastModified (the store's clock), or None when absent."""
-        try:
+        found = self.get_with_date(key)
+        return None if found is None else found[:3]
+
+    def get_with_date(self, key: str) -> tuple[bytes, str, dt.datetime, dt.datetime | None] | None:
+        """As `get`, with the answer's ``Date`` header (the store's clock now; None if absent)."""
+        def read() -> tuple[bytes, str, dt.datetime, dt.datetime | None]:
             response = self.client.get_object(Bucket=self.name, Key=key)
-            return response["Body"].read(), str(response["ETag"]), response["LastModified"]
-        except Exception as e:  # noqa: BLE001
-            if describe(e)[0] in ("NoSuchKey", "404"):
+            date = response.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
+            try:
+                now = parsedate_to_datetime(date) if date else None
+            except (TypeError, ValueError):
+                now = None
+            return response["Body"].read(), str(response["ETag"]), response["LastModified"], now
+
+        try:
+            return self._send(read)
+        except _Failed as f:
+            if describe(f.error)[0] in ("NoSuchKey", "404"):
                 return None
-            raise self._fail(key, "read", e) from None
+            raise self._fail(key, "read", f.error) from None
 
     def head(self, key: str) -> dict[str, Any] | None:
         """The object's metadata (ETag, ContentLength, LastModified), or None when absent."""
         try:
-            return dict(self.client.head_object(Bucket=self.name, Key=key))
-        except Exception as e:  # noqa: BLE001
-            if describe(e)[0] in ("NoSuchKey", "404", "NotFound"):
+            return dict(self._send(lambda: self.client.head_object(Bucket=self.name, Key=key)))
+        except _Failed as f:
+            if describe(f.error)[0] in ("NoSuchKey", "404", "NotFound"):
                 return None
-            raise self._fail(key, "read", e) from None
+            raise self._fail(key, "read", f.error) from None
 
     def copy(self, source: str, target: str) -> None:
         """Server-side copy (the bytes never leave the store)."""
@@ -164,11 +279,17 @@ class S3Bucket:
         self._call(key, "delete", "delete_object", Key=key, **extra)
 
     def keys(self, prefix: str) -> Iterator[str]:
-        """Every key starting with `prefix`."""
-        try:
-            pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.name, Prefix=prefix)
-            for page in pages:
-                for obj in page.get("Contents", []):
-                    yield str(obj["Key"])
-        except Exception as e:  # noqa: BLE001
-            raise self._fail(prefix, "listing", e) from None
+        """Every key starting with `prefix` (page by page, each page's request retried alone)."""
+        token: str | None = None
+        while True:
+            extra = {"ContinuationToken": token} if token else {}
+            try:
+                page = self._send(lambda: self.client.list_objects_v2(Bucket=self.name, Prefix=prefix,
+                                                                     **extra))  # noqa: B023
+            except _Failed as f:
+                raise self._fail(prefix, "listing", f.error) from None
+            for obj in page.get("Contents", []):
+                yield str(obj["Key"])
+            token = page.get("NextContinuationToken") if page.get("IsTruncated") else None
+            if not token:
+                return

@@ -1,13 +1,27 @@
 """The single-writer lock of a run in an object store: a lease on ``.collector/run.lock``.
 
-No flock exists there, so the lock is an object naming its holder (host, pid, uuid, started,
-renewed, lease_s), created with ``If-None-Match: *``. A second writer is refused in one line
-naming the holder. A lock whose holder is on this host with a dead pid is taken over at once,
-any other once its lease has expired (its LastModified, the store's clock, older than the
-holder's lease_s); both takeovers are a PUT with ``If-Match`` on the ETag read, so two
-contenders cannot both win. The holder renews it (``If-Match`` on its own ETag) before each
-commit record: a holder whose lock was taken over or deleted gets 412 (or 404) there, which
+No flock exists there, so the lock is an object naming its holder (host, host_id, pid, uuid,
+started, renewed, renewals, lease_s), created with ``If-None-Match: *``. A second writer is
+refused in one line naming the holder. Takeovers, both a PUT with ``If-Match`` on the ETag
+read (so two contenders cannot both win):
+
+- at once, when the holder is on this very host and its pid is gone. "This host" is the
+  `host_identity` (the kernel's boot id, or else the machine id, plus the inode of this pid
+  namespace), not the hostname: two containers may share a hostname, and a pid that is free
+  in one says nothing about the other;
+- once its lease has expired: the lease's age is measured on the store's clock only, the
+  response's ``Date`` against the object's ``LastModified`` (both the server's), never this
+  writer's clock against the server's (a skewed clock would take over a live holder).
+
+The holder renews it (``If-Match`` on its own ETag; every renewal differs in bytes, so its
+ETag does too) before each commit record, and during long operations (`Lease.renew_if_due`:
+between shard verifications on open, between the shard PUTs of a large commit) once a quarter
+of the lease has passed: opening thousands of shards or writing a large commit does not let
+the lease lapse. A holder whose lock was taken over or deleted gets 412 (or 404) there, which
 is `LockLost`. `probe_conditional_writes` refuses an endpoint on which none of this holds.
+
+Tests: tests/storage/test_objectstore.py, tests/storage/test_s3_lease.py,
+tests/storage/test_s3_retries.py, tests/faults/test_two_writers.py.
 """
 
 from __future__ import annotations
@@ -18,18 +32,21 @@ import json
 import logging
 import os
 import socket
+import threading
+import time
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from collector.errors import OutputError
-from collector.storage.local import LockLost
 from collector.storage.location import ObjectLocation
 from collector.storage.manifest import LOCK, META_DIR, now_iso
+from collector.storage.runstore import LockLost
 from collector.storage.s3client import PreconditionFailed, S3Bucket
 from collector.storage.s3objects import json_bytes
 
-__all__ = ["LEASE_S", "PROBE_PREFIX", "Lease", "pid_dead", "probe_conditional_writes"]
+__all__ = ["LEASE_S", "PROBE_PREFIX", "Lease", "host_identity", "pid_dead", "probe_conditional_writes"]
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +56,22 @@ log = logging.getLogger(__name__)
 LEASE_S = 120.0
 #: Keys `probe_conditional_writes` creates (and deletes; an open removes any left behind).
 PROBE_PREFIX = f"{META_DIR}/probe-"
+
+
+def host_identity() -> str:
+    """Which kernel and pid namespace this process runs in: ``<boot id or machine id>:<pid ns
+    inode>``; empty when neither id can be read (then no holder is ever declared dead here)."""
+    machine = ""
+    for source in ("/proc/sys/kernel/random/boot_id", "/etc/machine-id"):
+        with contextlib.suppress(OSError):
+            machine = Path(source).read_text().strip()
+        if machine:
+            break
+    try:
+        namespace = str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        namespace = ""
+    return f"{machine}:{namespace}" if machine and namespace else ""
 
 
 @dataclass
@@ -51,18 +84,23 @@ class Lease:
     lease_s: float
     token: dict[str, Any] = field(default_factory=dict)
     etag: str = ""
+    # Our own interval since the last renewal (monotonic: never compared with the store's clock).
+    _renewed_at: float = field(default_factory=time.monotonic, repr=False)
+    # Verification threads renew through one lease: one renewal at a time, each on the last ETag.
+    _renewing: threading.RLock = field(default_factory=threading.RLock, repr=False)
 
     @classmethod
     def acquire(cls, bucket: S3Bucket, loc: ObjectLocation, lease_s: float) -> Lease:
         lease = cls(bucket, loc.key(LOCK), str(loc), lease_s)
-        lease.token = {"host": socket.gethostname(), "pid": os.getpid(), "uuid": uuid.uuid4().hex,
-                       "started": now_iso(), "renewed": now_iso(), "lease_s": lease_s}
+        lease.token = {"host": socket.gethostname(), "host_id": host_identity(), "pid": os.getpid(),
+                       "uuid": uuid.uuid4().hex, "started": now_iso(), "renewed": now_iso(),
+                       "renewals": 0, "lease_s": lease_s}
         try:
             lease.etag = bucket.put(lease.key, json_bytes(lease.token), create_only=True)
             return lease
         except PreconditionFailed:
             pass
-        found = bucket.get(lease.key)
+        found = bucket.get_with_date(lease.key)
         if found is None:  # released between our create and our read: one more try
             try:
                 lease.etag = bucket.put(lease.key, json_bytes(lease.token), create_only=True)
@@ -70,7 +108,7 @@ class Lease:
             except PreconditionFailed:
                 raise OutputError(f"run {loc} is in use by another collector process (its lock was "
                                   "re-created while this one tried to take it)") from None
-        body, etag, modified = found
+        body, etag, modified, server_now = found
         try:
             holder = json.loads(body)
             if not isinstance(holder, dict):
@@ -79,10 +117,12 @@ class Lease:
             holder = {}
         who = (f"host {holder.get('host', '?')}, pid {holder.get('pid', '?')}, "
                f"since {holder.get('started', '?')}")
-        dead = holder.get("host") == socket.gethostname() and pid_dead(holder.get("pid"))
+        here = host_identity()
+        dead = (bool(here) and holder.get("host_id") == here and holder.get("host") == socket.gethostname()
+                and pid_dead(holder.get("pid")))
         held = holder.get("lease_s")
         held_s = float(held) if isinstance(held, int | float) else lease_s
-        age = (dt.datetime.now(dt.UTC) - modified).total_seconds()
+        age = ((server_now if server_now is not None else _store_now(bucket, loc)) - modified).total_seconds()
         if not dead and age < held_s:
             raise OutputError(
                 f"run {loc} is in use by another collector process ({who}; its lease, renewed "
@@ -103,11 +143,21 @@ class Lease:
 
     def renew(self) -> None:
         """Extend the lease (a conditional PUT on our ETag); LockLost when it is no longer ours."""
-        self.token["renewed"] = now_iso()
-        try:
-            self.etag = self.bucket.put(self.key, json_bytes(self.token), if_match=self.etag)
-        except PreconditionFailed:
-            raise LockLost(self.lost_message("uncommitted episodes run again on the next run")) from None
+        with self._renewing:
+            self.token["renewed"] = now_iso()
+            self.token["renewals"] = int(self.token.get("renewals", 0)) + 1  # new bytes, new ETag
+            try:
+                self.etag = self.bucket.put(self.key, json_bytes(self.token), if_match=self.etag)
+            except PreconditionFailed:
+                raise LockLost(self.lost_message("uncommitted episodes run again on the next run")) from None
+            self._renewed_at = time.monotonic()
+
+    def renew_if_due(self) -> None:
+        """Renew once a quarter of the lease has passed since the last renewal (called between
+        the steps of a long operation, from any thread)."""
+        with self._renewing:
+            if time.monotonic() - self._renewed_at >= self.lease_s / 4:
+                self.renew()
 
     def held(self) -> bool:
         head = self.bucket.head(self.key)
@@ -116,6 +166,21 @@ class Lease:
     def release(self) -> None:
         with contextlib.suppress(OutputError):
             self.bucket.delete(self.key, if_match=self.etag)  # not a lock another writer took over
+
+
+def _store_now(bucket: S3Bucket, loc: ObjectLocation) -> dt.datetime:
+    """The store's clock when its answers carry no ``Date``: the LastModified of a probe key we
+    write (and delete) now."""
+    key = loc.key(f"{PROBE_PREFIX}clock-{uuid.uuid4().hex}")
+    bucket.put(key, b"clock")
+    try:
+        found = bucket.get(key)
+    finally:
+        with contextlib.suppress(OutputError):
+            bucket.delete(key)
+    if found is None:
+        raise OutputError(f"s3://{bucket.name}/{key}: vanished right after it was written")
+    return found[2]
 
 
 def pid_dead(pid: Any) -> bool:

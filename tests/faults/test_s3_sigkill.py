@@ -26,13 +26,14 @@ ROOT = Path(__file__).resolve().parents[2]
 _KILLER = textwrap.dedent(
     """
     import os, signal, sys, threading
+    from collector.storage import commit as commit_mod
     from collector.storage import s3store as objectstore
     from collector.storage import s3client
     from tests.record.factory import make_batch
 
     uri, kind, when = sys.argv[1], sys.argv[4], sys.argv[6]
     first, count, n = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[5])
-    objectstore._COMPACT_MIN_RECORDS = 3  # compactions inside the loop, not only on close
+    commit_mod._COMPACT_MIN_RECORDS = 3  # compactions inside the loop, not only on close
     seen = 0
     counting = threading.Lock()
     forgetting = False

@@ -21,6 +21,7 @@ from collector.analysis.stats import compute_stats
 from collector.analysis.tables import load_run
 from collector.errors import OutputError
 from collector.record.shards import read_shard
+from collector.storage import commit as commit_mod
 from collector.storage import local as store_mod
 from collector.storage import manifest as manifest_mod
 from collector.storage.local import RunStore
@@ -108,7 +109,7 @@ def test_the_log_is_compacted_and_readers_agree_before_and_after(
 ) -> None:
     """Once the log holds enough records the store folds them into the base manifest and deletes
     them; the committed state is the same throughout, and close leaves one manifest."""
-    monkeypatch.setattr(store_mod, "_COMPACT_MIN_RECORDS", 3)
+    monkeypatch.setattr(commit_mod, "_COMPACT_MIN_RECORDS", 3)
     run = tmp_path / "run"
     work = make_batch(28)
     st = open_store(run)
@@ -178,7 +179,7 @@ def test_a_commit_cut_short_never_reaches_the_base_later(
 def test_a_writer_that_lost_the_lock_never_compacts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The lock replaced just after a commit's swap (another writer took the run dir over): the
     compaction due then is skipped, so a stale writer never replaces the new writer's base."""
-    monkeypatch.setattr(store_mod, "_COMPACT_MIN_RECORDS", 2)
+    monkeypatch.setattr(commit_mod, "_COMPACT_MIN_RECORDS", 2)
     run = tmp_path / "run"
     work = make_batch(8)
     st = open_store(run)
@@ -242,11 +243,11 @@ def test_a_deleted_record_is_refused_in_one_line(tmp_path: Path) -> None:
 _KILLER = textwrap.dedent(
     """
     import os, signal, sys
-    from collector.storage import local as store_mod
+    from collector.storage import commit as commit_mod
     from collector.storage.local import RunStore
     from tests.record.factory import make_batch
 
-    store_mod._COMPACT_MIN_RECORDS = 2  # a compaction every other commit: kills land in them too
+    commit_mod._COMPACT_MIN_RECORDS = 2  # a compaction every other commit: kills land in them too
     run, first, kill_at, counted = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     real = {"replace": os.replace, "fsync": os.fsync, "unlink": os.unlink}
     calls = 0

@@ -15,6 +15,7 @@ from collector.errors import OutputError
 from collector.storage import s3client
 from collector.storage.local import LockLost
 from collector.storage.runstore import open_run_store
+from collector.storage.s3lease import host_identity
 from collector.storage.s3store import ObjectRunStore, pending_rel
 from tests.record.factory import make_batch
 from tests.s3server import SECRET_ACCESS_KEY, S3Bucket
@@ -152,7 +153,8 @@ def test_a_dead_holder_on_this_host_is_taken_over_at_once(s3_bucket: S3Bucket) -
     proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True)
     dead_pid = int(proc.stdout)
-    token = {"host": socket.gethostname(), "pid": dead_pid, "uuid": "x", "started": "then", "lease_s": 3600}
+    token = {"host": socket.gethostname(), "host_id": host_identity(), "pid": dead_pid, "uuid": "x",
+             "started": "then", "lease_s": 3600}
     with open_s3(s3_bucket) as st:
         st.commit(make_batch(2))
     s3_bucket.client.put_object(Bucket=s3_bucket.name, Key="run/.collector/run.lock", Body=json.dumps(token))

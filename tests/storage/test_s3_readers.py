@@ -341,19 +341,23 @@ def test_a_prefix_climbing_out_of_the_cache_is_refused(
     assert "'..' segments" in err
 
 
-def test_directory_markers_are_not_files_and_escaping_keys_are_refused(
-        tmp_path: Path, s3_bucket: S3Bucket, capsys: pytest.CaptureFixture[str]) -> None:
+def test_directory_markers_are_not_files_and_escaping_keys_are_ignored(
+        tmp_path: Path, s3_bucket: S3Bucket, capsys: pytest.CaptureFixture[str],
+        caplog: pytest.LogCaptureFixture) -> None:
     """A "folder" marker key (`data/`, as consoles create) is no file and no stray; a key climbing out
-    of the run (`data/../../x`) is refused in one line naming it, and nothing is written outside."""
+    of the run (`data/../../x`) is ignored with one warning naming it (one stray key must not make
+    the run unreadable to every reader), and nothing is written outside."""
     _, uri = _bucket_run(tmp_path, s3_bucket)
     s3_bucket.client.put_object(Bucket=s3_bucket.name, Key="runs/r1/data/", Body=b"")
     code, out, _ = _cli(capsys, "check", uri)
     assert (code, out.splitlines()[-1]) == (0, f"{uri}: ok")
     s3_bucket.client.put_object(Bucket=s3_bucket.name, Key="runs/r1/data/../../../escaped", Body=b"x")
-    code, out, err = _cli(capsys, "check", uri)
-    assert (code, out) == (2, "")
-    assert err == (f"collector: error: {uri}: key 'runs/r1/data/../../../escaped' is not a plain "
-                   "relative path; it cannot be mirrored\n")
+    caplog.clear()
+    code, out, _ = _cli(capsys, "check", uri)
+    assert (code, out.splitlines()[-1]) == (0, f"{uri}: ok")
+    warned = [r.getMessage() for r in caplog.records if r.name == "collector.storage.mirror"]
+    assert warned == [f"{uri}: key 'runs/r1/data/../../../escaped' is not a plain relative path "
+                      "(outside the run's layout); ignored, not mirrored"]
     assert not list(tmp_path.rglob("escaped"))
 
 
