@@ -3,7 +3,7 @@
     .venv/bin/python scripts/gen_docs.py           # rewrite docs/configuration.md and docs/modules.md
     .venv/bin/python scripts/gen_docs.py --check   # exit 1 naming every page that differs
 
-`docs/configuration.md` is rendered from the pydantic models of `collector/config.py`
+`docs/configuration.md` is rendered from the pydantic models of `collector/config/`
 (`RunConfig` and every model below it): field names, types with their constraints,
 defaults and the fields' docstrings. `docs/modules.md` lists every module of `collector/`
 with the first line of its docstring, read with `ast` (no module is imported for it).
@@ -183,9 +183,9 @@ def configuration_page() -> str:
     """docs/configuration.md: every table and field of `RunConfig`."""
     import collector.config as config
 
-    lines = [GENERATED.format(source="the pydantic models of `collector/config.py`"), "",
+    lines = [GENERATED.format(source="the pydantic models of `collector/config/`"), "",
              "# Configuration reference", "",
-             "Every field of a run's TOML config, as `collector/config.py` defines it: the type (with the",
+             "Every field of a run's TOML config, as `collector/config/` defines it: the type (with the",
              "bounds the loader enforces), the default, and the field's own docstring. Unknown fields are",
              "refused by name; `collector validate CONFIG` checks a file and prints what it would run,",
              "`collector schema` prints the same schema as JSON Schema for editors. `--set KEY=VALUE`",

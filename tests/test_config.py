@@ -10,10 +10,13 @@ from collector.config import (
     RunConfig,
     apply_overrides,
     config_fingerprint,
+    data_identity,
     load_config,
     parse_override,
     resolved_config,
     run_id,
+    url_credentials,
+    without_url_credentials,
 )
 from collector.errors import ConfigError
 
@@ -297,3 +300,93 @@ def test_the_bounds_themselves_are_accepted(tmp_path: Path) -> None:
     ])
     assert cfg.sweep.budgets == [2**63 - 1]
     assert cfg.output.path == "runs/a.b_c-9"
+
+
+def _mcp(server: str) -> RunConfig:
+    return RunConfig.model_validate(
+        {
+            "name": "t",
+            "sweep": {"models": ["m"], "budgets": [16]},
+            "env": {"name": "mcp", "options": {"server": server}},
+        }
+    )
+
+
+def test_mcp_url_credentials_are_neither_saved_nor_fingerprinted() -> None:
+    """`env.options.server = "http://user:PASS@host/mcp?api_key=KEY"`: the resolved config keeps
+    the public URL; rotating PASS or KEY keeps the fingerprint (and a URL that never had
+    credentials keeps the one it had), while another host, path or plain query changes it."""
+    with_keys = _mcp("http://ann:PASS-1@h:9/mcp?api_key=KEY-1&team=blue")
+    assert resolved_config(with_keys)["env"]["options"]["server"] == "http://h:9/mcp"
+    assert "PASS-1" not in repr(resolved_config(with_keys))
+    assert "KEY-1" not in repr(resolved_config(with_keys))
+    rotated = _mcp("http://ann:PASS-2@h:9/mcp?api_key=KEY-2&team=blue")
+    assert config_fingerprint(rotated) == config_fingerprint(with_keys)
+    assert config_fingerprint(with_keys) == config_fingerprint(_mcp("http://h:9/mcp?team=blue"))
+    for other in ("http://h:9/mcp?team=red", "http://h:9/other", "http://g:9/mcp?team=blue"):
+        assert config_fingerprint(_mcp(other)) != config_fingerprint(with_keys), other
+    plain = _mcp("http://h:9/mcp?team=blue")
+    assert data_identity(plain)["env"]["options"]["server"] == "http://h:9/mcp?team=blue"  # unchanged
+
+
+@pytest.mark.parametrize(
+    ("url", "secrets"),
+    [
+        ("http://ann:p%40ss@h/mcp", {"p@ss", "p%40ss", "ann:p@ss", "ann:p%40ss"}),
+        ("http://TOKEN123@h/mcp", {"TOKEN123"}),
+        ("https://h/mcp?key=K1&x-api-key=K2&accessToken=K3&sig=K4&team=blue", {"K1", "K2", "K3", "K4"}),
+        ("https://h/mcp?team=blue&page=2", set()),
+    ],
+)
+def test_url_credentials_lists_every_secret_form(url: str, secrets: set[str]) -> None:
+    """User info and credential-named query values, decoded and as written; nothing else."""
+    found = set(url_credentials(url))
+    assert secrets <= found
+    assert not {"ann", "blue", "2", "team"} & found
+    assert bool(found) == bool(secrets)
+    assert not any(s in without_url_credentials(url) for s in secrets)
+
+
+def test_the_tool_result_bound_is_in_the_fingerprint_only_when_changed() -> None:
+    """`loop.max_tool_result_bytes` defaults to toolkit's 1 MiB and, at the default, leaves
+    existing run ids as they were; another value changes what the data holds."""
+    from collector.envs.toolkit import DEFAULT_MAX_RESULT_BYTES
+
+    assert base().loop.max_tool_result_bytes == DEFAULT_MAX_RESULT_BYTES
+    assert "max_tool_result_bytes" not in data_identity(base())["loop"]
+    assert config_fingerprint(with_(base(), loop__max_tool_result_bytes=4096)) != config_fingerprint(base())
+
+
+def test_each_swept_provider_has_its_own_extra_body(tmp_path: Path) -> None:
+    """`sweep.providers[i].extra_body` is merged over `sampling.extra_body` for that provider
+    alone (objects key by key); unset, the fingerprint is what it was; set, it changes."""
+    path = write(tmp_path, MINIMAL + """
+[sampling]
+extra_body = { top_k = 20, chat_template_kwargs = { enable_thinking = false, mode = "a" } }
+[[sweep.providers]]
+kind = "chat"
+base_url = "http://127.0.0.1:1/v1"
+label = "vllm"
+extra_body = { chat_template_kwargs = { enable_thinking = true }, min_p = 0.1 }
+[[sweep.providers]]
+kind = "gemini"
+base_url = "http://127.0.0.1:2"
+label = "gemini"
+extra_body = { top_k = "replaced", generationConfig = { seed = 3 } }
+[[sweep.providers]]
+kind = "sim"
+""")
+    vllm, gemini, sim = load_config(path).sweep.providers or []
+    sampling = load_config(path).sampling.extra_body
+    assert vllm.request_extra_body(sampling) == {
+        "top_k": 20, "chat_template_kwargs": {"enable_thinking": True, "mode": "a"}, "min_p": 0.1,
+    }
+    assert gemini.request_extra_body(sampling) == {
+        "top_k": "replaced", "chat_template_kwargs": {"enable_thinking": False, "mode": "a"},
+        "generationConfig": {"seed": 3},
+    }
+    assert sim.request_extra_body(sampling) == sampling
+    assert sampling == {"top_k": 20, "chat_template_kwargs": {"enable_thinking": False, "mode": "a"}}
+    assert "extra_body" not in data_identity(base())["provider"]
+    changed = with_(base(), provider__extra_body={"min_p": 0.1})
+    assert config_fingerprint(changed) != config_fingerprint(base())

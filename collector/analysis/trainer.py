@@ -30,16 +30,16 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, BinaryIO, Literal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from collector.analysis.export import write_output
 from collector.analysis.stats import read_committed
 from collector.errors import OutputError
 
@@ -201,20 +201,20 @@ def write_trainer_view(run_dir: str | Path, out_path: str | Path, *, mode: Train
     Written under a temporary name and renamed into place: a reader never sees half a file.
     """
     view = trainer_table(run_dir, mode)
-    write_view(view, out_path)
+    write_view(view, out_path, run_dir=run_dir)
     return len(view.rows)
 
 
-def write_view(view: TrainerView, out_path: str | Path) -> None:
-    """Write an already built view to `out_path` (Parquet, zstd, atomic rename)."""
-    out = Path(out_path)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    try:
-        pq.write_table(view.table(), str(tmp), compression="zstd")
-        os.replace(tmp, out)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise OutputError(f"cannot write {out}: {e.strerror or e}") from e
+def write_view(view: TrainerView, out_path: str | Path, run_dir: str | Path | None = None) -> None:
+    """Write an already built view to `out_path` (Parquet, zstd) the way `export` writes:
+    atomic rename, symlinks resolved, FIFOs and devices in place, ``-`` for stdout, never
+    inside a run directory (`collector.analysis.export.write_output`)."""
+
+    def write(f: BinaryIO) -> int:
+        pq.write_table(view.table(), f, compression="zstd")
+        return len(view.rows)
+
+    write_output(out_path, write, run_dir)
 
 
 _SUMMARY_KEYS = ("episodes", "turns", "turns_requested", "turns_with_ids", "turns_withheld",

@@ -1,5 +1,7 @@
 """`arithmetic`: the simple built-in environment, a calculator tool and a number to find.
 
+Tests: tests/envs/test_builtin.py.
+
 Prompt (shared with the simulator's policy, which recognises it by regular expression):
 ``What is {expr}? Use the calculator tool, then reply with the number only.`` where
 `{expr}` has 2-4 positive integer operands joined by ``+``, ``-`` or ``*``.

@@ -1,5 +1,7 @@
 """The environment interface: tasks, tools, and a grader.
 
+Tests: tests/envs/test_context.py, tests/envs/test_my_env.py.
+
 An `Environment` lists `Task`s. For each episode the loop calls
 `Environment.start(task, context)` and gets a fresh `EpisodeWorld`: the tools bound to that
 episode's own state, and a grader that reads the final state. Worlds are never shared
@@ -24,7 +26,8 @@ calls and results included, as RL datasets store them).
 A user's own environment is loaded from `package.module:attr` in config, where `attr` is
 an `Environment` instance, subclass, or a zero-argument factory returning one. An
 environment that can refuse a task overrides `Environment.check_task`, so that tasks from
-a file are refused at load time rather than one `error` episode at a time.
+a file are refused at load time rather than one `error` episode at a time. An environment
+that hands its tools a secret lists it in `Environment.credentials`, so no record stores it.
 """
 
 from __future__ import annotations
@@ -162,6 +165,14 @@ class Environment(ABC):
         nothing. The default accepts every task; override it when `start` can refuse one.
         """
         return None
+
+    def credentials(self) -> tuple[str, ...]:
+        """The secret values this environment holds (a tool server's key, credentials in its
+        URL), in every form they may be written: the worker adds them to the run's credentials,
+        which every stored record is scrubbed of (`collector.episode.redact`). Read where the
+        episodes run (a value copied from the worker's environment is the worker's). The
+        default holds none; an environment that hands its tools a secret overrides it."""
+        return ()
 
 
 def start_world(env: Environment, task: Task, context: EpisodeContext) -> EpisodeWorld:

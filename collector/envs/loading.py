@@ -59,6 +59,9 @@ class TaskFileEnvironment(Environment):
     def check_task(self, task: Task) -> str | None:
         return self.inner.check_task(task)
 
+    def credentials(self) -> tuple[str, ...]:
+        return self.inner.credentials()
+
 
 def load_environment(spec: str, options: Mapping[str, Any] | None = None) -> Environment:
     """The environment named by `spec`, built with `options` (see the module docstring)."""

@@ -16,6 +16,9 @@ Install the extra: ``pip install 'collector[mcp]'``. Configure it with `[env.opt
 - `env`: variables for a stdio server (stored with the run's config: never a secret);
   `pass_env`: names of variables copied from the worker's own environment, the way to hand
   a stdio server a key without it entering the config;
+- credentials in an ``http(s)://`` server's URL (``http://user:PASS@host/mcp?api_key=KEY``)
+  are sent as written, never stored: the resolved config keeps the public URL and the
+  fingerprint leaves them out (`collector.config.urls`), so a rotated key resumes the run;
 - `server_log`: a file a stdio server's stderr is appended to (by default a temporary file
   whose last line is quoted when the server fails, so the cause shows in the episode's
   error); `startup_timeout_s` (default 30).
@@ -23,10 +26,24 @@ Install the extra: ``pip install 'collector[mcp]'``. Configure it with `[env.opt
 One session per episode: `open` connects (a stdio command starts a process of its own, so a
 worker runs up to `ray.episodes_in_flight` server processes at once), reads
 the tools from ``tools/list`` (their input schemas are validated with `jsonschema` before a
-call is sent), and `close` ends the session, whatever way the episode ended. State therefore
-never leaks from one episode to another. Every call carries the episode id and call id in
-its request ``_meta`` (``collector/episode_id``, ``collector/call_id``), so the server's own
-logs join `executed_tool_calls`.
+call is sent; a tool whose input or output schema cannot be compiled, such as a `$ref` to
+itself or to nothing, fails `open` naming the tool, and whatever a validator still raises at
+a call is that call's error result), and `close` ends the session, whatever way the episode
+ended. State therefore never leaks from one episode to another. Every call carries the
+episode id and call id in its request ``_meta`` (``collector/episode_id``,
+``collector/call_id``), so the server's own logs join `executed_tool_calls`.
+
+Secrets. The values of `pass_env` (at least `MIN_CREDENTIAL_CHARS` characters: a shorter one
+would hide ordinary text) and the URL's credentials are this environment's `credentials()`:
+the worker adds them to the run's credentials, which every record is scrubbed of. The
+environment also replaces them itself, by ``[redacted credential]``, in what it hands on: a
+tool result, an error result, the quoted stderr tail, a failure message. So a server that
+echoes its key reaches neither the model's provider nor the record.
+
+Bounds. A result is held to `loop.max_tool_result_bytes` like any tool's (`run_tool`): a
+larger one is that call's error result, never stored or replayed. What the SDK logs about a
+server (a traceback per non-JSON stdout line, unbounded for a server that prints its debug
+output there) is rate-limited, cut and scrubbed (`collector.envs.mcplog`).
 
 Failures. A result with ``isError`` is an error result for the model, as is a protocol
 error answering one call. A server that does not start within `startup_timeout_s`, or whose
@@ -40,21 +57,32 @@ timeout like any tool.
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import inspect
 import json
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TextIO
 
+from collector.config import public_url, url_credentials
+from collector.envs import mcplog
 from collector.envs.base import Environment, EpisodeContext, EpisodeWorld, Task, Tool, ToolCallContext
 from collector.envs.tasks import task_from_row
-from collector.envs.toolkit import ToolError, tool
+from collector.envs.toolkit import ToolError, schema_validator, tool
 from collector.errors import ConfigError, EnvironmentFailure
 
 Grader = Callable[["MCPWorld", str | None], float | Awaitable[float]]
+
+#: A `pass_env` value shorter than this is not treated as a credential: scrubbing a `1` or
+#: `on` from every record would wreck the data (the redactor's `MIN_SCRUBBED_CHARS`).
+MIN_CREDENTIAL_CHARS = 4
+#: What replaces a credential in what the environment hands on; the redactor's
+#: `REDACTED_CREDENTIAL` (the envs layer cannot import collector.episode).
+REDACTED_CREDENTIAL = "[redacted credential]"
 
 
 class MCPEnvironment(Environment):
@@ -87,6 +115,7 @@ class MCPEnvironment(Environment):
                 )
         elif not server or not all(isinstance(part, str) for part in server):
             raise ConfigError("env.options.server: a command must be a non-empty list of strings")
+        mcplog.install()  # before any session: the SDK's per-line log records are bounded
         if grader is not None and grade_tool is not None:
             raise ConfigError("env.options: give grader or grade_tool, not both")
         self.server: str | tuple[str, ...] = server if isinstance(server, str) else tuple(server)
@@ -107,10 +136,25 @@ class MCPEnvironment(Environment):
     def describe_server(self) -> str:
         """The server as messages name it: the URL, or the command's first words."""
         if isinstance(self.server, str):
-            from collector.config import public_url
-
             return public_url(self.server)
         return " ".join(self.server[:3])[:120]
+
+    def credentials(self) -> tuple[str, ...]:
+        """The `pass_env` values set here and the server URL's credentials, in their sent and
+        escaped forms (see the module docstring's "Secrets")."""
+        values = [os.environ.get(name, "") for name in self.pass_env]
+        values = [v for v in values if len(v) >= MIN_CREDENTIAL_CHARS]
+        if isinstance(self.server, str):
+            values += url_credentials(self.server)
+        forms = {
+            form for v in values for form in (v, json.dumps(v)[1:-1], json.dumps(v, ensure_ascii=False)[1:-1])
+        }
+        return tuple(sorted(forms, key=lambda f: (-len(f), f)))
+
+    def scrub(self, text: str) -> str:
+        """`text` with every credential of `credentials()` replaced (longest form first)."""
+        pattern = _credential_pattern(self.credentials())
+        return pattern.sub(REDACTED_CREDENTIAL, text) if pattern is not None else text
 
     def start(self, task: Task, context: EpisodeContext | None = None) -> MCPWorld:
         return MCPWorld(self, task, context)
@@ -137,6 +181,7 @@ class MCPWorld(EpisodeWorld):
 
     async def open(self) -> None:
         where = self.env.describe_server()
+        mcplog.GUARD.add_secrets(self.env.credentials())  # what the SDK logs is scrubbed too
         listed: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
         # The session lives in a task of its own: the SDK's task groups cancel their host
         # task when the transport fails, and that host must not be the episode.
@@ -149,16 +194,23 @@ class MCPWorld(EpisodeWorld):
             raise EnvironmentFailure(
                 f"MCP server {where} did not start within {self.env.startup_timeout_s:g} s"
             ) from None
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - reported as EnvironmentFailure, its cause dropped: it may quote a secret
             tail = self._stderr_tail()
             await self.close()
-            raise EnvironmentFailure(f"MCP server {where} failed to start: {_describe(exc)}{tail}") from exc
-        try:
-            self._tools = [self._tool(t) for t in tools if t.name != self.env.grade_tool]
-        except ValueError as exc:
             raise EnvironmentFailure(
-                f"MCP server {where} lists a tool with a bad input schema: {exc}"
+                f"MCP server {where} failed to start: {_describe(exc, self.env.scrub)}{tail}"
             ) from None
+        built = []
+        for entry in tools:
+            if entry.name == self.env.grade_tool:
+                continue
+            try:
+                built.append(self._tool(entry))
+            except ValueError as exc:  # refused once, here, rather than at every call
+                raise EnvironmentFailure(
+                    f"MCP server {where}: tool {str(entry.name)[:80]!r}: its schema is refused: {exc}"
+                ) from None
+        self._tools = built
 
     async def _hold_session(self, listed: asyncio.Future[list[Any]]) -> None:
         from mcp import Client
@@ -202,7 +254,8 @@ class MCPWorld(EpisodeWorld):
             lines = [line.strip() for line in self._stderr.read().splitlines() if line.strip()]
         except (OSError, ValueError):
             return ""
-        return f"; its stderr ended: {lines[-1][:300]}" if lines else ""
+        # Scrubbed before it is cut: a cut through a key would leave its first part unmatched.
+        return f"; its stderr ended: {self.env.scrub(lines[-1])[:300]}" if lines else ""
 
     async def call(
         self, name: str, arguments: Mapping[str, Any], meta: Mapping[str, str] | None = None
@@ -225,27 +278,35 @@ class MCPWorld(EpisodeWorld):
         finally:
             if not request.done():  # the session ended first, or the episode was cancelled
                 request.cancel()
+        scrub = self.env.scrub
         if request.cancelled() or not request.done():
             cause = self._cause() + self._stderr_tail()
-            raise EnvironmentFailure(f"{where} closed the session during {name}{cause}")
+            raise EnvironmentFailure(scrub(f"{where} closed the session during {name}{cause}"))
         exc = request.exception()
         if isinstance(exc, MCPError):
             if exc.code == CONNECTION_CLOSED:
                 raise EnvironmentFailure(
-                    f"{where} closed the connection during {name} (the server exited or was killed)"
-                    + self._stderr_tail()
+                    scrub(
+                        f"{where} closed the connection during {name} (the server exited or was killed)"
+                        + self._stderr_tail()
+                    )
                 ) from None
-            raise ToolError(f"{name}: {exc.message[:300]}") from None
+            raise ToolError(f"{name}: {scrub(exc.message)[:300]}") from None
+        if isinstance(exc, RuntimeError | RecursionError) and not session.done():
+            # The SDK checking the result against the tool's outputSchema failed (it raises
+            # RuntimeError; a schema it cannot follow, RecursionError): this call's error, and
+            # the session goes on.
+            raise ToolError(f"{name}: the result could not be checked: {_describe(exc, scrub)}") from None
         if exc is not None:
-            raise EnvironmentFailure(f"{where} failed during {name}: {_describe(exc)}") from None
+            raise EnvironmentFailure(f"{where} failed during {name}: {_describe(exc, scrub)}") from None
         result = request.result()
-        text = _result_text(result)
+        text = scrub(_result_text(result))
         if result.is_error:
             raise ToolError(f"{name}: {text[:300]}")
         return text
 
     def _cause(self) -> str:
-        return f" ({_describe(self._ended)})" if self._ended is not None else ""
+        return f" ({_describe(self._ended, self.env.scrub)})" if self._ended is not None else ""
 
     async def grade(self, final_text: str | None) -> float:
         if self.env.grader is not None:
@@ -295,6 +356,12 @@ class MCPWorld(EpisodeWorld):
             return await self.call(name, arguments, meta)
 
         schema = dict(listed.input_schema or {"type": "object"})
+        output_schema = getattr(listed, "output_schema", None)
+        if output_schema:
+            try:
+                schema_validator(output_schema)  # the SDK checks results against it: compile it now
+            except ValueError as exc:
+                raise ValueError(f"outputSchema: {exc}") from None
         return tool(
             call_server,
             name=name,
@@ -325,12 +392,19 @@ def _result_text(result: Any) -> str:
     return ""
 
 
-def _describe(exc: BaseException) -> str:
-    # An exception group (anyio's task groups) hides the cause one level down.
+@functools.lru_cache(maxsize=64)
+def _credential_pattern(forms: tuple[str, ...]) -> re.Pattern[str] | None:
+    # Cached: the same few forms are matched against every result of the run.
+    return re.compile("|".join(map(re.escape, forms))) if forms else None
+
+
+def _describe(exc: BaseException, scrub: Callable[[str], str] = str) -> str:
+    # An exception group (anyio's task groups) hides the cause one level down. `scrub` runs
+    # before the cut, so no key is left half-matched at the end.
     inner = getattr(exc, "exceptions", None)
     if inner:
-        return _describe(inner[0])
-    text = " ".join(str(exc).split())[:200]
+        return _describe(inner[0], scrub)
+    text = scrub(" ".join(str(exc).split()))[:200]
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 

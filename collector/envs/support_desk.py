@@ -1,5 +1,7 @@
 """`support_desk`: a customer-support world where a cut tool call does real damage.
 
+Tests: tests/envs/test_builtin.py.
+
 Built around the seeds' traps: `refund` takes an amount (a call cut at ``"amount": 10``
 would refund 10 instead of 1000); `close_tickets` has ALL-OPTIONAL filters (its default
 call closes every ticket of every customer); `request_approval` is a gate (a malformed

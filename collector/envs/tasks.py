@@ -1,6 +1,8 @@
 """Tasks from files: JSONL or Parquet with columns `id`, `prompt`, `metadata` (and an
 optional `models`: the model names the task applies to).
 
+Tests: tests/envs/test_loading.py.
+
 RL datasets store prompts either as a string or as a list of chat messages in the OpenAI
 shape: system and few-shot turns, assistant `tool_calls` with `function.arguments`, and
 `tool` messages with `tool_call_id`. Both load into `Task.prompt` (a string stays a string;

@@ -1,5 +1,7 @@
 """Tools: schemas from typed Python callables, validation before a call, and safe execution.
 
+Tests: tests/envs/test_tools.py, tests/envs/test_tool_threads.py.
+
 A `Tool` (collector.envs.base) pairs a JSON Schema with a function. `tool()` builds one from
 a typed callable (each parameter becomes a property; defaults make it optional), from a
 callable taking one pydantic model (the model's fields are the arguments), or from a JSON
@@ -18,7 +20,12 @@ the schema and receives the call's context (episode, call id, turn index).
    because coercing a model's mistake into an action is the failure this project exists
    to prevent. Tools built from a JSON Schema are checked with the `jsonschema` package
    (the schema's own draft, Draft 2020-12 when it names none), the field's standard
-   validator; messages name the failing field and keyword, never the value;
+   validator; messages name the failing field and keyword, never the value. A schema is
+   compiled when the tool is built: one that is not valid JSON Schema, has a `$ref` that
+   resolves nowhere (nothing remote is fetched) or a `$ref` cycle that never moves into the
+   value (`{"$ref": "#"}`, which the validator follows until RecursionError) is refused there
+   with a `ValueError`. Whatever the validator still raises at a call is that call's error
+   result (``ran=False``), never an exception out of `run_tool`;
 2. the function runs under a per-tool timeout. Coroutine functions are awaited and
    cancelled at the timeout; plain functions run on the collector's own tool threads
    (`ToolThreads`) unless the tool is marked `inline`, for fast in-memory tools where a
@@ -32,7 +39,10 @@ the schema and receives the call's context (episode, call id, turn index).
    A tool that wants to answer with an error result raises `ToolError(message)`: the model
    reads ``error: {message}``.
 
-Results are strings for the model: a `str` as is, anything else as JSON.
+Results are strings for the model: a `str` as is, anything else as JSON. A result longer than
+`loop.max_tool_result_bytes` (UTF-8 bytes, 1 MiB by default: `DEFAULT_MAX_RESULT_BYTES`)
+becomes an error result naming its size and the limit; the result itself is dropped, since
+it would be stored and sent to the model again on every later turn.
 
 The thread limit. Plain functions never use asyncio's default executor: it holds only
 ``min(32, cpus + 4)`` threads, so that many hung tools used to make every later threaded
@@ -61,18 +71,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, get_args, get_type_hints
 
-import jsonschema
-import jsonschema.exceptions
-import jsonschema.validators
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from collector.envs.base import ArgumentValidator, Tool, ToolCallContext, ToolFunction
+
+# Re-exported: the JSON-schema half of the tools lives in collector.envs.schemas.
+from collector.envs.schemas import ToolArgumentError as ToolArgumentError
+from collector.envs.schemas import ToolSchemaError as ToolSchemaError
+from collector.envs.schemas import check_schema as check_schema
+from collector.envs.schemas import schema_validator as schema_validator
 from collector.errors import EnvironmentFailure
 from collector.turn import JSONObject, ToolSpec
-
-
-class ToolArgumentError(ValueError):
-    """Arguments do not match the tool's schema. The message names fields, never values."""
 
 
 class ToolError(Exception):
@@ -95,7 +104,6 @@ class _Compiled:
 
 
 _CACHE: dict[Any, _Compiled] = {}
-_SCHEMA_CACHE: dict[str, ArgumentValidator] = {}
 
 
 def tool(
@@ -133,55 +141,6 @@ def tool(
         inline=inline,
         context_parameter=compiled.context_parameter,
     )
-
-
-def schema_validator(schema: Mapping[str, Any]) -> ArgumentValidator:
-    """A validator passing arguments as keywords once they satisfy `schema` (cached per schema).
-
-    Raises `ValueError` naming the problem when `schema` itself is not valid JSON Schema.
-    """
-    schema = dict(schema)
-    key = json.dumps(schema, sort_keys=True, default=str)
-    found = _SCHEMA_CACHE.get(key)
-    if found is not None:
-        return found
-    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    try:
-        cls.check_schema(schema)
-    except jsonschema.exceptions.SchemaError as exc:
-        where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
-        raise ValueError(f"not a valid JSON Schema at {where}: {exc.message[:200]}") from None
-    checker = cls(schema, format_checker=cls.FORMAT_CHECKER)
-
-    def validate(arguments: JSONObject) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        errors = sorted(checker.iter_errors(arguments), key=lambda e: list(e.absolute_path))
-        if errors:
-            raise ToolArgumentError("; ".join(_schema_problem(e) for e in errors[:5]))
-        return (), dict(arguments) if isinstance(arguments, dict) else {}
-
-    _SCHEMA_CACHE[key] = validate
-    return validate
-
-
-def _schema_problem(error: jsonschema.exceptions.ValidationError) -> str:
-    # jsonschema's own message quotes the value (it may be a secret): name field and keyword.
-    where = ".".join(["arguments", *(str(p) for p in error.absolute_path)])
-    keyword = str(error.validator)
-    instance: Any = error.instance
-    if keyword == "required" and isinstance(instance, dict) and isinstance(error.validator_value, list):
-        missing = [k for k in error.validator_value if k not in instance]
-        return f"{where}.{missing[0] if missing else '?'}: field required"
-    if keyword == "additionalProperties" and isinstance(instance, dict) and isinstance(error.schema, Mapping):
-        properties: Any = error.schema.get("properties", {})
-        known = set(properties)
-        extra = sorted(str(k) for k in instance if k not in known)
-        return f"{where}.{extra[0][:64] if extra else '?'}: unknown argument"
-    if keyword == "type":
-        return f"{where}: expected {error.validator_value}, got {type(error.instance).__name__}"
-    if keyword in ("enum", "const"):
-        return f"{where}: not one of the allowed values"
-    limit = json.dumps(error.validator_value, default=str)
-    return f"{where}: fails {keyword} {limit[:80]}"
 
 
 def tool_specs(tools: Sequence[Tool]) -> list[ToolSpec]:
@@ -286,15 +245,6 @@ def _clean_schema(schema: JSONObject) -> JSONObject:
     return cleaned
 
 
-# --- Tools given by hand as a `Tool` with a schema and no validator. ---
-
-
-def check_schema(schema: Mapping[str, Any], value: Any, where: str = "arguments") -> None:
-    """Raise `ToolArgumentError` when `value` breaks `schema` (checked with `jsonschema`)."""
-    del where  # kept for callers; the messages name the field path themselves
-    schema_validator(schema)(value)
-
-
 # --- Threads for plain-function tools. ---
 
 #: Threads per process for plain-function tools (see the module docstring).
@@ -386,6 +336,12 @@ DEFAULT_TOOL_THREADS = ToolThreads()
 # --- Running a tool. ---
 
 
+#: The largest tool result kept, in UTF-8 bytes (1 MiB), when the caller names no other:
+#: the default of `loop.max_tool_result_bytes`. A result is replayed to the model on every
+#: later turn and stored whole, so a 16 MB answer is a cost at every step, not once.
+DEFAULT_MAX_RESULT_BYTES = 1024 * 1024
+
+
 async def run_tool(
     tool_: Tool,
     arguments: JSONObject,
@@ -393,12 +349,14 @@ async def run_tool(
     *,
     threads: ToolThreads | None = None,
     context: ToolCallContext | None = None,
+    max_result_bytes: int | None = None,
 ) -> ToolOutcome:
     """Validate, then run under a timeout. Never raises except on cancellation and
     `EnvironmentFailure` (see the module docstring).
 
     Plain functions run on `threads` (default: `DEFAULT_TOOL_THREADS`). A tool with a
-    `context_parameter` receives `context` there.
+    `context_parameter` receives `context` there. A result longer than `max_result_bytes`
+    (default `DEFAULT_MAX_RESULT_BYTES`) is dropped: the call's result is an error saying so.
     """
     try:
         if tool_.validator is not None:
@@ -407,8 +365,19 @@ async def run_tool(
             args, kwargs = schema_validator(tool_.parameters)(arguments)
     except ToolArgumentError as exc:
         return ToolOutcome(f"error: invalid arguments for {tool_.name}: {exc}; nothing was run", True, False)
+    except ToolSchemaError as exc:
+        return ToolOutcome(f"error: {tool_.name}: {exc}; nothing was run", True, False)
     except ValueError as exc:  # the hand-built Tool's schema itself is broken
         return ToolOutcome(f"error: {tool_.name} has an invalid schema: {exc}; nothing was run", True, False)
+    # Broad on purpose: a validator that fails in itself (RecursionError, a resolver error)
+    # fails this call, never the worker's batch.
+    except Exception as exc:  # noqa: BLE001
+        return ToolOutcome(
+            f"error: {tool_.name}: its arguments could not be checked ({type(exc).__name__}); "
+            "nothing was run",
+            True,
+            False,
+        )
     if tool_.context_parameter is not None:
         kwargs[tool_.context_parameter] = context
     limit = tool_.timeout_s if tool_.timeout_s is not None else timeout_s
@@ -440,7 +409,27 @@ async def run_tool(
     # Broad on purpose: whatever a tool raises is a result for the model, never a crash.
     except Exception as exc:  # noqa: BLE001
         return _failed(tool_, exc)
-    return ToolOutcome(_to_text(result), False)
+    return _bounded(tool_, _to_text(result), max_result_bytes or DEFAULT_MAX_RESULT_BYTES)
+
+
+def _bounded(tool_: Tool, text: str, limit: int) -> ToolOutcome:
+    # Cheap first: at most 4 UTF-8 bytes a character, so a short str cannot exceed the limit.
+    # A very long one is not encoded just to be measured (it may be huge): its characters
+    # are a lower bound on its bytes.
+    if len(text) * 4 <= limit:
+        return ToolOutcome(text, False)
+    if len(text) > 4 * limit:
+        size = f"at least {len(text):,}"
+    else:
+        encoded = len(text.encode("utf-8", "surrogatepass"))
+        if encoded <= limit:
+            return ToolOutcome(text, False)
+        size = f"{encoded:,}"
+    return ToolOutcome(
+        f"error: {tool_.name} returned {size} bytes, over loop.max_tool_result_bytes = {limit:,}; "
+        "the result was dropped",
+        True,
+    )
 
 
 def _failed(tool_: Tool, exc: Exception) -> ToolOutcome:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -267,3 +268,75 @@ def test_task_file_rows_name_the_models_they_apply_to(tmp_path: Path) -> None:
     file.write_text(json.dumps({"id": "a", "prompt": prompt, "models": "sim-terse"}) + "\n")
     with pytest.raises(ConfigError, match="row 1: models must be a list of model names"):
         load_tasks(file)
+
+
+def _project(root: Path) -> Path:
+    """A project directory: a config naming its task file and environment relative to itself."""
+    proj = root / "proj"
+    (proj / "envpkg").mkdir(parents=True)
+    (proj / "envpkg").joinpath("__init__.py").write_text(
+        "from collector.envs.arithmetic import ArithmeticEnv as Env\n"
+    )
+    task = {"id": "t1", "prompt": "x", "metadata": {"expression": "2+3"}}
+    (proj / "tasks.jsonl").write_text(json.dumps(task) + "\n")
+    (proj / "config.toml").write_text(
+        'name = "rel"\n[sweep]\nmodels = ["sim-terse"]\nbudgets = [32]\n'
+        '[env]\nname = "envpkg:Env"\npython_path = ["."]\ntask_file = "tasks.jsonl"\n'
+    )
+    return proj
+
+
+def test_paths_in_a_config_file_are_relative_to_it_and_set_paths_to_the_cwd(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`env.task_file` and `env.python_path` in a config file resolve against the file's directory
+    (so `collector validate proj/config.toml` works from the parent), `--set` paths against the
+    working directory; the fingerprint hashes the task file as written, so it is the same from
+    any directory."""
+    from collector.cli import main
+    from collector.config import RunConfig, config_fingerprint, load_config
+
+    proj = _project(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config("proj/config.toml")
+    assert cfg.env.task_file == str(proj / "tasks.jsonl")
+    assert cfg.env.python_path == [str(proj / ".")]
+    assert main(["validate", "proj/config.toml"]) == 0
+    from_parent = config_fingerprint(cfg)
+    monkeypatch.chdir(proj)
+    assert config_fingerprint(load_config("config.toml")) == from_parent
+    shutil.copytree(proj, tmp_path / "moved")  # the project moved: the same data
+    assert config_fingerprint(load_config(tmp_path / "moved" / "config.toml")) == from_parent
+    # What a run started from the project's directory hashed before paths were resolved.
+    as_before = {"name": "rel", "sweep": {"models": ["sim-terse"], "budgets": [32]},
+                 "env": {"name": "envpkg:Env", "python_path": ["."], "task_file": "tasks.jsonl"}}
+    assert config_fingerprint(RunConfig.model_validate(as_before)) == from_parent
+    other = {"id": "o1", "prompt": "x", "metadata": {"expression": "1"}}
+    (tmp_path / "other.jsonl").write_text(json.dumps(other) + "\n")
+    monkeypatch.chdir(tmp_path)
+    over = load_config("proj/config.toml", ["env.task_file=other.jsonl"])
+    assert over.env.task_file == "other.jsonl"  # relative to the working directory, as given
+    assert config_fingerprint(over) != from_parent
+    assert load_config(proj / "config.toml", [f"env.task_file={tmp_path}/other.jsonl"]).env.task_file == (
+        f"{tmp_path}/other.jsonl"
+    )
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.usefixtures("ray_cluster")
+def test_init_then_run_from_the_parent_directory(tmp_path: Path, ray_cluster: str) -> None:
+    """`collector init proj && collector run proj/config.toml` from the parent runs the starter
+    (its `python_path = ["."]` is the project's directory); the run lands in ./runs/starter."""
+    import subprocess
+
+    def cli(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "collector.cli", *argv], cwd=tmp_path, text=True,
+                              capture_output=True, timeout=300, check=False)
+
+    assert cli("init", "proj").returncode == 0
+    run = cli("run", "proj/config.toml", "--address", ray_cluster, "--quiet", "--set", "env.tasks=2",
+              "--set", "ray.workers=1")
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "sim-sloppy" in run.stdout
+    assert (tmp_path / "runs" / "starter" / ".collector" / "manifest.json").is_file()

@@ -3,8 +3,12 @@ streamable HTTP on loopback: tools from tools/list, isError, one session per epi
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import dataclasses
+import hashlib
 import json
+import logging
 import socket
 import subprocess
 import sys
@@ -15,9 +19,11 @@ from pathlib import Path
 import pytest
 
 from collector.config import LoopConfig
+from collector.envs import mcplog
 from collector.envs.loading import load_environment
 from collector.envs.mcp import MCPEnvironment, MCPWorld
 from collector.episode.loop import EpisodeSpec, run_episode
+from collector.errors import EnvironmentFailure
 from collector.providers.scripted import ScriptedProvider, call, calls, cut, text
 from collector.stop import StopReason
 from tests.episode.helpers import assert_settled
@@ -92,7 +98,16 @@ async def test_tools_come_from_the_server_and_is_error_is_an_error_result(
     episode, provider = await _run(env, script)
     assert episode.stop_reason is StopReason.DONE, episode.error
     offered = {t.name: t.parameters for t in provider.requests[0].tools}
-    assert set(offered) == {"lookup_order", "calculator", "approve", "variable", "crash", "grade"}
+    assert set(offered) == {
+        "lookup_order",
+        "calculator",
+        "approve",
+        "variable",
+        "variable_digest",
+        "big",
+        "crash",
+        "grade",
+    }
     assert offered["lookup_order"]["required"] == ["order_id"]
     (ok, ok_error), (bad, bad_error) = _results(episode)
     assert json.loads(ok)["status"] == "shipped"
@@ -204,9 +219,9 @@ async def test_pass_env_hands_a_stdio_server_a_variable_of_the_worker(
     variable the worker lacks fails the episode's start naming it."""
     monkeypatch.setenv("MCP_TEST_TOKEN", "tok-123")
     env = _env(STDIO, pass_env=["MCP_TEST_TOKEN"])
-    script = [calls(call("variable", {"name": "MCP_TEST_TOKEN"}, id="c1")), text("done")]
+    script = [calls(call("variable_digest", {"name": "MCP_TEST_TOKEN"}, id="c1")), text("done")]
     episode, _ = await _run(env, script)
-    assert _results(episode) == [("tok-123", False)]
+    assert _results(episode) == [(hashlib.sha256(b"tok-123").hexdigest(), False)]
     assert "tok-123" not in json.dumps(env.variables)
     monkeypatch.delenv("MCP_TEST_TOKEN")
     episode, _ = await _run(env, script)
@@ -224,3 +239,139 @@ def test_bad_options_are_one_line_config_errors() -> None:
     ):
         with pytest.raises(ConfigError, match=message):
             load_environment("mcp", options)
+
+
+async def test_a_pass_env_value_the_server_prints_or_returns_is_never_stored(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A server that returns its `pass_env` key in a tool result, or prints it on stderr as it
+    fails to start (the tail is quoted in the error), hands on `[redacted credential]`: the
+    key reaches neither the model nor the record, and `credentials()` lists it for the worker."""
+    secret = 'sk-mcp-"quoted"-4f2a9'
+    monkeypatch.setenv("MCP_TEST_TOKEN", secret)
+    env = _env(STDIO, pass_env=["MCP_TEST_TOKEN"])
+    assert secret in env.credentials()
+    assert json.dumps(secret)[1:-1] in env.credentials()  # as it sits inside JSON text
+    script = [calls(call("variable", {"name": "MCP_TEST_TOKEN"}, id="c1")), text("done")]
+    episode, provider = await _run(env, script)
+    assert _results(episode) == [("[redacted credential]", False)]
+    assert "4f2a9" not in repr(dataclasses.asdict(episode))
+    assert "4f2a9" not in repr(provider.requests[-1])
+    leaky = [
+        "python",
+        "-c",
+        "import os, sys; print('key', os.environ['MCP_TEST_TOKEN'], file=sys.stderr); sys.exit(1)",
+    ]
+    episode, _ = await _run(_env(leaky, pass_env=["MCP_TEST_TOKEN"], startup_timeout_s=20), [text("never")])
+    assert episode.error is not None
+    assert "its stderr ended: key [redacted credential]" in episode.error.message
+    assert "4f2a9" not in repr(dataclasses.asdict(episode))
+    # A long line: the tail is cut at 300 characters, through the key, after it is scrubbed.
+    code = "import os, sys; print('z' * 290, os.environ['MCP_TEST_TOKEN'], file=sys.stderr); sys.exit(1)"
+    long_line = _env(["python", "-c", code], pass_env=["MCP_TEST_TOKEN"], startup_timeout_s=20)
+    world = long_line.start(long_line.tasks()[0])
+    with pytest.raises(EnvironmentFailure) as failed:  # the whole message, before the loop's own cut
+        await world.open()
+    await world.close()
+    assert "zzz [redacted" in str(failed.value)
+    assert "sk-mcp" not in str(failed.value)
+
+
+async def test_credentials_in_an_mcp_url_are_listed_and_kept_out_of_messages() -> None:
+    """`http://user:PASS@host/mcp?api_key=KEY`: PASS, KEY and the Basic form are the env's
+    credentials, and a server that cannot be reached is named by its public URL, neither
+    credential in the episode's error."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://ann:pw-Secret-77@127.0.0.1:{port}/mcp?api_key=key-Secret-88&team=blue"
+    env = _env(url, startup_timeout_s=20)
+    listed = env.credentials()
+    assert {
+        "pw-Secret-77",
+        "ann:pw-Secret-77",
+        base64.b64encode(b"ann:pw-Secret-77").decode(),
+        "key-Secret-88",
+    } <= set(listed)
+    assert "ann" not in listed
+    assert "blue" not in listed
+    episode, _ = await _run(env, [text("never asked")])
+    assert episode.error is not None
+    assert f"MCP server http://127.0.0.1:{port}/mcp failed to start" in episode.error.message
+    assert "Secret" not in episode.error.message
+
+
+async def test_a_tool_whose_schema_cannot_be_compiled_fails_open_naming_it() -> None:
+    """A listed tool whose inputSchema is `{"$ref": "#"}` (RecursionError in the validator at the
+    first call, every rerun) is refused when the session opens: an `error` episode whose one
+    line names the tool, never an exception out of the episode (the worker's batch)."""
+    env = _env(["python", str(SERVER), "stdio", "bad-schema"])
+    script = [calls(call("calculator", {"expression": "1+1"}, id="c1")), text("2")]
+    episode, provider = await _run(env, script)
+    assert episode.stop_reason is StopReason.ERROR
+    assert episode.error is not None
+    assert "tool 'calculator': its schema is refused: a $ref cycle" in episode.error.message
+    assert "\n" not in episode.error.message
+    assert provider.requests == []  # nothing was asked of the model
+
+
+async def test_a_result_over_the_size_bound_is_that_calls_error_result() -> None:
+    """A 2 MB MCP result (over the 1 MiB default of loop.max_tool_result_bytes) is neither stored
+    nor replayed: the call's result is an error naming the size, and the episode goes on."""
+    script = [
+        calls(call("big", {"size": 2_000_000}, id="c1"), call("big", {"size": 1000}, id="c2")),
+        text("done"),
+    ]
+    episode, provider = await _run(_env(STDIO), script)
+    assert episode.stop_reason is StopReason.DONE, episode.error
+    (over, over_error), (ok, ok_error) = _results(episode)
+    assert over_error
+    assert over == "error: big returned 2,000,000 bytes, over loop.max_tool_result_bytes = " \
+        "1,048,576; the result was dropped"
+    assert (ok, ok_error) == ("x" * 1000, False)
+    assert len(repr(provider.requests[-1].messages)) < 10_000  # what is replayed to the model
+
+
+async def test_a_stdio_server_flooding_stdout_cannot_flood_the_logs(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """4,000 non-JSON stdout lines (2 MB, each of which the SDK logs with a traceback) reach the
+    logs as a few bounded records with no traceback, the key they quote scrubbed, and the
+    session still works."""
+    monkeypatch.setenv("MCP_TEST_TOKEN", "tok-flood-5150")
+    env = _env(["python", str(SERVER), "stdio", "flood", "4000"], pass_env=["MCP_TEST_TOKEN"])
+    script = [calls(call("lookup_order", {"order_id": "A-1"}, id="c1")), text("Order A-1 is shipped.")]
+    with caplog.at_level(logging.DEBUG, logger="mcp"):
+        episode, _ = await _run(env, script)
+    assert episode.stop_reason is StopReason.DONE, episode.error
+    sdk = [r for r in caplog.records if r.name.startswith("mcp")]
+    parse = [r for r in sdk if "Failed to parse JSONRPC message" in r.getMessage()]
+    assert 1 <= len(parse) <= mcplog.BURST
+    assert all(r.exc_info is None for r in sdk)
+    logged = "\n".join(caplog.handler.format(r) for r in sdk)
+    assert len(logged) < 100_000
+    assert "tok-flood-5150" not in caplog.text
+
+
+def test_the_log_guard_rate_limits_truncates_and_counts_what_it_dropped() -> None:
+    """Per message template: BURST records per window pass, each cut to max_chars; the first
+    one of the next window says how many were dropped."""
+    guard = mcplog.SDKLogGuard(burst=2, window_s=0.2, max_chars=100)
+    guard.add_secrets(["sekrit-value"])
+
+    def record(text: str) -> logging.LogRecord:
+        try:
+            raise ValueError(text)
+        except ValueError:
+            return logging.LogRecord("mcp.client.stdio", logging.ERROR, __file__, 1, "Failed %s", ("x",),
+                                     sys.exc_info())
+
+    passed = [r for r in (record("sekrit-value " + "z" * 5000) for _ in range(50)) if guard.filter(r)]
+    assert len(passed) == 2
+    assert all(len(r.getMessage()) < 200 and r.exc_info is None for r in passed)
+    assert "sekrit-value" not in passed[0].getMessage()
+    assert "[redacted credential]" in passed[0].getMessage()
+    time.sleep(0.25)
+    later = record("short")
+    assert guard.filter(later)
+    assert "[48 more like this dropped]" in later.getMessage()
