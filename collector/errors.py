@@ -30,7 +30,8 @@ names its module (relative to `collector`)::
 Outside the tree, each for a contract of its own (never recorded as an episode's error)::
 
     ToolError                       envs.toolkit: raised by a tool to answer with an error result
-    ToolArgumentError (ValueError)  envs.toolkit: arguments do not match the tool's schema
+    ToolArgumentError (ValueError)  envs.schemas: arguments do not match the tool's schema
+    ToolSchemaError (ValueError)    envs.schemas: a tool's schema failed while checking a call
     ToolThreadsExhausted (RuntimeError) envs.toolkit: every tool thread is held by a stuck call
     Interrupted (KeyboardInterrupt) run.job: SIGINT/SIGTERM during a run; unwinds like Ctrl-C
     ReplacedNotDurable (OSError)    storage.manifest: a file was replaced, its fsync failed
