@@ -293,7 +293,10 @@ class EpisodeState:
             ))
 
         try:
-            outcome = await run_tool(tool_, call.arguments, self.settings.tool_timeout_s, context=context)
+            outcome = await run_tool(
+                tool_, call.arguments, self.settings.tool_timeout_s, context=context,
+                max_result_bytes=self.settings.max_tool_result_bytes,
+            )
         except EnvironmentFailure as exc:
             # The world broke under the call (its tool server died): the call was sent, so it
             # is recorded as run, and the episode ends as `error` naming the cause.
