@@ -169,6 +169,8 @@ async def _reply(sim: _Simulator, request: Request, dialect: Dialect, parse: Par
     refused = chat_wire.refusal(req) if dialect == "chat" else None
     if refused is not None:
         return error_response(dialect, refused.status, refused.message)
+    if preset.responses_server == "llamacpp" and req.short_assistant is not None:
+        return error_response(dialect, 400, req.short_assistant)
     if preset.thinking is not None and req.unreasoned is not None:
         return error_response(dialect, 400, req.unreasoned)
     headers = request.headers

@@ -46,6 +46,9 @@ class ParsedRequest:
     """Anthropic `thinking.budget_tokens` / Gemini `thinkingBudget`: the most a turn may think."""
     include_thoughts: bool = False
     """Gemini `includeThoughts` / Responses `include: ["reasoning.encrypted_content"]`."""
+    short_assistant: str | None = None
+    """Responses: the 400 llama-server gives an assistant item in the short form without
+    `type`; applied only by a preset with `responses_server="llamacpp"`."""
     unreasoned: str | None = None
     """The dialect's 400 for a call replayed without its reasoning; applied only when the model
     thinks (`collector.sim.thinking`)."""

@@ -1,0 +1,180 @@
+"""Fakes shaped like the real servers of ../shared/tools/real-llama and real-gateway (issue 31).
+
+Each fake answers what the measured server answers (real-llama/README.md,
+real-gateway/README.md), not what the spec says: llama-server's Responses route (no
+`output_index` on stream events, `status: "completed"` even for a cut, the short assistant
+item refused), LiteLLM's Anthropic route (HTTP 500 when the model's call was cut mid-JSON)
+and LiteLLM's Gemini stream (`usageMetadata` all zeros). The weather model is the measured
+max_tokens sweep of Gemma 3 270M on one few-shot weather request, so a test can ask "what
+does the server answer at cap N" and get the band the README measured.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from tests.providers.wirefab import sse
+
+WEATHER_ARGS = '{"city": "Paris", "unit": "celsius"}'
+"""The arguments of the complete weather call (36 output tokens with its markup)."""
+COMPLETE_TOKENS = 36
+"""Output tokens of the complete call: at cap 36 it ends exactly on the cap."""
+
+
+@dataclass(frozen=True)
+class WeatherTurn:
+    """What llama-server generated for the weather request at one cap (README's bands)."""
+
+    content: str
+    """Text the server left in `content` (markup it did not parse), else ""."""
+    arguments: str | None
+    """The parsed call's argument text, or None when the server parsed no call."""
+    output_tokens: int
+    cut: bool
+    """The generation stopped at the cap (finish `length` on the Chat route)."""
+
+
+def weather_turn(cap: int) -> WeatherTurn:
+    """The measured band for `max_tokens = cap` (1-4, 5-13, 14-29, 30-35, 36, 37+)."""
+    if cap <= 4:
+        return WeatherTurn("<tool"[: max(1, cap)], None, cap, True)
+    if cap <= 13:
+        return WeatherTurn('<tool_call>\n{"name": "get_'[: 8 + cap * 2], None, cap, True)
+    if cap <= 29:
+        # Broken JSON arguments: a proper prefix of the complete ones, growing with the cap.
+        size = max(1, (len(WEATHER_ARGS) - 2) * (cap - 13) // 17)
+        return WeatherTurn("", WEATHER_ARGS[:size], cap, True)
+    if cap <= 35:
+        return WeatherTurn("", WEATHER_ARGS, cap, True)  # valid-looking JSON, still cut
+    return WeatherTurn("", WEATHER_ARGS, COMPLETE_TOKENS, cap == COMPLETE_TOKENS)
+
+
+# --- llama-server /v1/responses -----------------------------------------------------------------
+
+
+def _llama_output(turn: WeatherTurn) -> list[dict[str, Any]]:
+    output: list[dict[str, Any]] = []
+    if turn.content:
+        output.append(
+            {
+                "type": "message",
+                "status": "completed",
+                "id": "msg_llama0001",
+                "role": "assistant",
+                "content": [{"type": "output_text", "annotations": [], "text": turn.content}],
+            }
+        )
+    if turn.arguments is not None:
+        # A cut call still says `completed`: this server never reports `incomplete`.
+        output.append(
+            {
+                "type": "function_call",
+                "status": "completed",
+                "arguments": turn.arguments,
+                "call_id": "fc_llamaCALL0001",
+                "name": "get_weather",
+                "id": "fc_llamaCALL0001",
+            }
+        )
+    return output
+
+
+def llama_responses_body(turn: WeatherTurn, in_tokens: int = 498) -> dict[str, Any]:
+    """llama-server's non-streamed Responses reply: `completed` whatever the cap did."""
+    return {
+        "completed_at": 1764600000,
+        "created_at": 1764600000,
+        "id": "resp_llama0001",
+        "model": "gemma3-270m",
+        "object": "response",
+        "output": _llama_output(turn),
+        "status": "completed",
+        "usage": {
+            "input_tokens": in_tokens,
+            "output_tokens": turn.output_tokens,
+            "total_tokens": in_tokens + turn.output_tokens,
+        },
+    }
+
+
+def llama_responses_stream(turn: WeatherTurn, in_tokens: int = 498) -> bytes:
+    """llama-server's streamed Responses reply: items named by `item_id` only, no `output_index`."""
+    final = llama_responses_body(turn, in_tokens)
+    events: list[tuple[str | None, Any]] = []
+
+    def ev(kind: str, **data: Any) -> None:
+        events.append((kind, {"type": kind, **data}))
+
+    start = {**final, "status": "in_progress", "output": [], "usage": None}
+    ev("response.created", response=start)
+    ev("response.in_progress", response=start)
+    for item in final["output"]:
+        if item["type"] == "message":
+            text = item["content"][0]["text"]
+            ev("response.output_item.added", item={**item, "status": "in_progress", "content": []})
+            ev("response.content_part.added", item_id=item["id"], part={"type": "output_text", "text": ""})
+            for i in range(0, len(text), 3):
+                ev("response.output_text.delta", item_id=item["id"], delta=text[i : i + 3])
+            ev("response.output_text.done", item_id=item["id"], text=text)
+            ev("response.content_part.done", item_id=item["id"], part=item["content"][0])
+        else:
+            ev("response.output_item.added", item={**item, "status": "in_progress", "arguments": ""})
+            args = item["arguments"]
+            for i in range(0, len(args), 4):
+                ev("response.function_call_arguments.delta", item_id=item["id"], delta=args[i : i + 4])
+            ev("response.function_call_arguments.done", item_id=item["id"], arguments=args)
+        ev("response.output_item.done", item=item)
+    ev("response.completed", response=final)
+    return sse(events)
+
+
+class LlamaResponses:
+    """A MockTransport handler answering like llama-server's /v1/responses at the request's cap.
+
+    It refuses what the real server refuses: an input item with a `role` and no `type` whose
+    role is `assistant` (400 "Cannot determine type of 'item'"), and replayed call arguments
+    that are not JSON (500, its template parses history).
+    """
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        self.requests.append(body)
+        for item in body.get("input") or ():
+            if isinstance(item, dict) and "type" not in item and item.get("role") == "assistant":
+                return httpx.Response(
+                    400,
+                    json={
+                        "error": {
+                            "code": 400,
+                            "message": "Cannot determine type of 'item'",
+                            "type": "invalid_request_error",
+                        }
+                    },
+                )
+            if isinstance(item, dict) and item.get("type") == "function_call":
+                try:
+                    json.loads(item.get("arguments") or "")
+                except ValueError:
+                    return httpx.Response(
+                        500,
+                        json={
+                            "error": {
+                                "code": 500,
+                                "message": "Failed to parse tool call arguments as JSON",
+                                "type": "server_error",
+                            }
+                        },
+                    )
+        turn = weather_turn(int(body["max_output_tokens"]))
+        if body.get("stream"):
+            return httpx.Response(
+                200, content=llama_responses_stream(turn), headers={"content-type": "text/event-stream"}
+            )
+        return httpx.Response(200, json=llama_responses_body(turn))

@@ -1,0 +1,178 @@
+"""Issue 31: every wire against fakes shaped like servers nobody here wrote (streamed and not).
+
+The shapes are the measured ones of ../shared/tools/real-llama/README.md and
+real-gateway/README.md, built in `tests.providers.realshapes`.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from collector.providers import build_provider
+from collector.providers.base import Endpoint, Provider, RetryPolicy
+from collector.turn import (
+    ArgStatus,
+    AssistantMessage,
+    FinishClass,
+    LengthSignal,
+    ToolCall,
+    ToolResultMessage,
+    ToolSpec,
+    TurnRequest,
+    UserMessage,
+)
+from tests.providers.conftest import API_KEY, BASE_URLS, Sleeps
+from tests.providers.realshapes import COMPLETE_TOKENS, WEATHER_ARGS, LlamaResponses, weather_turn
+
+WEATHER = ToolSpec(
+    "get_weather",
+    "The weather in a city.",
+    {
+        "type": "object",
+        "properties": {
+            "city": {"type": "string"},
+            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+        },
+        "required": ["city", "unit"],
+    },
+)
+
+Handler = Callable[[httpx.Request], httpx.Response]
+Build = Callable[..., Awaitable[tuple[Provider, Sleeps]]]
+
+
+@pytest.fixture
+async def over() -> AsyncIterator[Build]:
+    """An adapter of a kind over a handler (a fake server); clients closed at teardown."""
+    clients: list[httpx.AsyncClient] = []
+
+    async def factory(
+        kind: str, handler: Handler, *, stream: bool, retries: int = 4
+    ) -> tuple[Provider, Sleeps]:
+        client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+        clients.append(client)
+        endpoint = Endpoint(
+            BASE_URLS[kind], api_key=API_KEY, streaming=stream, retry=RetryPolicy(max_retries=retries)
+        )
+        sleeps = Sleeps()
+        return build_provider(kind, endpoint, client, sleep=sleeps, rng=random.Random(0)), sleeps
+
+    yield factory
+    for client in clients:
+        await client.aclose()
+
+
+def weather_request(cap: int, history: list[Any] | None = None) -> TurnRequest:
+    """The few-shot weather request at one cap (the history is what matters to the fakes)."""
+    messages: list[Any] = [UserMessage("What is the weather in Paris?"), *(history or [])]
+    return TurnRequest(model="gemma3-270m", messages=messages, tools=[WEATHER], max_output_tokens=cap)
+
+
+MODES = [pytest.param(False, id="json"), pytest.param(True, id="sse")]
+
+
+# --- 1 and 5: llama-server Responses ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("stream", MODES)
+@pytest.mark.parametrize("cap", [40, 64, 37])
+async def test_llama_responses_complete_call_is_one_call_that_runs(
+    over: Build, stream: bool, cap: int
+) -> None:
+    """A complete call from llama-server's Responses route (stream events without `output_index`)
+    is one call with its arguments, not a length turn: the `added` and `done` events of one item
+    are one item (keyed by `item_id` when the index is absent), never a second, unfinished call."""
+    provider, _ = await over("responses", LlamaResponses(), stream=stream)
+    turn = await provider.complete(weather_request(cap))
+    assert turn.length_signals == ()
+    assert turn.finish_class is FinishClass.TOOL_CALLS
+    (call,) = turn.tool_calls
+    assert (call.name, call.status, call.arguments) == (
+        "get_weather",
+        ArgStatus.OK,
+        {"city": "Paris", "unit": "celsius"},
+    )
+    assert call.id == "fc_llamaCALL0001"
+    assert turn.usage.output_tokens == COMPLETE_TOKENS
+
+
+@pytest.mark.parametrize("stream", MODES)
+@pytest.mark.parametrize("cap", [20, 32, COMPLETE_TOKENS])
+async def test_llama_responses_cut_is_caught_by_cap_reached_alone(
+    over: Build, stream: bool, cap: int
+) -> None:
+    """llama-server's Responses never says `incomplete` (a cut call item says `completed`), so
+    `cap_reached` alone catches each cut: broken arguments (20), valid-looking ones (32) and a
+    complete call ending exactly on the cap (36); one call, no stream cut, in both modes."""
+    assert weather_turn(cap).cut
+    provider, _ = await over("responses", LlamaResponses(), stream=stream)
+    turn = await provider.complete(weather_request(cap))
+    assert turn.raw_finish_reason == "completed"
+    assert turn.incomplete_reason is None
+    assert turn.length_signals == (LengthSignal.CAP_REACHED,)
+    assert turn.is_length
+    (call,) = turn.tool_calls
+    assert call.status is (ArgStatus.MALFORMED if cap == 20 else ArgStatus.OK)
+
+
+@pytest.mark.parametrize("stream", MODES)
+async def test_llama_responses_markup_in_content_is_a_cut(over: Build, stream: bool) -> None:
+    """At caps 5-13 llama-server leaves the opened call markup as text: a length turn, no call."""
+    provider, _ = await over("responses", LlamaResponses(), stream=stream)
+    turn = await provider.complete(weather_request(10))
+    assert turn.tool_calls == []
+    assert turn.text.startswith("<tool_call>")
+    assert LengthSignal.CAP_REACHED in turn.length_signals
+
+
+# --- 2: the history llama-server accepts ------------------------------------------------------
+
+
+def _history(text: str, arguments: str = WEATHER_ARGS) -> list[Any]:
+    call = ToolCall("fc_prev", "get_weather", json.loads(arguments), ArgStatus.OK, raw_arguments=arguments)
+    return [
+        AssistantMessage(text, [call]),
+        ToolResultMessage("fc_prev", "get_weather", '{"temp_c": 18}'),
+        AssistantMessage("It is 18 C in Paris."),
+        UserMessage("And in Rome?"),
+    ]
+
+
+@pytest.mark.parametrize("stream", MODES)
+async def test_assistant_text_goes_back_in_the_item_form_llama_server_accepts(
+    over: Build, stream: bool
+) -> None:
+    """Assistant text is replayed as `{"type": "message", "role": "assistant", content:
+    [output_text]}`: llama-server answers the short `{"role", "content"}` form with 400
+    "Cannot determine type of 'item'", which ended every multi-turn episode there."""
+    server = LlamaResponses()
+    provider, _ = await over("responses", server, stream=stream)
+    turn = await provider.complete(weather_request(64, _history("Checking.")))
+    assert turn.finish_class is FinishClass.TOOL_CALLS
+    sent = server.requests[-1]["input"]
+    texts = [item for item in sent if item.get("role") == "assistant"]
+    assert texts == [
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Checking."}]},
+        {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "It is 18 C in Paris."}],
+        },
+    ]
+
+
+def test_fake_refuses_the_short_form_as_llama_server_does() -> None:
+    """The fake is strict where the server is, so the test above can fail: a short assistant
+    item is a 400 "Cannot determine type of 'item'"."""
+    body = {"model": "m", "max_output_tokens": 64, "input": [{"role": "assistant", "content": "hi"}]}
+    reply = LlamaResponses()(
+        httpx.Request("POST", "http://x/v1/responses", content=json.dumps(body).encode())
+    )
+    assert reply.status_code == 400
+    assert "Cannot determine type" in reply.json()["error"]["message"]
