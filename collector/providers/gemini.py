@@ -208,8 +208,9 @@ class _Reply:
         if isinstance(chunk.get("modelVersion"), str):
             self.model = chunk["modelVersion"]
         u = chunk.get("usageMetadata")
-        if isinstance(u, dict):
-            # Running totals: overwrite.
+        if isinstance(u, dict) and any(as_int(value) > 0 for value in u.values()):
+            # Running totals: overwrite; but a report of all zeros (LiteLLM's stream sends only
+            # those) counts nothing, and must not erase a real count sent before it.
             self.usage = Usage(
                 as_int(u.get("promptTokenCount")),
                 as_int(u.get("candidatesTokenCount")) + as_int(u.get("thoughtsTokenCount")),

@@ -178,3 +178,70 @@ class LlamaResponses:
                 200, content=llama_responses_stream(turn), headers={"content-type": "text/event-stream"}
             )
         return httpx.Response(200, json=llama_responses_body(turn))
+
+
+# --- LiteLLM 1.106.12 -> llama-server chat: Gemini generateContent ------------------------------
+
+_ZERO_USAGE = {"promptTokenCount": 0, "candidatesTokenCount": 0, "totalTokenCount": 0}
+
+
+def litellm_gemini_body(turn: WeatherTurn, in_tokens: int = 498) -> dict[str, Any]:
+    """LiteLLM's non-streamed Gemini reply: counts present; `args: {}` for a cut call; a
+    complete call ending exactly on the cap says `STOP` (it maps the engine's `tool_calls`)."""
+    parts: list[dict[str, Any]] = []
+    if turn.content:
+        parts.append({"text": turn.content})
+    if turn.arguments is not None:
+        try:
+            args = json.loads(turn.arguments)
+        except ValueError:
+            args = {}
+        parts.append({"functionCall": {"name": "get_weather", "args": args}})
+    complete_call = turn.arguments is not None and turn.output_tokens == COMPLETE_TOKENS
+    finish = "STOP" if complete_call else "MAX_TOKENS" if turn.cut else "STOP"
+    return {
+        "candidates": [{"content": {"parts": parts, "role": "model"}, "finishReason": finish, "index": 0}],
+        "usageMetadata": {
+            "promptTokenCount": in_tokens,
+            "candidatesTokenCount": turn.output_tokens,
+            "totalTokenCount": in_tokens + turn.output_tokens,
+        },
+    }
+
+
+def litellm_gemini_stream(turn: WeatherTurn) -> bytes:
+    """LiteLLM's Gemini stream: every chunk's `usageMetadata` all zeros; a cut call never
+    appears (a call is emitted only once its arguments parse); the last chunk has the reason."""
+    whole = litellm_gemini_body(turn)
+    candidate = whole["candidates"][0]
+    parts = candidate["content"]["parts"]
+    finish = candidate["finishReason"]
+    if finish == "MAX_TOKENS":
+        parts = [p for p in parts if "functionCall" not in p]
+    chunks: list[dict[str, Any]] = [
+        {
+            "candidates": [{"content": {"parts": [p], "role": "model"}, "index": 0}],
+            "usageMetadata": _ZERO_USAGE,
+        }
+        for p in parts
+    ]
+    chunks.append(
+        {
+            "candidates": [{"content": {"parts": [], "role": "model"}, "finishReason": finish, "index": 0}],
+            "usageMetadata": _ZERO_USAGE,
+        }
+    )
+    return sse([(None, c) for c in chunks])
+
+
+class LiteLLMGemini:
+    """A MockTransport handler answering like LiteLLM's Gemini route at the request's cap."""
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        turn = weather_turn(int(body["generationConfig"]["maxOutputTokens"]))
+        if ":streamGenerateContent" in request.url.path:
+            return httpx.Response(
+                200, content=litellm_gemini_stream(turn), headers={"content-type": "text/event-stream"}
+            )
+        return httpx.Response(200, json=litellm_gemini_body(turn))

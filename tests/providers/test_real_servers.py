@@ -28,7 +28,14 @@ from collector.turn import (
     UserMessage,
 )
 from tests.providers.conftest import API_KEY, BASE_URLS, Sleeps
-from tests.providers.realshapes import COMPLETE_TOKENS, WEATHER_ARGS, LlamaResponses, weather_turn
+from tests.providers.realshapes import (
+    COMPLETE_TOKENS,
+    WEATHER_ARGS,
+    LiteLLMGemini,
+    LlamaResponses,
+    weather_turn,
+)
+from tests.providers.wirefab import sse
 
 WEATHER = ToolSpec(
     "get_weather",
@@ -176,3 +183,97 @@ def test_fake_refuses_the_short_form_as_llama_server_does() -> None:
     )
     assert reply.status_code == 400
     assert "Cannot determine type" in reply.json()["error"]["message"]
+
+
+# --- 4: LiteLLM's Gemini stream reports no usage ------------------------------------------------
+
+
+async def test_litellm_gemini_stream_usage_is_unknown_not_zero(over: Build) -> None:
+    """LiteLLM's Gemini stream sends `usageMetadata` all zeros: the turn's usage is unknown
+    (`known=False`), not a count of 0; the non-streamed reply of the same turn is counted."""
+    streamed, _ = await over("gemini", LiteLLMGemini(), stream=True)
+    whole, _ = await over("gemini", LiteLLMGemini(), stream=False)
+    s = await streamed.complete(weather_request(64))
+    w = await whole.complete(weather_request(64))
+    assert (s.usage.known, s.usage.output_tokens) == (False, 0)
+    assert (w.usage.known, w.usage.output_tokens, w.usage.input_tokens) == (True, COMPLETE_TOKENS, 498)
+    assert s.finish_class is w.finish_class is FinishClass.TOOL_CALLS
+
+
+@pytest.mark.parametrize("cap", [20, 32])
+async def test_litellm_gemini_stream_cut_is_still_a_cut(over: Build, cap: int) -> None:
+    """With usage unknown, a cut is still caught by the finish reason (`MAX_TOKENS`), and no call
+    from it exists to run (LiteLLM drops a streamed call cut at the cap)."""
+    provider, _ = await over("gemini", LiteLLMGemini(), stream=True)
+    turn = await provider.complete(weather_request(cap))
+    assert not turn.usage.known
+    assert turn.length_signals == (LengthSignal.FINISH_REASON,)
+    assert turn.tool_calls == []
+
+
+@pytest.mark.parametrize("stream", MODES)
+async def test_complete_call_on_the_cap_with_and_without_usage(over: Build, stream: bool) -> None:
+    """A complete call ending exactly on the cap, reported `STOP`: `cap_reached` makes it a
+    length turn where usage is counted (not streamed); where the server counted nothing (the
+    stream) the rule cannot see it and the call is a complete tool call (documented in
+    `collector.providers.common`, "Unknown usage")."""
+    provider, _ = await over("gemini", LiteLLMGemini(), stream=stream)
+    turn = await provider.complete(weather_request(COMPLETE_TOKENS))
+    assert turn.raw_finish_reason == "STOP"
+    if stream:
+        assert not turn.usage.known
+        assert turn.length_signals == ()
+    else:
+        assert turn.usage.known
+        assert turn.length_signals == (LengthSignal.CAP_REACHED,)
+
+
+async def test_zero_usage_chunk_does_not_erase_a_real_count(over: Build) -> None:
+    """A Gemini stream whose last chunk reports zeros after a real count keeps the real count."""
+    call = {"functionCall": {"name": "get_weather", "args": {"city": "Paris", "unit": "celsius"}}}
+    chunks = [
+        {
+            "candidates": [{"content": {"parts": [call], "role": "model"}, "index": 0}],
+            "usageMetadata": {"promptTokenCount": 498, "candidatesTokenCount": 36, "totalTokenCount": 534},
+        },
+        {
+            "candidates": [{"content": {"parts": [], "role": "model"}, "finishReason": "STOP", "index": 0}],
+            "usageMetadata": {"promptTokenCount": 0, "candidatesTokenCount": 0, "totalTokenCount": 0},
+        },
+    ]
+    reply = sse([(None, c) for c in chunks])
+    provider, _ = await over(
+        "gemini",
+        lambda _: httpx.Response(200, content=reply, headers={"content-type": "text/event-stream"}),
+        stream=True,
+    )
+    turn = await provider.complete(weather_request(COMPLETE_TOKENS))
+    assert (turn.usage.known, turn.usage.output_tokens) == (True, 36)
+    assert turn.length_signals == (LengthSignal.CAP_REACHED,)
+
+
+@pytest.mark.parametrize(
+    ("usage", "text", "known"),
+    [
+        (None, "", False),  # no usage object at all
+        ({"prompt_tokens": 0, "completion_tokens": 0}, "hi", False),
+        ({"prompt_tokens": 12, "completion_tokens": 0}, "hi", False),  # output shown, none counted
+        ({"prompt_tokens": 12, "completion_tokens": 0}, "", True),  # an empty reply, counted
+        ({"prompt_tokens": 12, "completion_tokens": 3}, "hi", True),
+    ],
+)
+async def test_usage_known_rule_on_chat(over: Build, usage: Any, text: str, known: bool) -> None:
+    """The per-turn rule on another wire (Chat): no usage, all zeros, or 0 output tokens for a
+    turn that shows output is unknown; a counted prompt with an empty reply is a measure."""
+    body: dict[str, Any] = {
+        "id": "c",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+    }
+    if usage is not None:
+        body["usage"] = usage
+    provider, _ = await over("chat", lambda _: httpx.Response(200, json=body), stream=False)
+    turn = await provider.complete(weather_request(64))
+    assert turn.usage.known is known
