@@ -50,6 +50,7 @@ from collector.providers.common import (
     replay_object,
 )
 from collector.providers.http import Headers, Http, Sleep
+from collector.providers.servercut import or_server_cut
 from collector.providers.splice import encode_spliced
 from collector.providers.sse import SSEEvent
 from collector.turn import (
@@ -319,9 +320,8 @@ class GeminiProvider:
         url = self._url(request.model)
         cap = request.max_output_tokens
         extra = request.params.extra_headers
-        if self._streaming:
-            return await self._http.retrying(lambda: self._stream_once(url, body, cap, extra))
-        return await self._http.retrying(lambda: self._post_once(url, body, cap, extra))
+        once = self._stream_once if self._streaming else self._post_once
+        return await or_server_cut(request, self._http.retrying(lambda: once(url, body, cap, extra)))
 
     async def _post_once(self, url: str, body: bytes, cap: int, extra: Headers) -> Turn:
         payload, elapsed = await self._http.post_json(url, body, extra)

@@ -245,3 +245,110 @@ class LiteLLMGemini:
                 200, content=litellm_gemini_stream(turn), headers={"content-type": "text/event-stream"}
             )
         return httpx.Response(200, json=litellm_gemini_body(turn))
+
+
+# --- LiteLLM 1.106.12 -> llama-server chat: Anthropic Messages ----------------------------------
+
+
+def litellm_anthropic_500(fragment: str) -> dict[str, Any]:
+    """LiteLLM's error body when its adapter cannot decode the engine's cut call: the message
+    quotes the cut arguments after the wording (that quote must never be stored)."""
+    return {
+        "error": {
+            "message": "litellm.APIConnectionError: Failed to parse tool call arguments for tool "
+            f"'get_weather': Expecting ',' delimiter: line 1 column 12. Arguments: {fragment}",
+            "type": None,
+            "param": None,
+            "code": "500",
+        }
+    }
+
+
+def litellm_anthropic_stream(turn: WeatherTurn, in_tokens: int = 498) -> bytes:
+    """LiteLLM's streamed Anthropic reply: the call's `input_json_delta` fragments, then
+    `stop_reason: max_tokens` for a cut (it does not decode a streamed call's arguments)."""
+    events: list[tuple[str | None, Any]] = [
+        (
+            "message_start",
+            {
+                "type": "message_start",
+                "message": {
+                    "id": "msg_gw",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": "gemma3-270m",
+                    "content": [],
+                    "stop_reason": None,
+                    "usage": {"input_tokens": in_tokens, "output_tokens": 0},
+                },
+            },
+        ),
+    ]
+    if turn.arguments is not None:
+        block = {"type": "tool_use", "id": "call_get_weather", "name": "get_weather", "input": {}}
+        events.append(
+            ("content_block_start", {"type": "content_block_start", "index": 0, "content_block": block})
+        )
+        args = turn.arguments
+        for i in range(0, len(args), 5):
+            delta = {"type": "input_json_delta", "partial_json": args[i : i + 5]}
+            events.append(
+                ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta})
+            )
+        events.append(("content_block_stop", {"type": "content_block_stop", "index": 0}))
+    reason = "max_tokens" if turn.cut else "tool_use"
+    events.append(
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": reason},
+                "usage": {"output_tokens": turn.output_tokens},
+            },
+        )
+    )
+    events.append(("message_stop", {"type": "message_stop"}))
+    return sse(events)
+
+
+class LiteLLMAnthropic:
+    """A MockTransport handler answering like LiteLLM's /v1/messages at the request's cap:
+    non-streamed, a call cut mid-JSON is an HTTP 500; streamed, a `max_tokens` stream."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests += 1
+        body = json.loads(request.content)
+        turn = weather_turn(int(body["max_tokens"]))
+        if body.get("stream"):
+            return httpx.Response(
+                200, content=litellm_anthropic_stream(turn), headers={"content-type": "text/event-stream"}
+            )
+        if turn.arguments is not None:
+            try:
+                args = json.loads(turn.arguments)
+            except ValueError:
+                return httpx.Response(500, json=litellm_anthropic_500(turn.arguments))
+        else:
+            args = None
+        content: list[dict[str, Any]] = [{"type": "text", "text": turn.content}] if turn.content else []
+        if args is not None:
+            content.append(
+                {"type": "tool_use", "id": "call_get_weather", "name": "get_weather", "input": args}
+            )
+        reason = "max_tokens" if turn.cut else "tool_use"
+        return httpx.Response(
+            200,
+            json={
+                "id": "msg_gw",
+                "type": "message",
+                "role": "assistant",
+                "model": "gemma3-270m",
+                "content": content,
+                "stop_reason": reason,
+                "stop_sequence": None,
+                "usage": {"input_tokens": 498, "output_tokens": turn.output_tokens},
+            },
+        )

@@ -14,8 +14,10 @@ from typing import Any
 import httpx
 import pytest
 
+from collector.errors import ProviderError
 from collector.providers import build_provider
 from collector.providers.base import Endpoint, Provider, RetryPolicy
+from collector.providers.servercut import UnparsedArguments
 from collector.turn import (
     ArgStatus,
     AssistantMessage,
@@ -31,8 +33,10 @@ from tests.providers.conftest import API_KEY, BASE_URLS, Sleeps
 from tests.providers.realshapes import (
     COMPLETE_TOKENS,
     WEATHER_ARGS,
+    LiteLLMAnthropic,
     LiteLLMGemini,
     LlamaResponses,
+    litellm_anthropic_500,
     weather_turn,
 )
 from tests.providers.wirefab import sse
@@ -277,3 +281,95 @@ async def test_usage_known_rule_on_chat(over: Build, usage: Any, text: str, know
     provider, _ = await over("chat", lambda _: httpx.Response(200, json=body), stream=False)
     turn = await provider.complete(weather_request(64))
     assert turn.usage.known is known
+
+
+# --- 3: LiteLLM's Anthropic 500 on a call cut mid-JSON ---------------------------------------
+
+
+@pytest.mark.parametrize("stream", MODES)
+@pytest.mark.parametrize("cap", [14, 20, 29])
+async def test_litellm_anthropic_cut_call_is_a_length_turn(over: Build, stream: bool, cap: int) -> None:
+    """A call cut mid-JSON through LiteLLM's Anthropic route is a length turn in both modes, with
+    nothing to run: streamed, the server says `max_tokens`; non-streamed, it answers HTTP 500
+    "Failed to parse tool call arguments", which is asked once (never retried: 5 paid
+    generations before) and read as the cut (`collector.providers.servercut`)."""
+    server = LiteLLMAnthropic()
+    provider, sleeps = await over("anthropic", server, stream=stream)
+    turn = await provider.complete(weather_request(cap))
+    assert turn.is_length
+    assert LengthSignal.FINISH_REASON in turn.length_signals
+    assert server.requests == 1
+    assert sleeps.waits == []
+    assert turn.retries == ()
+    if not stream:
+        assert (turn.raw_finish_reason, turn.incomplete_reason) == (
+            "http_500",
+            "tool_call_arguments_unparsed",
+        )
+        assert turn.tool_calls == []
+        assert not turn.usage.known
+
+
+async def test_litellm_anthropic_complete_call_runs(over: Build) -> None:
+    """The same route at a cap the call fits under is an ordinary tool-call turn (no 500)."""
+    provider, _ = await over("anthropic", LiteLLMAnthropic(), stream=False)
+    turn = await provider.complete(weather_request(64))
+    assert turn.finish_class is FinishClass.TOOL_CALLS
+    assert turn.length_signals == ()
+
+
+FRAGMENT = '{"city": "Pa'
+
+
+def _gateway_500(_: httpx.Request) -> httpx.Response:
+    return httpx.Response(500, json=litellm_anthropic_500(FRAGMENT))
+
+
+@pytest.mark.parametrize(
+    "why",
+    ["stop_sequences", "no_tools", "dirty_history"],
+)
+async def test_unparsed_arguments_500_without_the_cut_conditions_is_an_unretried_error(
+    over: Build, why: str
+) -> None:
+    """When the cap is not the only explanation (a stop sequence could have ended the call, no
+    tools were offered, or the history replays arguments that do not parse), the 500 ends the
+    episode as an error: asked once, and its message keeps no argument fragment."""
+    request = weather_request(20)
+    if why == "stop_sequences":
+        request.params.stop = ["</tool_call>"]
+    elif why == "no_tools":
+        request.tools = []
+    else:
+        broken = ToolCall("c1", "get_weather", {"city": "Paris"}, ArgStatus.OK, raw_arguments='{"city": "Par')
+        request.messages = [
+            *request.messages,
+            AssistantMessage("", [broken]),
+            ToolResultMessage("c1", "get_weather", "x"),
+        ]
+    calls: list[httpx.Request] = []
+
+    def server(req: httpx.Request) -> httpx.Response:
+        calls.append(req)
+        return _gateway_500(req)
+
+    provider, sleeps = await over("anthropic", server, stream=False)
+    with pytest.raises(UnparsedArguments) as caught:
+        await provider.complete(request)
+    assert len(calls) == 1
+    assert sleeps.waits == []
+    message = str(caught.value)
+    assert "Failed to parse tool call arguments" in message
+    assert "city" not in message
+    assert "Pa" not in message.split("arguments", 1)[1]
+
+
+@pytest.mark.parametrize("kind", ["chat", "responses", "anthropic", "gemini"])
+async def test_arguments_fragment_never_in_any_wire_message(over: Build, kind: str) -> None:
+    """Every wire scrubs the quoted arguments of such a 500 (in an error or a 4xx alike)."""
+    body = litellm_anthropic_500('{"note": "secret plan", "city": "Pa')
+    provider, _ = await over(kind, lambda _: httpx.Response(400, json=body), stream=False)
+    with pytest.raises(ProviderError) as caught:
+        await provider.complete(weather_request(20))
+    assert "city" not in str(caught.value)
+    assert "secret plan" not in str(caught.value)
