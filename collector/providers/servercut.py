@@ -21,8 +21,11 @@ Decisions:
       object (the collector replays a malformed call as `{}`, so for its own histories this
       holds): the arguments that failed are then this turn's output, not a replay
       (llama-server's own 500 of the same wording is about a replayed history);
-   c. the request set no stop sequences: a stop sequence matching inside a call is the other
-      way its arguments end unfinished (real-llama/README.md), and that is not a cut.
+   c. every stop sequence the request set is a chat-template call-block closer
+      (`</tool_call>` and the others of `arguments.CALL_CLOSERS`; a base model needs one, or
+      it repeats calls until the cap): any other stop word can match inside a call's
+      arguments and end them unfinished (llama-server with `stop: ["get_weather"]`,
+      real-llama/README.md), which is not a cut. A closer ends a call after its arguments.
    The remaining explanation is the model ending a call on invalid JSON by itself at under the
    cap; this 500 cannot tell it apart, and the cap is the measured cause at these budgets
    (caps 14-35 of the weather sweep, where the Chat route of the same engine says `length`).
@@ -44,6 +47,7 @@ import time
 from collections.abc import Awaitable
 
 from collector.errors import ProviderUnavailable
+from collector.providers.arguments import CALL_CLOSERS
 from collector.providers.common import replay_text
 from collector.turn import AssistantMessage, FinishClass, LengthSignal, Turn, TurnRequest, Usage
 
@@ -91,7 +95,8 @@ def _replays_cleanly(request: TurnRequest) -> bool:
 
 def cut_turn(error: UnparsedArguments, request: TurnRequest, latency_s: float = 0.0) -> Turn | None:
     """The length turn `error` stands for under rule 2, or None when a condition fails."""
-    if not request.tools or request.params.stop or not _replays_cleanly(request):
+    stops = request.params.stop or ()
+    if not request.tools or any(s not in CALL_CLOSERS for s in stops) or not _replays_cleanly(request):
         return None
     return Turn(
         text="",

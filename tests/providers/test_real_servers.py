@@ -310,6 +310,18 @@ async def test_litellm_anthropic_cut_call_is_a_length_turn(over: Build, stream: 
         assert not turn.usage.known
 
 
+async def test_call_closer_stop_sequence_keeps_the_cut_reading(over: Build) -> None:
+    """The sweep's `stop: ["</tool_call>"]` (a base model needs it) ends a call after its
+    arguments, so the 500 is still read as the cut; asked once."""
+    server = LiteLLMAnthropic()
+    provider, _ = await over("anthropic", server, stream=False)
+    request = weather_request(20)
+    request.params.stop = ["</tool_call>"]
+    turn = await provider.complete(request)
+    assert turn.is_length
+    assert server.requests == 1
+
+
 async def test_litellm_anthropic_complete_call_runs(over: Build) -> None:
     """The same route at a cap the call fits under is an ordinary tool-call turn (no 500)."""
     provider, _ = await over("anthropic", LiteLLMAnthropic(), stream=False)
@@ -337,7 +349,7 @@ async def test_unparsed_arguments_500_without_the_cut_conditions_is_an_unretried
     episode as an error: asked once, and its message keeps no argument fragment."""
     request = weather_request(20)
     if why == "stop_sequences":
-        request.params.stop = ["</tool_call>"]
+        request.params.stop = ["</tool_call>", "get_weather"]  # the second can match inside a call
     elif why == "no_tools":
         request.tools = []
     else:
