@@ -4,8 +4,9 @@
 the order documented in `collector.turn` and records every one that holds:
 
 1. FINISH_REASON   the adapter says the transport's own vocabulary reported the cap;
-2. CAP_REACHED     `usage.output_tokens >= max_output_tokens` (servers that say `tool_calls`
-                   for a call cut at the cap: vllm #58228, llama.cpp);
+2. CAP_REACHED     `usage.output_tokens >= max_output_tokens`, usage known (servers that say
+                   `tool_calls` for a call cut at the cap: vllm #58228, llama.cpp; llama-server's
+                   Responses route, which never says `incomplete`);
 3. STREAM_CUT      the terminal event arrived with the output left open (a tool call never
                    closed, or no finish reason); a stream without its terminal event never
                    gets here: the adapter raises `ProviderUnavailable` and it is retried;
