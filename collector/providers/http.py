@@ -263,7 +263,7 @@ def classify_http_error(
     if (
         should_retry == "true"
         and not error.retryable
-        and not isinstance(error, QuotaExhausted | ContextOverflow)
+        and not isinstance(error, QuotaExhausted | ContextOverflow | UnparsedArguments)
     ):
         return ProviderUnavailable(error.message, error.status, retry_after)
     if should_retry == "false" and error.retryable:

@@ -385,3 +385,18 @@ async def test_arguments_fragment_never_in_any_wire_message(over: Build, kind: s
         await provider.complete(weather_request(20))
     assert "city" not in str(caught.value)
     assert "secret plan" not in str(caught.value)
+
+
+async def test_unparsed_arguments_is_not_retried_even_when_the_server_says_retry(over: Build) -> None:
+    """`x-should-retry: true` (Anthropic's SDK header) does not make the deterministic failure
+    retryable: the server would only generate the same cut again."""
+    calls: list[httpx.Request] = []
+
+    def server(req: httpx.Request) -> httpx.Response:
+        calls.append(req)
+        return httpx.Response(500, json=litellm_anthropic_500(FRAGMENT), headers={"x-should-retry": "true"})
+
+    provider, _ = await over("anthropic", server, stream=False)
+    turn = await provider.complete(weather_request(20))
+    assert turn.is_length
+    assert len(calls) == 1
