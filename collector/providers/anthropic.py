@@ -23,6 +23,9 @@ History: system messages go to top-level `system`; assistant turns are `text` + 
 blocks (input `{}` for a call that did not parse); tool results are `tool_result` blocks in
 the next user message, first, with any user text after them (the API wants roles to
 alternate, so consecutive same-role messages are merged).
+
+Tests: tests/providers/test_scenarios.py, tests/providers/test_wire_examples.py,
+tests/providers/test_replay.py, tests/providers/test_real_servers.py.
 """
 
 from __future__ import annotations

@@ -34,6 +34,9 @@ CAP_REACHED, so a complete call that ended exactly on the cap and is reported `S
 (LiteLLM's Gemini stream: every other wire calls that turn `length`), and REASONING by the
 90% share of reasoning tokens. A cut call does not run even then on that route: LiteLLM emits a
 streamed call only once its arguments parse, and the turn says `MAX_TOKENS`.
+
+Tests: tests/providers/test_scenarios.py, tests/providers/test_limits.py,
+tests/providers/test_real_servers.py.
 """
 
 from __future__ import annotations

@@ -29,6 +29,9 @@ as `thinkingConfig` (`thinkingBudget` or `thinkingLevel`, not both) with `includ
 History: system messages go to `systemInstruction`; assistant turns become `model` contents
 (text, `functionCall` parts with `args` `{}` for a call that did not parse); tool results
 become `functionResponse` parts (`{"output": ...}` or `{"error": ...}`) in a `user` content.
+
+Tests: tests/providers/test_scenarios.py, tests/providers/test_wire_examples.py,
+tests/providers/test_replay.py, tests/providers/test_real_servers.py.
 """
 
 from __future__ import annotations

@@ -41,6 +41,9 @@ Secrets: the API key goes into exactly one header, credentials from the base URL
 includes a header, the URL's query or the key; provider messages are truncated and scrubbed
 of every credential the endpoint sends, in every form (`Endpoint.credentials`), and of
 key-shaped tokens (OpenAI echoes a masked key in its 401 message).
+
+Tests: tests/providers/test_errors_retries.py, tests/providers/test_retry_causes.py,
+tests/providers/test_transport.py.
 """
 
 from __future__ import annotations

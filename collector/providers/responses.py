@@ -27,6 +27,9 @@ Reasoning: `reasoning` output items are kept verbatim (`Turn.reasoning_items`; t
 count) and replayed before the turn's message and function calls: the collector is
 stateless, and the API refuses a function call sent back without its reasoning item. An
 effort is sent as `reasoning.effort`, with `include: ["reasoning.encrypted_content"]`.
+
+Tests: tests/providers/test_scenarios.py, tests/providers/test_wire_examples.py,
+tests/providers/test_real_servers.py, tests/sim/test_llama_responses.py.
 """
 
 from __future__ import annotations

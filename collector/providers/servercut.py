@@ -37,6 +37,8 @@ Decisions:
 3. **No argument fragments in messages.** The body quotes the model's cut text after the
    wording; `withhold_fragment` keeps the message up to the wording and drops the rest, in
    every error message built from a body (HTTP or mid-stream), whatever its status.
+
+Tests: tests/providers/test_real_servers.py (against LiteLLM's Anthropic shapes, streamed and not).
 """
 
 from __future__ import annotations

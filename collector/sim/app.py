@@ -25,6 +25,9 @@ recursion limit) is a 400 in the dialect's shape, like any other bad request.
 Streams are rendered whole and sent as one `text/event-stream` body: the framing and event
 order are the wire's, and the server does no per-event work (benchmarks need thousands of
 requests a second). A dropped stream is the first part of the events, without the terminal.
+
+Tests: tests/sim/test_validation.py, tests/sim/test_faults_policy.py,
+tests/providers/test_sim.py.
 """
 
 from __future__ import annotations

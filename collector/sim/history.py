@@ -8,6 +8,8 @@ tested only against a lenient fake ships those histories to production. The shar
 - replayed arguments that are not valid JSON are a 500 on the string-argument dialects
   (Qwen behind vLLM re-parses the history and fails inside the server);
 - the body must be a JSON object with the dialect's required fields and types (400).
+
+Tests: tests/sim/test_validation.py.
 """
 
 from __future__ import annotations

@@ -14,6 +14,8 @@ Faults never change a turn's token count (see `collector.sim.tokenizer`): leaked
 delimiters were counted as template tokens anyway, malformed arguments and wrong arguments
 are length-preserving edits. So a preset's cut probability depends only on its length
 distributions and the task's call size, and stays exact whatever fault knobs are set.
+
+Tests: tests/sim/test_truth.py, tests/sim/test_llama_responses.py.
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ with a growing `sequence_number`, ending with `response.completed` or
 `response.incomplete`; for a cut call `response.function_call_arguments.done` is still sent
 with the partial string (section 8 item 6 notes this is unverified; clients must key off
 the terminal event, which is what a faithful client does anyway).
+
+Tests: tests/sim/test_validation.py, tests/sim/test_sdks.py, tests/sim/test_llama_responses.py.
 """
 
 from __future__ import annotations
