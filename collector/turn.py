@@ -116,6 +116,10 @@ class ToolCall:
 class Usage:
     input_tokens: int = 0
     output_tokens: int = 0
+    known: bool = True
+    """False when the server reported no usable count (no usage, all zeros, or 0 output tokens
+    for a turn that shows output): the counts are then 0 for "unknown", not measured, and
+    `CAP_REACHED` cannot be checked (`collector.providers.common.usage_known`)."""
 
 
 @dataclass(slots=True)

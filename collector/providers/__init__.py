@@ -16,6 +16,8 @@ Every adapter is handed its `httpx.AsyncClient` and never builds one. The client
 collector hands them is built in `collector.run.worker` (one client per worker, shared by its
 episode slots) over `collector.providers.transport.StreamTransport`, whose module docstring
 and `collector.run.worker`'s say why that layout holds up under thousands of episodes in flight.
+
+Tests: tests/providers/test_package.py, tests/providers/test_sim.py.
 """
 
 from __future__ import annotations

@@ -23,6 +23,9 @@ History: system messages go to top-level `system`; assistant turns are `text` + 
 blocks (input `{}` for a call that did not parse); tool results are `tool_result` blocks in
 the next user message, first, with any user text after them (the API wants roles to
 alternate, so consecutive same-role messages are merged).
+
+Tests: tests/providers/test_scenarios.py, tests/providers/test_wire_examples.py,
+tests/providers/test_replay.py, tests/providers/test_real_servers.py.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from collector.providers.common import (
     replay_object,
 )
 from collector.providers.http import Headers, Http, Sleep
+from collector.providers.servercut import or_server_cut
 from collector.providers.splice import encode_spliced
 from collector.providers.sse import SSEEvent
 from collector.turn import (
@@ -214,9 +218,8 @@ class AnthropicProvider:
         body = encode_spliced(build_anthropic_body(request, self._streaming), "messages", request.wire_cache)
         cap = request.max_output_tokens
         extra = request.params.extra_headers
-        if self._streaming:
-            return await self._http.retrying(lambda: self._stream_once(body, cap, extra))
-        return await self._http.retrying(lambda: self._post_once(body, cap, extra))
+        once = self._stream_once if self._streaming else self._post_once
+        return await or_server_cut(request, self._http.retrying(lambda: once(body, cap, extra)))
 
     async def _post_once(self, body: bytes, cap: int, extra: Headers) -> Turn:
         payload, elapsed = await self._http.post_json(self._url, body, extra)

@@ -33,6 +33,7 @@ from typing import Any, NamedTuple
 from collector.turn import ArgStatus, JSONObject
 
 __all__ = [
+    "CALL_CLOSERS",
     "LEAKED_DELIMITERS",
     "ParsedArguments",
     "has_template_opener",
@@ -210,6 +211,10 @@ _PAIRED: tuple[tuple[str, tuple[str, ...]], ...] = (
 _JSON_AFTER: tuple[str, ...] = ("<|python_tag|>", "[TOOL_CALLS]", "<|tool_call|>", "[ARGS]")
 
 _OPENERS = tuple(o for o, _ in _PAIRED) + _JSON_AFTER
+
+#: The closers of chat-template call blocks: a stop sequence among them ends a call after its
+#: arguments, never inside them (`collector.providers.servercut`).
+CALL_CLOSERS = frozenset(closer for _, closers in _PAIRED for closer in closers)
 
 
 def has_template_opener(text: str) -> bool:

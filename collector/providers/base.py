@@ -18,6 +18,9 @@ Adapters are built with `collector.providers.build_provider(kind, endpoint, clie
 takes keyword-only `sleep` (the back-off sleep, `asyncio.sleep` by default) and `rng` (the
 jitter source) so tests never wait. Where a turn becomes a length turn, and in which order
 the checks run, is `collector.providers.common.finish_turn` (listed in `collector.turn`).
+
+Tests: tests/providers/test_package.py, tests/providers/test_transport.py,
+tests/providers/test_errors_retries.py.
 """
 
 from __future__ import annotations

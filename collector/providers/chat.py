@@ -43,6 +43,7 @@ from collector.providers.common import (
     replay_text,
 )
 from collector.providers.http import Headers, Http, Sleep
+from collector.providers.servercut import or_server_cut
 from collector.providers.splice import encode_spliced
 from collector.providers.sse import SSEEvent
 from collector.turn import (
@@ -253,9 +254,8 @@ class ChatProvider:
         body = encode_spliced(built, "messages", request.wire_cache)
         cap = request.max_output_tokens
         extra = request.params.extra_headers
-        if self._streaming:
-            return await self._http.retrying(lambda: self._stream_once(body, cap, extra))
-        return await self._http.retrying(lambda: self._post_once(body, cap, extra))
+        once = self._stream_once if self._streaming else self._post_once
+        return await or_server_cut(request, self._http.retrying(lambda: once(body, cap, extra)))
 
     async def _post_once(self, body: bytes, cap: int, extra: Headers) -> Turn:
         payload, elapsed = await self._http.post_json(self._url, body, extra)

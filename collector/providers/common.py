@@ -4,8 +4,9 @@
 the order documented in `collector.turn` and records every one that holds:
 
 1. FINISH_REASON   the adapter says the transport's own vocabulary reported the cap;
-2. CAP_REACHED     `usage.output_tokens >= max_output_tokens` (servers that say `tool_calls`
-                   for a call cut at the cap: vllm #58228, llama.cpp);
+2. CAP_REACHED     `usage.output_tokens >= max_output_tokens`, usage known (servers that say
+                   `tool_calls` for a call cut at the cap: vllm #58228, llama.cpp; llama-server's
+                   Responses route, which never says `incomplete`);
 3. STREAM_CUT      the terminal event arrived with the output left open (a tool call never
                    closed, or no finish reason); a stream without its terminal event never
                    gets here: the adapter raises `ProviderUnavailable` and it is retried;
@@ -19,6 +20,23 @@ the order documented in `collector.turn` and records every one that holds:
                    spent 90% of the cap on reasoning tokens: "the cap went to thinking";
 
 Keeping this in one function means the four transports cannot disagree about what "cut" is.
+
+Unknown usage. A server may report no usable token count: no usage object (a Chat stream that
+ignores `include_usage`), all zeros (LiteLLM's Gemini stream sends `usageMetadata` with every
+count 0), or 0 output tokens for a turn that shows text, a call or reasoning. A prompt always
+has at least one token and visible output at least one, so none of these is a measurement:
+`finish_turn` marks such a turn's usage `known=False` (per turn, by `usage_known`) instead of
+recording a count of 0. What the rules can still see then: FINISH_REASON (the transport's own
+vocabulary: LiteLLM's Gemini still says `MAX_TOKENS` for a cut), STREAM_CUT, UNCLOSED_TEMPLATE
+(stricter: without a count, the "stopped under the cap" exception cannot apply, so every
+unclosed block is a cut) and REASONING when another signal holds. What they cannot see:
+CAP_REACHED, so a complete call that ended exactly on the cap and is reported `STOP` runs
+(LiteLLM's Gemini stream: every other wire calls that turn `length`), and REASONING by the
+90% share of reasoning tokens. A cut call does not run even then on that route: LiteLLM emits a
+streamed call only once its arguments parse, and the turn says `MAX_TOKENS`.
+
+Tests: tests/providers/test_scenarios.py, tests/providers/test_limits.py,
+tests/providers/test_real_servers.py.
 """
 
 from __future__ import annotations
@@ -46,6 +64,7 @@ __all__ = [
     "merge_extra",
     "replay_object",
     "replay_text",
+    "usage_known",
 ]
 
 
@@ -129,6 +148,16 @@ def replay_object(call: ToolCall) -> JSONObject:
     return call.arguments
 
 
+def usage_known(usage: Usage, shows_output: bool) -> bool:
+    """Whether `usage` is the server's measure (see "Unknown usage" in the module docstring)."""
+    if not usage.known:
+        return False
+    if usage.output_tokens > 0:
+        return True
+    # 0 output tokens: a measure only for a turn with nothing to show and a counted prompt.
+    return usage.input_tokens > 0 and not shows_output
+
+
 def finish_turn(
     *,
     text: str,
@@ -154,10 +183,13 @@ def finish_turn(
     reasoning_items: list[JSONObject] | None = None,
 ) -> Turn:
     """Apply the length checks in their documented order and build the `Turn`."""
+    shows_output = bool(text or tool_calls or refusal or reasoning or reasoning_text or reasoning_items)
+    if not usage_known(usage, shows_output):
+        usage = Usage(usage.input_tokens, usage.output_tokens, known=False)
     signals: list[LengthSignal] = []
     if says_length:
         signals.append(LengthSignal.FINISH_REASON)
-    if max_output_tokens > 0 and usage.output_tokens >= max_output_tokens:
+    if usage.known and max_output_tokens > 0 and usage.output_tokens >= max_output_tokens:
         signals.append(LengthSignal.CAP_REACHED)
     if stream_cut:
         signals.append(LengthSignal.STREAM_CUT)

@@ -29,6 +29,9 @@ as `thinkingConfig` (`thinkingBudget` or `thinkingLevel`, not both) with `includ
 History: system messages go to `systemInstruction`; assistant turns become `model` contents
 (text, `functionCall` parts with `args` `{}` for a call that did not parse); tool results
 become `functionResponse` parts (`{"output": ...}` or `{"error": ...}`) in a `user` content.
+
+Tests: tests/providers/test_scenarios.py, tests/providers/test_wire_examples.py,
+tests/providers/test_replay.py, tests/providers/test_real_servers.py.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ from collector.providers.common import (
     replay_object,
 )
 from collector.providers.http import Headers, Http, Sleep
+from collector.providers.servercut import or_server_cut
 from collector.providers.splice import encode_spliced
 from collector.providers.sse import SSEEvent
 from collector.turn import (
@@ -208,8 +212,9 @@ class _Reply:
         if isinstance(chunk.get("modelVersion"), str):
             self.model = chunk["modelVersion"]
         u = chunk.get("usageMetadata")
-        if isinstance(u, dict):
-            # Running totals: overwrite.
+        if isinstance(u, dict) and any(as_int(value) > 0 for value in u.values()):
+            # Running totals: overwrite; but a report of all zeros (LiteLLM's stream sends only
+            # those) counts nothing, and must not erase a real count sent before it.
             self.usage = Usage(
                 as_int(u.get("promptTokenCount")),
                 as_int(u.get("candidatesTokenCount")) + as_int(u.get("thoughtsTokenCount")),
@@ -318,9 +323,8 @@ class GeminiProvider:
         url = self._url(request.model)
         cap = request.max_output_tokens
         extra = request.params.extra_headers
-        if self._streaming:
-            return await self._http.retrying(lambda: self._stream_once(url, body, cap, extra))
-        return await self._http.retrying(lambda: self._post_once(url, body, cap, extra))
+        once = self._stream_once if self._streaming else self._post_once
+        return await or_server_cut(request, self._http.retrying(lambda: once(url, body, cap, extra)))
 
     async def _post_once(self, url: str, body: bytes, cap: int, extra: Headers) -> Turn:
         payload, elapsed = await self._http.post_json(url, body, extra)

@@ -17,6 +17,9 @@ structured code for it):
   -> `QuotaExhausted`, never retried;
 - context overflow (`context_length_exceeded`, llama.cpp `exceed_context_size_error`, and the
   Anthropic, Gemini and vLLM invalid-request wordings) -> `ContextOverflow`, never retried;
+- a 5xx (or an error event) saying the tool-call arguments failed to parse -> the not
+  retryable `UnparsedArguments`, which the adapter may read as a cut turn, its message cut
+  before the quoted arguments (`collector.providers.servercut`);
 - any other 4xx -> `RequestRejected`, never retried. Anthropic's `x-should-retry` header
   overrides the status rule, as its SDK does.
 
@@ -38,6 +41,9 @@ Secrets: the API key goes into exactly one header, credentials from the base URL
 includes a header, the URL's query or the key; provider messages are truncated and scrubbed
 of every credential the endpoint sends, in every form (`Endpoint.credentials`), and of
 key-shaped tokens (OpenAI echoes a masked key in its 401 message).
+
+Tests: tests/providers/test_errors_retries.py, tests/providers/test_retry_causes.py,
+tests/providers/test_transport.py.
 """
 
 from __future__ import annotations
@@ -65,6 +71,7 @@ from collector.errors import (
     RequestRejected,
 )
 from collector.providers.base import Endpoint, basic_authorization
+from collector.providers.servercut import UnparsedArguments, says_arguments_unparsed, withhold_fragment
 from collector.providers.sse import SSEDecoder, SSEEvent
 from collector.turn import Turn
 
@@ -213,7 +220,9 @@ def classify_error_body(
     err = _error_object(body)
     labels = _labels(err)
     raw_message = err.get("message")
-    detail = _scrub(raw_message, secret) if isinstance(raw_message, str) else ""
+    unparsed = isinstance(raw_message, str) and says_arguments_unparsed(raw_message)
+    # The wording is followed by the model's argument text: never kept (servercut rule 3).
+    detail = _scrub(withhold_fragment(raw_message), secret) if isinstance(raw_message, str) else ""
     kind = "/".join(labels) if labels else "error"
     message = f"{dialect}: {kind}" + (f": {detail}" if detail else "")
     if any(label in _QUOTA_MARKERS for label in labels) or status == 402 or _daily_quota(err):
@@ -222,6 +231,8 @@ def classify_error_body(
         return ContextOverflow(message, status)
     if status in (400, 413, 422) and isinstance(raw_message, str) and _CONTEXT_WORDING.search(raw_message):
         return ContextOverflow(message, status)
+    if unparsed and (status is None or status >= 500):
+        return UnparsedArguments(message, status)  # deterministic: never retried (servercut)
     if retry_after is None:
         retry_after = _retry_info_delay(err)
     if status is None:
@@ -255,7 +266,7 @@ def classify_http_error(
     if (
         should_retry == "true"
         and not error.retryable
-        and not isinstance(error, QuotaExhausted | ContextOverflow)
+        and not isinstance(error, QuotaExhausted | ContextOverflow | UnparsedArguments)
     ):
         return ProviderUnavailable(error.message, error.status, retry_after)
     if should_retry == "false" and error.retryable:

@@ -12,10 +12,13 @@ results link to and the one kept on `ToolCall.id`.
 
 Streaming keys off the terminal event (`response.completed` / `.incomplete` / `.failed`, or
 an `error` event), never off `.done` events; a call item added but never finished by the
-terminal event is a `STREAM_CUT`.
+terminal event is a `STREAM_CUT`. Items are found by `output_index`, or by `item_id` (the
+item's `id`) where a server sends no index (llama-server: see `_Items`).
 
 History: system messages go to top-level `instructions` (joined with blank lines), the rest
-to `input` items: user/assistant messages in the short `{"role", "content"}` form,
+to `input` items: user messages in the short `{"role", "content"}` form, assistant text as
+an explicit `{"type": "message", "role": "assistant", "content": [output_text part]}` item
+(llama-server refuses the short form for assistant text; every server takes this one),
 `function_call` items (arguments as text, `"{}"` for a call that did not parse) and
 `function_call_output` items linked by `call_id`. Responses has no `seed` or `stop`.
 
@@ -24,6 +27,9 @@ Reasoning: `reasoning` output items are kept verbatim (`Turn.reasoning_items`; t
 count) and replayed before the turn's message and function calls: the collector is
 stateless, and the API refuses a function call sent back without its reasoning item. An
 effort is sent as `reasoning.effort`, with `include: ["reasoning.encrypted_content"]`.
+
+Tests: tests/providers/test_scenarios.py, tests/providers/test_wire_examples.py,
+tests/providers/test_real_servers.py, tests/sim/test_llama_responses.py.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ from collector.providers.common import (
     replay_text,
 )
 from collector.providers.http import Headers, Http, Sleep
+from collector.providers.servercut import or_server_cut
 from collector.providers.splice import encode_spliced
 from collector.providers.sse import SSEEvent
 from collector.turn import (
@@ -78,7 +85,11 @@ def build_responses_body(request: TurnRequest, stream: bool) -> JSONObject:
             # verbatim, before its function calls, or the API refuses the calls.
             items.extend(dict(item) for item in m.reasoning_items)
             if m.text:
-                items.append({"role": "assistant", "content": m.text})
+                # The explicit item form: llama-server refuses the short `{"role", "content"}`
+                # form for assistant text (400 "Cannot determine type of 'item'"); OpenAI and
+                # LiteLLM take both.
+                part = {"type": "output_text", "text": m.text}
+                items.append({"type": "message", "role": "assistant", "content": [part]})
             for c in m.tool_calls:
                 items.append(
                     {"type": "function_call", "call_id": c.id, "name": c.name, "arguments": replay_text(c)}
@@ -252,6 +263,82 @@ class _Reply:
         )
 
 
+class _Slot:
+    """One output item of a stream: the latest item object, its argument fragments, its text."""
+
+    __slots__ = ("finished", "fragments", "index", "item", "order", "text")
+
+    def __init__(self, item: Any, index: int | None, order: int) -> None:
+        self.item = item
+        self.index = index
+        self.order = order
+        self.fragments: list[str] = []
+        self.text: list[str] = []
+        self.finished = False
+
+
+class _Items:
+    """A stream's output items, found by `output_index` or, where a server sends none, by id.
+
+    OpenAI's events carry both `output_index` and `item_id`; llama-server's carry only
+    `item_id` (its `output_item.added` / `.done` carry the item with its `id`). Keying by the
+    index alone made llama-server's `added` and `done` two items: one complete call and one
+    never finished (a `STREAM_CUT`), so every streamed call turn there was cut. Each slot is
+    registered under every key an event gives, so a server that sends the index on some
+    events and only the id on others still lands on one slot.
+    """
+
+    __slots__ = ("by_id", "by_index", "slots")
+
+    def __init__(self) -> None:
+        self.slots: list[_Slot] = []
+        self.by_index: dict[int, _Slot] = {}
+        self.by_id: dict[str, _Slot] = {}
+
+    @staticmethod
+    def _keys(data: Any, item: Any) -> tuple[int | None, str | None]:
+        index = data.get("output_index")
+        item_id = data.get("item_id")
+        if not isinstance(item_id, str) and isinstance(item, dict):
+            item_id = item.get("id")
+        return (
+            index if isinstance(index, int) and not isinstance(index, bool) else None,
+            item_id if isinstance(item_id, str) and item_id else None,
+        )
+
+    def find(self, data: Any, item: Any = None) -> _Slot | None:
+        index, item_id = self._keys(data, item)
+        slot = self.by_index.get(index) if index is not None else None
+        if slot is None and item_id is not None:
+            slot = self.by_id.get(item_id)
+        if slot is None and index is None and item_id is None and len(self.slots) == 1:
+            slot = self.slots[0]  # no key at all: the only item open is the one meant
+        if slot is not None:
+            self._register(slot, index, item_id)
+        return slot
+
+    def open(self, data: Any, item: Any) -> _Slot:
+        index, item_id = self._keys(data, item)
+        slot = _Slot(item, index, len(self.slots))
+        self.slots.append(slot)
+        self._register(slot, index, item_id)
+        return slot
+
+    def _register(self, slot: _Slot, index: int | None, item_id: str | None) -> None:
+        if index is not None:
+            self.by_index[index] = slot
+            if slot.index is None:
+                slot.index = index
+        if item_id is not None:
+            self.by_id[item_id] = slot
+
+    def in_order(self) -> list[_Slot]:
+        """Output order: by `output_index` where every item has one, else as they arrived."""
+        if all(slot.index is not None for slot in self.slots):
+            return sorted(self.slots, key=lambda slot: (slot.index, slot.order))
+        return list(self.slots)
+
+
 class ResponsesProvider:
     """The Responses adapter. Streaming or not per `Endpoint.streaming`."""
 
@@ -274,9 +361,8 @@ class ResponsesProvider:
         body = encode_spliced(build_responses_body(request, self._streaming), "input", request.wire_cache)
         cap = request.max_output_tokens
         extra = request.params.extra_headers
-        if self._streaming:
-            return await self._http.retrying(lambda: self._stream_once(body, cap, extra))
-        return await self._http.retrying(lambda: self._post_once(body, cap, extra))
+        once = self._stream_once if self._streaming else self._post_once
+        return await or_server_cut(request, self._http.retrying(lambda: once(body, cap, extra)))
 
     async def _post_once(self, body: bytes, cap: int, extra: Headers) -> Turn:
         payload, elapsed = await self._http.post_json(self._url, body, extra)
@@ -300,35 +386,34 @@ class ResponsesProvider:
 
     async def _consume(self, events: AsyncIterator[SSEEvent]) -> tuple[_Reply, bool]:
         reply = _Reply()
-        # output_index -> [item, fragments, finished]
-        items: dict[int, list[Any]] = {}
-        text_by_index: dict[int, list[str]] = {}
+        items = _Items()
         async for event in events:
             try:
                 data = json.loads(event.data)
                 kind = data.get("type") or event.event
                 if kind == "response.output_item.added":
-                    items[data.get("output_index", len(items))] = [data["item"], [], False]
+                    items.open(data, data["item"])
                 elif kind == "response.function_call_arguments.delta":
-                    slot = items.get(data.get("output_index", -1))
+                    slot = items.find(data)
                     if slot is not None:
-                        slot[1].append(data.get("delta") or "")
+                        slot.fragments.append(data.get("delta") or "")
                 elif kind == "response.function_call_arguments.done":
-                    slot = items.get(data.get("output_index", -1))
+                    slot = items.find(data)
                     if slot is not None and isinstance(data.get("arguments"), str):
-                        slot[1] = [data["arguments"]]
+                        slot.fragments = [data["arguments"]]
                 elif kind == "response.output_item.done":
-                    index = data.get("output_index", -1)
-                    items[index] = [data["item"], items.get(index, [None, []])[1], True]
+                    slot = items.find(data, data["item"]) or items.open(data, data["item"])
+                    slot.item, slot.finished = data["item"], True
                 elif kind == "response.output_text.delta":
-                    text_by_index.setdefault(data.get("output_index", 0), []).append(data.get("delta") or "")
+                    slot = items.find(data) or items.open(data, None)
+                    slot.text.append(data.get("delta") or "")
                     _logprobs_into(data.get("logprobs"), reply.logprobs)
                 elif kind == "response.refusal.delta":
                     reply.refusal.append(data.get("delta") or "")
                 elif kind in _TERMINAL:
                     response = data["response"]
                     reply.end(response)
-                    return self._settle(reply, items, text_by_index, response)
+                    return self._settle(reply, items, response)
                 elif kind == "response.failed":
                     raise self._http.stream_error({"error": (data.get("response") or {}).get("error") or {}})
                 elif kind == "error":
@@ -340,29 +425,26 @@ class ResponsesProvider:
         raise ProviderUnavailable("responses: stream ended without a terminal event")
 
     @staticmethod
-    def _settle(
-        reply: _Reply, items: dict[int, list[Any]], text_by_index: dict[int, list[str]], response: Any
-    ) -> tuple[_Reply, bool]:
+    def _settle(reply: _Reply, items: _Items, response: Any) -> tuple[_Reply, bool]:
         cut = False
-        if not items:
+        if not items.slots:
             # A server that sent only the terminal event: its `output` is the whole reply.
             for item in response.get("output") or ():
                 reply.add_item(item)
             return reply, False
-        for index in sorted(set(items) | set(text_by_index)):
-            slot = items.get(index)
-            if slot is not None and slot[0] is not None and slot[0].get("type") == "function_call":
-                item = dict(slot[0])
-                if slot[2]:
-                    final_args = item.get("arguments")
-                    if not isinstance(final_args, str):
-                        item["arguments"] = "".join(slot[1])
+        for slot in items.in_order():
+            kind = slot.item.get("type") if isinstance(slot.item, dict) else None
+            if kind == "function_call":
+                item = dict(slot.item)
+                if slot.finished:
+                    if not isinstance(item.get("arguments"), str):
+                        item["arguments"] = "".join(slot.fragments)
                 else:
                     cut = True  # the call never reached output_item.done
-                    item["arguments"] = "".join(slot[1])
+                    item["arguments"] = "".join(slot.fragments)
                 reply.add_item(item)
-            elif slot is not None and slot[0] is not None and slot[0].get("type") == "reasoning":
-                reply.add_item(slot[0])  # the `output_item.done` item: summary and encrypted content
-            elif index in text_by_index:
-                reply.text.append("".join(text_by_index[index]))
+            elif kind == "reasoning":
+                reply.add_item(slot.item)  # the `output_item.done` item: summary and encrypted content
+            elif slot.text:
+                reply.text.append("".join(slot.text))
         return reply, cut

@@ -13,6 +13,8 @@ test that scripts too few turns fails visibly instead of hanging.
 The helpers build turns the way the adapters do: `call` parses argument text strictly
 (a non-object or broken text gives status MALFORMED with the text kept raw), `cut` marks a
 turn as cut by the output cap.
+
+Tests: tests/envs/test_my_env.py, tests/faults/test_bad_input.py.
 """
 
 from __future__ import annotations

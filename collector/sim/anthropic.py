@@ -20,6 +20,8 @@ block that is empty or only whitespace, in any message, and a message with no co
 all unless it is the final assistant message (a prefill). A collector that replays a turn
 in which the model said nothing as `{"type": "text", "text": ""}` must fail here, not first
 in production.
+
+Tests: tests/sim/test_validation.py, tests/sim/test_sdks.py.
 """
 
 from __future__ import annotations

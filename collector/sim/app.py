@@ -25,6 +25,9 @@ recursion limit) is a 400 in the dialect's shape, like any other bad request.
 Streams are rendered whole and sent as one `text/event-stream` body: the framing and event
 order are the wire's, and the server does no per-event work (benchmarks need thousands of
 requests a second). A dropped stream is the first part of the events, without the terminal.
+
+Tests: tests/sim/test_validation.py, tests/sim/test_faults_policy.py,
+tests/providers/test_sim.py.
 """
 
 from __future__ import annotations
@@ -169,6 +172,8 @@ async def _reply(sim: _Simulator, request: Request, dialect: Dialect, parse: Par
     refused = chat_wire.refusal(req) if dialect == "chat" else None
     if refused is not None:
         return error_response(dialect, refused.status, refused.message)
+    if preset.responses_server == "llamacpp" and req.short_assistant is not None:
+        return error_response(dialect, 400, req.short_assistant)
     if preset.thinking is not None and req.unreasoned is not None:
         return error_response(dialect, 400, req.unreasoned)
     headers = request.headers

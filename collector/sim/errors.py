@@ -4,6 +4,8 @@ Clients classify errors by status and by the fields of these bodies (`code`, `ty
 `status`), so the simulator must get the shapes right, not just the status codes. A request
 the simulator rejects raises `SimError` anywhere in parsing; the app turns it into the reply
 of the dialect that was called.
+
+Tests: tests/sim/test_validation.py.
 """
 
 from __future__ import annotations

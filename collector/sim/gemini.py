@@ -23,6 +23,8 @@ Calls carry an 8-character `id` (Gemini 3 style); a `functionResponse` is matche
 when its call had one, else by name. The model comes from the URL path.
 Streams are `data: <GenerateContentResponse>` events with no end marker; the last one has
 the finish reason and the final usage.
+
+Tests: tests/sim/test_validation.py, tests/sim/test_sdks.py.
 """
 
 from __future__ import annotations

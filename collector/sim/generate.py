@@ -9,6 +9,8 @@ a reply a pure function of (server seed, request body): byte-identical on replay
 
 The ground-truth tests also call `generate` directly: it is the same function the HTTP
 endpoints call, minus parsing and rendering.
+
+Tests: tests/sim/test_truth.py, tests/sim/test_thinking_truth.py.
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ tested only against a lenient fake ships those histories to production. The shar
 - replayed arguments that are not valid JSON are a 500 on the string-argument dialects
   (Qwen behind vLLM re-parses the history and fails inside the server);
 - the body must be a JSON object with the dialect's required fields and types (400).
+
+Tests: tests/sim/test_validation.py.
 """
 
 from __future__ import annotations
@@ -46,6 +48,9 @@ class ParsedRequest:
     """Anthropic `thinking.budget_tokens` / Gemini `thinkingBudget`: the most a turn may think."""
     include_thoughts: bool = False
     """Gemini `includeThoughts` / Responses `include: ["reasoning.encrypted_content"]`."""
+    short_assistant: str | None = None
+    """Responses: the 400 llama-server gives an assistant item in the short form without
+    `type`; applied only by a preset with `responses_server="llamacpp"`."""
     unreasoned: str | None = None
     """The dialect's 400 for a call replayed without its reasoning; applied only when the model
     thinks (`collector.sim.thinking`)."""

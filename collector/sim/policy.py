@@ -9,6 +9,8 @@ count, so the call is issued again: that is how a model recovers.
 
 The simulator never imports `collector.envs`: the templates below are the contract, and a
 prompt that matches none gets a short answer with no call.
+
+Tests: tests/sim/test_faults_policy.py, tests/sim/test_truth.py.
 """
 
 from __future__ import annotations

@@ -14,6 +14,8 @@ Faults never change a turn's token count (see `collector.sim.tokenizer`): leaked
 delimiters were counted as template tokens anyway, malformed arguments and wrong arguments
 are length-preserving edits. So a preset's cut probability depends only on its length
 distributions and the task's call size, and stays exact whatever fault knobs are set.
+
+Tests: tests/sim/test_truth.py, tests/sim/test_llama_responses.py.
 """
 
 from __future__ import annotations
@@ -163,6 +165,12 @@ class ModelPreset:
     context_window: int | None = None
     """Prompt tokens the model can read (None: unlimited). A longer prompt is refused with the
     dialect's own context-length error (`collector.sim.errors.context_overflow`)."""
+    responses_server: Literal["openai", "llamacpp"] = "openai"
+    """Responses: OpenAI's shapes, or llama-server's (measured, ../shared/tools/real-gateway):
+    stream events without `output_index` (items named by `item_id` only), a cut turn still
+    `completed` (never `incomplete`: only the output count shows the cap), and an assistant
+    item in the short `{"role", "content"}` form refused with 400 "Cannot determine type of
+    'item'" (it wants `type: "message"`; OpenAI takes both)."""
     reasoning_field: Literal["reasoning", "reasoning_content"] = "reasoning"
     """Chat Completions: the message field the reasoning text goes in (vLLM's new name, or
     the older one SGLang, llama.cpp and DeepSeek still send)."""

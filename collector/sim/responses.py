@@ -8,6 +8,8 @@ with a growing `sequence_number`, ending with `response.completed` or
 `response.incomplete`; for a cut call `response.function_call_arguments.done` is still sent
 with the partial string (section 8 item 6 notes this is unverified; clients must key off
 the terminal event, which is what a faithful client does anyway).
+
+Tests: tests/sim/test_validation.py, tests/sim/test_sdks.py, tests/sim/test_llama_responses.py.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ def parse(body: dict[str, Any]) -> ParsedRequest:
     raw_input = body.get("input")
     history: list[HistoryItem] = []
     unreasoned: str | None = None
+    short_assistant: str | None = None
     if isinstance(raw_input, str):
         history.append(("user", raw_input))
     elif isinstance(raw_input, list) and raw_input:
@@ -49,6 +52,8 @@ def parse(body: dict[str, Any]) -> ParsedRequest:
             if not isinstance(item, dict):
                 raise SimError(400, f"{where}: items must be objects.", param=where)
             kind = item.get("type", "message" if "role" in item else None)
+            if "type" not in item and item.get("role") == "assistant" and short_assistant is None:
+                short_assistant = f"{where}: Cannot determine type of 'item'"
             if kind == "function_call":
                 if after_outputs:
                     ledger.close_turn()
@@ -93,6 +98,7 @@ def parse(body: dict[str, Any]) -> ParsedRequest:
     include = body.get("include")
     return ParsedRequest(model=model, history=history, tools=frozenset(tools), cap=cap,
                          stream=body.get("stream") is True, unreasoned=unreasoned,
+                         short_assistant=short_assistant,
                          include_thoughts=isinstance(include, list)
                          and "reasoning.encrypted_content" in include)
 
@@ -128,11 +134,13 @@ def _items(req: ParsedRequest, gen: Generation, final: bool) -> list[dict[str, A
     if gen.text:
         text_cut = gen.cut and not gen.calls
         items.append({"id": "msg_" + gen.hex_id, "type": "message", "role": "assistant",
-                      "status": ("incomplete" if text_cut else "completed") if final else "in_progress",
+                      "status": ("incomplete" if text_cut and not _llamacpp(req) else "completed")
+                      if final else "in_progress",
                       "content": [_text_part(gen.text)] if final else []})
     for c in gen.calls:
         items.append({"id": "fc_" + c.call_id, "type": "function_call",
-                      "status": ("completed" if c.closed else "incomplete") if final else "in_progress",
+                      "status": ("completed" if c.closed or _llamacpp(req) else "incomplete")
+                      if final else "in_progress",
                       "arguments": shown_arguments(c, gen.leak) if final else "",
                       "call_id": "call_" + c.call_id, "name": c.name})
     return items
@@ -161,14 +169,27 @@ def _response(req: ParsedRequest, gen: Generation, status: str) -> dict[str, Any
     }
 
 
+def _llamacpp(req: ParsedRequest) -> bool:
+    return req.preset is not None and req.preset.responses_server == "llamacpp"
+
+
+def _final_status(req: ParsedRequest, gen: Generation) -> str:
+    # llama-server says `completed` for a cut turn too: only `usage.output_tokens` shows it.
+    return "incomplete" if gen.cut and not _llamacpp(req) else "completed"
+
+
 def render(req: ParsedRequest, gen: Generation) -> dict[str, Any]:
-    return _response(req, gen, "incomplete" if gen.cut else "completed")
+    return _response(req, gen, _final_status(req, gen))
 
 
 def render_stream(req: ParsedRequest, gen: Generation) -> list[str]:
     events: list[str] = []
 
+    no_index = _llamacpp(req)
+
     def emit(kind: str, payload: dict[str, Any]) -> None:
+        if no_index:  # llama-server names items by `item_id` only
+            payload = {k: v for k, v in payload.items() if k != "output_index"}
         data = {"type": kind, "sequence_number": len(events), **payload}
         events.append(f"event: {kind}\ndata: {json.dumps(data)}\n\n")
 
@@ -197,6 +218,6 @@ def render_stream(req: ParsedRequest, gen: Generation) -> list[str]:
             emit("response.function_call_arguments.done",
                  {"item_id": item_id, "output_index": index, "arguments": args})
         emit("response.output_item.done", {"output_index": index, "item": last})
-    status = "incomplete" if gen.cut else "completed"
+    status = _final_status(req, gen)
     emit(f"response.{status}", {"response": _response(req, gen, status)})
     return events

@@ -10,6 +10,8 @@ bound here, not inside uvicorn, for two reasons: a port that is taken or a host 
 not resolve raises `OSError` to the caller (uvicorn would log it and `sys.exit(3)`), and the
 address the caller announces is the one actually listening (port 0 becomes the real port),
 announced only once the server accepts connections.
+
+Tests: tests/sim/test_sdks.py, tests/faults/test_provider_storms.py.
 """
 
 from __future__ import annotations

@@ -21,6 +21,8 @@ reasoning is a 400 in the dialect's words:
 The parsers collect the "sent back without its reasoning" message in
 `ParsedRequest.unreasoned`; the app applies it only for thinking presets (a model that never
 thinks cannot require reasoning back). An altered signature is a 400 for every model.
+
+Tests: tests/sim/test_thinking_replay.py, tests/sim/test_thinking_truth.py.
 """
 
 from __future__ import annotations

@@ -13,6 +13,8 @@ The turn ends with an end-of-turn token that must fit too, so a turn whose conte
 and an uncut one `n < b`. Hence "completion tokens == cap" holds exactly when the turn was
 cut, and a cap of exactly `n` leaves the arguments whole but the turn still cut (the cut
 lands right after the last closing brace).
+
+Tests: tests/sim/test_truth.py.
 """
 
 from __future__ import annotations
