@@ -14,6 +14,8 @@ names its module (relative to `collector`)::
     ├── ProviderError               the model call failed; the episode ends as `error`
     │   ├── ProviderUnavailable     retryable failures that outlived their retries
     │   │                           (transport, timeout, 408/409/429/5xx/529, broken stream)
+    │   │   └── UnparsedArguments   providers.servercut: a 5xx saying the arguments failed to
+    │   │                           parse; deterministic, so not retried
     │   ├── ContextOverflow         the prompt no longer fits the model's context window
     │   ├── QuotaExhausted          billing / quota / credits: fatal for the run
     │   ├── RequestRejected         any other 4xx (auth, bad request, not found)
