@@ -5,21 +5,46 @@ recorded once per episode. Truncation and malformed tool calls are *not* errors:
 data (a `Turn` with length signals, a `ToolCall` with status MALFORMED) and typed stop
 reasons. Messages never carry secrets: API keys, headers and raw model fragments stay out.
 
-::
+Every exception class the package defines is named here (tests/test_errors.py finds them
+all in the source and fails on one that is missing); a class defined outside this module
+names its module (relative to `collector`)::
 
     CollectorError
     ├── ConfigError                 bad config file, field or value (one line, names it)
     ├── ProviderError               the model call failed; the episode ends as `error`
     │   ├── ProviderUnavailable     retryable failures that outlived their retries
     │   │                           (transport, timeout, 408/409/429/5xx/529, broken stream)
+    │   │   └── UnparsedArguments   providers.servercut: a 5xx saying the arguments failed to
+    │   │                           parse; deterministic, so not retried
     │   ├── ContextOverflow         the prompt no longer fits the model's context window
     │   ├── QuotaExhausted          billing / quota / credits: fatal for the run
     │   ├── RequestRejected         any other 4xx (auth, bad request, not found)
     │   └── ProtocolViolation       a 200 reply that is not the transport's wire format
     ├── EnvironmentFailure          the environment (not a tool call) crashed
     └── OutputError                 the run directory cannot be written, read or trusted
+        ├── ShardError              record.shards: a shard cannot be read ("{path}: {reason}")
+        ├── NotARunDirectory        storage.manifest: the path has no manifest at all
+        ├── CommitIncomplete        storage.runstore: a commit left some episodes out (named)
+        ├── LockLost                storage.runstore: the run's lock was taken mid-run
+        ├── RecordInDoubt           storage.commit: a commit record may or may not have landed
+        └── PreconditionFailed      storage.s3client: S3 refused a conditional write (412/409)
 
-All are picklable (plain ``args``), so they cross Ray boundaries intact.
+Outside the tree, each for a contract of its own (never recorded as an episode's error)::
+
+    ToolError                       envs.toolkit: raised by a tool to answer with an error result
+    ToolArgumentError (ValueError)  envs.schemas: arguments do not match the tool's schema
+    ToolSchemaError (ValueError)    envs.schemas: a tool's schema failed while checking a call
+    ToolThreadsExhausted (RuntimeError) envs.toolkit: every tool thread is held by a stuck call
+    Interrupted (KeyboardInterrupt) run.job: SIGINT/SIGTERM during a run; unwinds like Ctrl-C
+    ReplacedNotDurable (OSError)    storage.manifest: a file was replaced, its fsync failed
+    SimError                        sim.errors: a request the simulated server refuses
+    Failure                         episode.state: internal; ends an episode as `error`
+    _Stale                          providers.transport: internal; a reused connection was closed
+    _Clash                          storage.mirror: internal; a key that cannot be a file of its own
+    _Failed                         storage.s3client: internal; a request failed after every retry
+
+Every `CollectorError` is picklable (its ``args`` rebuild it), so it crosses Ray boundaries
+intact.
 """
 
 from __future__ import annotations

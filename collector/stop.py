@@ -2,6 +2,8 @@
 
 The order in which the episode loop checks its limits decides which reason a turn is
 counted under; that order is written down in `collector.episode.loop`.
+
+Tests: tests/episode/test_loop.py, tests/analysis/test_stats.py
 """
 
 from __future__ import annotations

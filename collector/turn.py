@@ -32,6 +32,8 @@ adapters check them in this order and record every one that applies:
    cut, so `collector stats` can count "cut while thinking" apart.
 
 The raw finish reason is kept beside the derived `finish_class`, never replaced by it.
+
+Tests: tests/providers/test_scenarios.py, tests/providers/test_properties.py, tests/episode/test_loop.py
 """
 
 from __future__ import annotations

@@ -39,8 +39,8 @@ truncation rate is at or under it (``budget``), and the smallest whose *upper* 9
 format carries them: json as ``picks``, csv and Arrow as the columns ``target``,
 ``target_budget`` and ``target_budget_confident`` on each row of the group.
 
-Speed: only the needed columns are read (Arrow shards memory-mapped in a few threads, a
-pyarrow dataset for Parquet or mixed schemas), and
+Speed: only the needed columns are read (`collector.analysis.committed.read_columns`: Arrow
+shards memory-mapped in a few threads, a pyarrow dataset for Parquet or mixed schemas), and
 one `group_by` over ``by + stop_reason`` does the counting in Arrow; Python only folds the
 few resulting groups.
 """
@@ -51,22 +51,19 @@ import csv
 import io
 import json
 import math
-import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
-import pyarrow.ipc as ipc
 
-from collector.errors import ConfigError, OutputError
-from collector.record.shards import SCHEMA, ShardError, describe_exception, format_of, read_shard
+# The readers moved to `committed`; other modules still import them from here.
+from collector.analysis.committed import read_columns, read_committed, run_dataset, stored_columns
+from collector.errors import ConfigError
+from collector.record.shards import SCHEMA
 from collector.stop import StopReason
-from collector.storage.manifest import committed_shard_paths
 
 #: z for a two-sided 95% interval.
 Z95 = 1.959963984540054
@@ -254,127 +251,6 @@ def groupable_columns() -> list[str]:
     return [f.name for f in SCHEMA if not pa.types.is_nested(f.type)]
 
 
-def run_dataset(run_dir: str | Path) -> ds.Dataset:
-    """A pyarrow dataset over the committed shards of `run_dir` only (the manifest's list).
-
-    Shards the manifest does not name (a crash's orphans) and quarantined files are never
-    read. Raises OutputError when `run_dir` has no readable manifest, or (Parquet) when the
-    first shard cannot be read.
-    """
-    paths = committed_shard_paths(run_dir)
-    try:
-        return _dataset(paths)
-    except _READ_ERRORS as e:
-        raise _blame(run_dir, paths, None, e) from e
-
-
-def _dataset(paths: Sequence[Path]) -> ds.Dataset:
-    if not paths:
-        return ds.dataset([], format="ipc", schema=SCHEMA)
-    fmt = format_of(paths[0])
-    if fmt == "arrow":
-        return ds.dataset([str(p) for p in paths], format="ipc", schema=SCHEMA)
-    # Parquet names list items "element": let the files speak for their own nested types.
-    return ds.dataset([str(p) for p in paths], format="parquet")
-
-
-# What pyarrow raises for a damaged or missing file: ArrowInvalid & co. are ValueErrors,
-# ArrowIOError and FileNotFoundError are OSErrors.
-_READ_ERRORS = (pa.ArrowException, OSError, ValueError)
-
-
-def read_committed(
-    run_dir: str | Path, columns: Sequence[str] | None = None, filter: ds.Expression | None = None
-) -> pa.Table:
-    """The committed episodes of `run_dir` through a dataset scan (some columns, a filter).
-
-    A shard that cannot be read is an OutputError of one line naming it (``"{path}:
-    {reason}"``), never a pyarrow traceback: `collector stats`, `load_run` and the notebook
-    all read through here or `_read`.
-    """
-    paths = committed_shard_paths(run_dir)
-    cols = list(columns) if columns is not None else None
-    try:
-        return _dataset(paths).to_table(columns=cols, filter=filter)
-    except _READ_ERRORS as e:
-        raise _blame(run_dir, paths, cols, e) from e
-
-
-def _blame(run_dir: str | Path, paths: Sequence[Path], columns: list[str] | None, error: BaseException
-           ) -> OutputError:
-    """The one-line error for a failed scan, naming the shard at fault.
-
-    A dataset scan's message does not reliably name the file, so on failure (only then)
-    each shard is read alone until one fails; if none does, the run dir is named instead.
-    """
-    for path in paths:
-        try:
-            read_shard(path, columns)
-        except ShardError as e:
-            return e
-    return OutputError(f"{run_dir}: {describe_exception(error)}")
-
-
-def _if_stored(run_dir: str | Path, *columns: str) -> list[str]:
-    """Those of `columns` the run's shards hold: a schema-2 Parquet run has no `retries`."""
-    names = set(run_dataset(run_dir).schema.names)
-    return [c for c in columns if c in names]
-
-
-def read_columns(run_dir: str | Path, columns: list[str]) -> pa.Table:
-    """Some columns of every committed episode, the fastest way the shards allow."""
-    return _read(run_dir, columns)
-
-
-def _read(run_dir: str | Path, columns: list[str]) -> pa.Table:
-    paths = committed_shard_paths(run_dir)
-    if paths and format_of(paths[0]) == "arrow":
-        table = _read_ipc(paths, columns)
-        if table is not None:
-            return table
-    return read_committed(run_dir, columns)
-
-
-def _read_ipc_one(path: Path, names: list[str], options: ipc.IpcReadOptions, columns: list[str]
-                  ) -> pa.Table | None:
-    try:
-        with pa.memory_map(str(path)) as source:
-            reader = ipc.open_file(source, options=options)
-            if reader.schema.names != names:  # the projected names, in file order
-                return None  # another schema version: the dataset path unifies them
-            table = reader.read_all().select(columns)
-            # Cheap on these few flat columns, and what turns bad offsets into an error here.
-            table.validate(full=True)
-            return table
-    except _READ_ERRORS as e:
-        raise ShardError(str(path), describe_exception(e)) from e
-
-
-def _read_ipc(paths: Sequence[Path], columns: list[str]) -> pa.Table | None:
-    """The columns of many small Arrow shards, memory-mapped, decompressing only those columns.
-
-    About 2x faster than a pyarrow dataset scan over a run's thousands of 512-row shards
-    (bench/stats.py: per-file overhead dominates). None when the shards' schemas differ or
-    lack a column, so that the caller takes the dataset path, which unifies schemas.
-    """
-    try:
-        with pa.memory_map(str(paths[0])) as source:
-            names = ipc.open_file(source).schema.names
-    except _READ_ERRORS as e:
-        raise ShardError(str(paths[0]), describe_exception(e)) from e
-    if any(c not in names for c in columns):
-        return None
-    indices = sorted(names.index(c) for c in columns)
-    options = ipc.IpcReadOptions(included_fields=indices, use_threads=False)
-    projected = [names[i] for i in indices]
-    with ThreadPoolExecutor(max_workers=min(8, (os.cpu_count() or 1) * 2)) as pool:
-        tables = list(pool.map(lambda p: _read_ipc_one(p, projected, options, columns), paths))
-    if any(t is None for t in tables):
-        return None
-    try:
-        return pa.concat_tables([t for t in tables if t is not None])
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
-        return None
 
 
 def aggregate(table: pa.Table, by: Sequence[str], target: float | None = None) -> StatsResult:
@@ -515,8 +391,8 @@ def compute_stats(
     if target is not None and not 0.0 <= target <= 1.0:
         raise ConfigError(f"target must be between 0 and 1 (got {target})")
     wanted = sorted({*by, "stop_reason", *_MEASURES, *(("model", "budget") if target is not None else ())})
-    axis = _if_stored(run_dir, "reasoning") if default else []
-    table = _read(run_dir, [*wanted, *_if_stored(run_dir, "retries", "thinking_cut"), *axis])
+    axis = stored_columns(run_dir, "reasoning") if default else []
+    table = read_columns(run_dir, [*wanted, *stored_columns(run_dir, "retries", "thinking_cut"), *axis])
     if default and pc.count_distinct(table.column("provider")).as_py() <= 1:
         by = ("model", "budget")
     if axis and pc.count_distinct(table.column("reasoning")).as_py() >= 1:

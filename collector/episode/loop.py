@@ -104,20 +104,29 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-from collector.config import LoopConfig, RedactionConfig
+from collector.config import LoopConfig
 from collector.envs.base import (
     Environment,
     EpisodeContext,
     EpisodeWorld,
     Task,
     Tool,
-    ToolCallContext,
     start_world,
 )
-from collector.envs.toolkit import run_tool, tool_specs
-from collector.episode.redact import Redactor
+from collector.envs.toolkit import tool_specs
+from collector.episode.notices import (
+    CUT,
+    CUT_RETRY,
+    CUT_TEXT_NOTICE,
+    ENV_FAILED,
+    INVISIBLE_NOTICE,
+    MALFORMED_END,
+    SIBLING_END,
+    TIMED_OUT,
+    UNPARSED_NOTICE,
+)
+from collector.episode.state import CHARS_PER_TOKEN, EpisodeState, Failure, env_failure, redactor_for
 from collector.episode.tokens import TokenTracker, holds_secret, withhold
 from collector.errors import ContextOverflow, EnvironmentFailure, ProtocolViolation, ProviderError
 from collector.providers.base import Provider
@@ -125,90 +134,20 @@ from collector.record.chat import chat_messages, system_prompt, tools_json
 from collector.record.episode import (
     Episode,
     EpisodeError,
-    ExecutedToolCall,
-    MessageRecord,
-    TurnRecord,
     episode_id,
 )
 from collector.stop import StopReason
 from collector.turn import (
     ArgStatus,
-    AssistantMessage,
-    FinishClass,
-    Message,
     SamplingParams,
-    ToolCall,
-    ToolResultMessage,
     Turn,
     TurnRequest,
-    UserMessage,
 )
 
 __all__ = ["EpisodeSpec", "run_episode"]
 
-# Results that settle calls which did not run. The model reads them; the simulator keys its
-# recovery on "not executed".
-CUT = "not executed: cut by the output-token limit"
-CUT_RETRY = CUT + "; send the call again with shorter arguments"
-CUT_TEXT_NOTICE = "Your last reply was cut by the output-token limit. Reply again, more briefly."
-INVISIBLE_NOTICE = (
-    "Your last reply arrived empty, though it used output tokens; nothing was run. "
-    "If you meant to call a tool, send the call again; otherwise give your answer as text."
-)
-UNPARSED_NOTICE = (
-    "Your last reply held a tool call written as text that could not be read; nothing was run. "
-    "Send it again as a tool call with a complete JSON object."
-)
-MALFORMED_END = "not executed: the arguments were not a valid JSON object; the episode ended at this turn"
-SIBLING_END = "not executed: another call of this turn had malformed arguments; the episode ended"
-TIMED_OUT = "not executed: the episode's time limit expired"
-ENV_FAILED = "not executed: the environment failed; the episode ended"
-
-
-def _duplicate(original: str) -> str:
-    return (
-        f"not executed: this call repeated the id {original[:64]!r} of an earlier call of this turn; "
-        "send it again as a call of its own"
-    )
-
-_CHARS_PER_TOKEN = 4
-"""The prompt estimate's exchange rate (English text and JSON, BPE tokenizers): conservative
-enough with the provider's own count of everything up to the last turn."""
-
 #: Stop reasons that are not the model's doing (reward policy in the module docstring).
 _NOT_TRAINABLE = frozenset({StopReason.ERROR, StopReason.TIMEOUT})
-
-#: Raw finish reasons meaning "the model tried to call a tool and the server could not read
-#: it" on turns that carry no call at all (Gemini drops the call and says so).
-_FAILED_CALL_REASONS = frozenset({"MALFORMED_FUNCTION_CALL"})
-
-
-def _invisible(turn: Turn, calls: list[ToolCall]) -> bool:
-    """Output tokens spent on nothing the record can show (step 3 of the check order)."""
-    return (
-        turn.usage.output_tokens > 0
-        and not turn.is_length
-        and not turn.text
-        and not calls
-        and turn.refusal is None
-        and not turn.reasoning
-        and turn.finish_class is not FinishClass.CONTENT_FILTER
-    )
-
-
-def _malformed(call: ToolCall) -> str:
-    size = len(call.raw_arguments) if call.raw_arguments is not None else 0
-    return (
-        f"not executed: the arguments of this {call.name} call were not a valid JSON object "
-        f"({size} characters received); send the call again with complete JSON arguments"
-    )
-
-
-def _held(gate: str) -> str:
-    return (
-        f"not executed: the {gate} call of this turn did not go through, so nothing was approved; "
-        f"send the {gate} request again, then this call"
-    )
 
 
 @dataclass(slots=True, frozen=True)
@@ -257,244 +196,6 @@ class EpisodeSpec:
         )
 
 
-class _Failure(Exception):
-    """Ends the episode as `error` with an already secret-free record."""
-
-    def __init__(self, error: EpisodeError) -> None:
-        super().__init__(error.type)
-        self.error = error
-
-
-_REDACTORS: dict[tuple[tuple[str, ...], bool, tuple[str, ...]], Redactor] = {}
-
-
-def _redactor(config: RedactionConfig, credentials: tuple[str, ...] = ()) -> Redactor:
-    key = (tuple(config.secret_keys), config.keep_raw_fragments, credentials)
-    found = _REDACTORS.get(key)
-    if found is None:
-        found = _REDACTORS[key] = Redactor(config.secret_keys, config.keep_raw_fragments, credentials)
-    return found
-
-
-def _env_failure(phase: str, exc: Exception, redactor: Redactor) -> _Failure:
-    text = redactor.redact_text(str(exc))[:300]
-    message = f"{phase}: {type(exc).__name__}: {text}" if text else f"{phase}: {type(exc).__name__}"
-    return _Failure(EpisodeError(EnvironmentFailure.__name__, message))
-
-
-class _Episode:
-    """The mutable state of one running episode: history, records, counters."""
-
-    __slots__ = (
-        "context",
-        "duplicates",
-        "executed",
-        "final_text",
-        "history",
-        "open_calls",
-        "open_index",
-        "output_used",
-        "records",
-        "redactor",
-        "reported_at",
-        "reported_prompt",
-        "results",
-        "retries",
-        "settings",
-        "tokens",
-        "tool_errors",
-        "turns",
-        "wire_cache",
-    )
-
-    def __init__(self, task: Task, settings: LoopConfig, redactor: Redactor) -> None:
-        prompt: list[Message]
-        prompt = [UserMessage(task.prompt)] if isinstance(task.prompt, str) else list(task.prompt)
-        self.history = prompt
-        self.wire_cache: dict[str, Any] = {}  # the adapter's encoded history, turn to turn
-        self.records: list[MessageRecord] = redactor.message_records(prompt, None)
-        self.settings = settings
-        self.redactor = redactor
-        self.turns: list[TurnRecord] = []
-        self.executed: list[ExecutedToolCall] = []
-        self.tool_errors = 0
-        self.output_used = 0
-        self.final_text: str | None = None
-        self.open_calls: list[ToolCall] = []
-        self.open_index = 0
-        self.results: dict[str, ToolResultMessage] = {}
-        self.duplicates: dict[str, str] = {}
-        """This turn's renamed calls: new id -> the id it repeated."""
-        self.context: EpisodeContext | None = None
-        self.retries: list[str] = []
-        """Causes of every retried request of the episode (`Episode.retries`)."""
-        self.tokens = TokenTracker(False, None)
-        self.reported_prompt = 0
-        """Input + output tokens of the last turn, as the provider counted them (step 0b)."""
-        self.reported_at = 0
-        """How much of `history` that count covers."""
-
-    def prompt_estimate(self) -> int:
-        """Tokens the next request's messages will take: the provider's own count of the last
-        turn (its prompt and its output) plus what was added since at ~4 characters a token;
-        before any turn, the whole history that way."""
-        added = self.history[self.reported_at:] if self.reported_prompt else self.history
-        chars = 0
-        for m in added:
-            chars += len(getattr(m, "text", "") or getattr(m, "content", ""))
-            for c in getattr(m, "tool_calls", ()):
-                chars += len(c.name) + len(json.dumps(c.arguments or {}))
-        return (self.reported_prompt if self.reported_prompt else 0) + chars // _CHARS_PER_TOKEN
-
-    def add_turn(self, turn: Turn, cap: int, tools_offered: bool = False) -> TurnRecord:
-        index = len(self.turns)
-        calls = self.unique_ids(turn.tool_calls)
-        unparsed = turn.unparsed_tool_call or (not calls and turn.raw_finish_reason in _FAILED_CALL_REASONS)
-        record = TurnRecord(
-            index=index,
-            raw_finish_reason=turn.raw_finish_reason,
-            finish_class=turn.finish_class.value,
-            length_signals=[s.value for s in turn.length_signals],
-            incomplete_reason=turn.incomplete_reason,
-            output_tokens=turn.usage.output_tokens,
-            input_tokens=turn.usage.input_tokens,
-            max_output_tokens=cap,
-            latency_s=turn.latency_s,
-            repairs=[c.repair for c in calls if c.repair],
-            num_tool_calls=len(calls),
-            malformed_calls=sum(1 for c in calls if c.status is ArgStatus.MALFORMED),
-            discarded=False,
-            unparsed_tool_call=unparsed,
-            response_model=turn.response_model,
-            system_fingerprint=turn.system_fingerprint,
-            invisible_output=tools_offered and not unparsed and _invisible(turn, calls),
-            retries=list(turn.retries),
-            reasoning_text=self.redactor.redact_text(turn.reasoning_text) if turn.reasoning_text else None,
-            reasoning_tokens=turn.reasoning_tokens,
-            reasoning_items=json.dumps(turn.reasoning_items, ensure_ascii=False)
-            if turn.reasoning_items
-            else None,
-        )
-        self.retries.extend(turn.retries)
-        self.tokens.fill(record, turn)
-        self.turns.append(record)
-        self.output_used += turn.usage.output_tokens
-        message = AssistantMessage(turn.text, calls, reasoning_items=turn.reasoning_items)
-        if turn.text or calls:
-            # An empty turn (a cap spent on thinking, or on nothing) stays in the record but is
-            # never replayed: chat would send `content: null`, Anthropic an empty text block,
-            # Gemini an empty part, all rejected by strict backends.
-            self.history.append(message)
-        self.records.append(self.redactor.message_record(message, index))
-        self.reported_prompt = turn.usage.input_tokens + turn.usage.output_tokens
-        self.reported_at = len(self.history)
-        self.open_calls = calls
-        self.open_index = index
-        self.results = {}
-        for call in calls:
-            original = self.duplicates.get(call.id)
-            if original is not None:
-                self.answer(call, _duplicate(original), True)
-        return record
-
-    def unique_ids(self, calls: list[ToolCall]) -> list[ToolCall]:
-        """The turn's calls, a repeated id renamed ``{id}_dup{n}`` (see the module docstring)."""
-        self.duplicates = {}
-        if len(calls) < 2 or len({c.id for c in calls}) == len(calls):
-            return calls
-        taken = {c.id for c in calls}
-        seen: set[str] = set()
-        out: list[ToolCall] = []
-        for call in calls:
-            if call.id in seen:
-                n = 1
-                while f"{call.id}_dup{n}" in taken:
-                    n += 1
-                renamed = f"{call.id}_dup{n}"
-                taken.add(renamed)
-                self.duplicates[renamed] = call.id
-                call = dataclasses.replace(call, id=renamed)
-            seen.add(call.id)
-            out.append(call)
-        return out
-
-    def answer(self, call: ToolCall, content: str, is_error: bool) -> None:
-        if call.id not in self.results:
-            self.results[call.id] = ToolResultMessage(call.id, call.name, content, is_error)
-
-    def settle(self, fallback: str) -> None:
-        """Close the open turn: every call gets its result (or `fallback`), in call order."""
-        results = self.results
-        for call in self.open_calls:
-            result = results.get(call.id)
-            if result is None:
-                result = ToolResultMessage(call.id, call.name, fallback, True)
-            if result.is_error:
-                self.tool_errors += 1
-            self.history.append(result)
-            self.records.append(self.redactor.message_record(result, self.open_index))
-        self.open_calls = []
-        self.results = {}
-
-    def notice(self, text: str) -> None:
-        message = UserMessage(text)
-        self.history.append(message)
-        self.records.append(self.redactor.message_record(message, self.open_index))
-
-    async def dispatch(self, calls: list[ToolCall], tools: dict[str, Tool]) -> None:
-        """Steps 3 (continuing), 4 and 5 of the check order for one turn's calls."""
-        runnable: list[ToolCall] = []
-        held_by: str | None = None
-        for call in calls:
-            tool_ = tools.get(call.name)
-            if call.id in self.duplicates:  # already answered; a gate that does not go through holds
-                if tool_ is not None and tool_.gate:
-                    held_by = held_by or call.name
-            elif call.status is ArgStatus.MALFORMED or call.arguments is None:
-                self.answer(call, _malformed(call), True)
-                if tool_ is not None and tool_.gate:
-                    held_by = held_by or call.name
-            elif tool_ is None:
-                self.answer(call, f"error: there is no tool named {call.name[:64]!r}; nothing was run", True)
-            else:
-                runnable.append(call)
-        gates = [c for c in runnable if tools[c.name].gate]
-        for call in gates:
-            if held_by is None and await self.execute(call, tools[call.name]):
-                held_by = call.name
-        for call in runnable:
-            if call.id in self.results:
-                continue
-            if held_by is not None:
-                self.answer(call, _held(held_by), True)
-            else:
-                await self.execute(call, tools[call.name])
-
-    async def execute(self, call: ToolCall, tool_: Tool) -> bool:
-        """Run one call; True when its result is an error."""
-        assert call.arguments is not None
-        context = None
-        if tool_.context_parameter is not None and self.context is not None:
-            context = ToolCallContext(self.context, call.id, self.open_index)
-        def record_executed(is_error: bool) -> None:
-            assert call.arguments is not None
-            self.executed.append(ExecutedToolCall(
-                turn_index=self.open_index, call_id=call.id, name=call.name,
-                arguments_json=self.redactor.arguments_json(call.arguments), is_error=is_error,
-            ))
-
-        try:
-            outcome = await run_tool(tool_, call.arguments, self.settings.tool_timeout_s, context=context)
-        except EnvironmentFailure as exc:
-            # The world broke under the call (its tool server died): the call was sent, so it
-            # is recorded as run, and the episode ends as `error` naming the cause.
-            record_executed(is_error=True)
-            raise _env_failure(f"tool {call.name[:64]}", exc, self.redactor) from exc
-        if outcome.ran:
-            record_executed(outcome.is_error)
-        self.answer(call, outcome.content, outcome.is_error)
-        return outcome.is_error
-
 
 def _over_limits(turn: Turn, settings: LoopConfig) -> str | None:
     """Why `turn` exceeds the loop's reply limits (step 1 of the check order), or None."""
@@ -516,7 +217,7 @@ def _over_limits(turn: Turn, settings: LoopConfig) -> str | None:
 
 
 async def _drive(
-    spec: EpisodeSpec, provider: Provider, tools: Sequence[Tool], run: _Episode, params: SamplingParams
+    spec: EpisodeSpec, provider: Provider, tools: Sequence[Tool], run: EpisodeState, params: SamplingParams
 ) -> StopReason:
     """Turns until a stop reason; the numbered steps are those of the module docstring."""
     settings = run.settings
@@ -526,7 +227,7 @@ async def _drive(
     specs = tool_specs(tools)
     by_name = {t.name: t for t in tools}
     cut_streak = bad_streak = 0
-    schema_tokens = len(json.dumps([dataclasses.asdict(s) for s in specs])) // _CHARS_PER_TOKEN
+    schema_tokens = len(json.dumps([dataclasses.asdict(s) for s in specs])) // CHARS_PER_TOKEN
     for _ in range(settings.max_steps):
         cap = spec.budget
         if budget is not None:  # 0
@@ -547,13 +248,13 @@ async def _drive(
             return StopReason.CONTEXT_OVERFLOW
         except ProviderError as exc:
             run.retries.extend(exc.retries)
-            raise _Failure(EpisodeError(type(exc).__name__, str(exc))) from exc
+            raise Failure(EpisodeError(type(exc).__name__, str(exc))) from exc
         # Broad on purpose: an adapter bug must cost one episode, not a worker's whole batch.
         except Exception as exc:
-            raise _Failure(EpisodeError(type(exc).__name__, "unexpected exception in the provider")) from exc
+            raise Failure(EpisodeError(type(exc).__name__, "unexpected exception in the provider")) from exc
         over = _over_limits(turn, settings)
         if over is not None:
-            raise _Failure(EpisodeError(ProtocolViolation.__name__, f"turn {len(run.turns)}: {over}"))
+            raise Failure(EpisodeError(ProtocolViolation.__name__, f"turn {len(run.turns)}: {over}"))
         record = run.add_turn(turn, cap, bool(specs))
         calls = run.open_calls  # the turn's calls, repeated ids renamed
 
@@ -599,7 +300,7 @@ async def _drive(
     return StopReason.MAX_STEPS
 
 
-async def _reward(reason: StopReason, world: EpisodeWorld, run: _Episode) -> tuple[float, float | None]:
+async def _reward(reason: StopReason, world: EpisodeWorld, run: EpisodeState) -> tuple[float, float | None]:
     """(reward, graded_reward) under the policy of the module docstring."""
     policy = run.settings.reward
     if reason is StopReason.DONE or (reason is StopReason.MAX_STEPS and policy.grade_max_steps):
@@ -613,7 +314,7 @@ async def _reward(reason: StopReason, world: EpisodeWorld, run: _Episode) -> tup
     return 0.0, None
 
 
-async def _grade(world: EpisodeWorld, final_text: str | None, run: _Episode) -> float:
+async def _grade(world: EpisodeWorld, final_text: str | None, run: EpisodeState) -> float:
     redactor = run.redactor
     try:
         result = world.grade(final_text)
@@ -623,10 +324,10 @@ async def _grade(world: EpisodeWorld, final_text: str | None, run: _Episode) -> 
         value = float(result)
     # Broad on purpose: a grader crash is the environment's failure, an `error` episode.
     except Exception as exc:
-        raise _env_failure("grade", exc, redactor) from exc
+        raise env_failure("grade", exc, redactor) from exc
     if not math.isfinite(value):
         message = "grade: the grader returned a non-finite value"
-        raise _Failure(EpisodeError(EnvironmentFailure.__name__, message))
+        raise Failure(EpisodeError(EnvironmentFailure.__name__, message))
     return value
 
 
@@ -635,15 +336,14 @@ async def run_episode(
 ) -> Episode:
     """Run one episode to its end and return its record. See the module docstring."""
     started = time.perf_counter()
-    redactor = _redactor(settings.redaction, spec.credentials)
-    run = _Episode(spec.task, settings, redactor)
+    redactor = redactor_for(settings.redaction, spec.credentials)
+    run = EpisodeState(spec.task, settings, redactor)
     params = spec.sampling
     if params.seed is None:
         params = dataclasses.replace(params, seed=spec.seed)
     run.tokens = TokenTracker(params.token_ids, params.temperature)
     error: EpisodeError | None = None
     reward, graded = 0.0, None
-    offered = "[]"  # the tools column: none were offered when the environment failed to start
     offered = "[]"  # the tools column: none were offered when the environment failed to start
     run.context = spec.context(env.name)
     world: EpisodeWorld | None = None
@@ -656,7 +356,7 @@ async def run_episode(
             offered = tools_json(tool_specs(tools))
         # Broad on purpose: the environment crashed setting up, an `error` episode.
         except Exception as exc:
-            raise _env_failure("start", exc, redactor) from exc
+            raise env_failure("start", exc, redactor) from exc
         deadline = asyncio.timeout(settings.episode_timeout_s)
         try:
             async with deadline:
@@ -667,7 +367,7 @@ async def run_episode(
             run.settle(TIMED_OUT)
             reason = StopReason.TIMEOUT
         reward, graded = await _reward(reason, world, run)
-    except _Failure as failure:
+    except Failure as failure:
         run.settle(ENV_FAILED)  # a tool's world broke mid-turn: its calls are settled once
         reason, error, reward, graded = StopReason.ERROR, failure.error, 0.0, None
     finally:
@@ -676,9 +376,6 @@ async def run_episode(
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(settings.tool_timeout_s):
                     await world.close()
-    captured = any(t.output_token_ids is not None or t.prompt_token_ids is not None for t in run.turns)
-    if captured and holds_secret(redactor, run.history):
-        withhold(run.turns)  # token ids would decode to what the record redacts (tokens.py)
     episode = Episode(
         episode_id=spec.episode_id,
         run_id=spec.run_id,
@@ -707,4 +404,10 @@ async def run_episode(
     )
     # No credential the run was given anywhere in the record, and no value redaction hid in
     # the history left in the stored reasoning.
-    return redactor.finish(episode, run.history)
+    scrubbed = redactor.scrub(episode, run.history)
+    captured = any(t.output_token_ids is not None or t.prompt_token_ids is not None for t in run.turns)
+    if captured and (scrubbed or run.scrubbed or holds_secret(redactor, run.history)):
+        # Token ids decode to the text as sampled: an episode whose record lost anything to
+        # redaction (tokens.py) keeps none.
+        withhold(run.turns)
+    return episode

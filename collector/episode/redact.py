@@ -20,7 +20,7 @@ written to shards goes through here. The rules, and why:
 - Credential *values*: every credential the run was given, in every form it is sent (the
   key from ``api_key_env``, a ``user:pass@`` of the base URL, its ``Basic`` base64 form, a
   key in the base URL's query; `credential_values`), is replaced by
-  ``"[redacted credential]"`` wherever it appears in the finished record (`Redactor.finish`:
+  ``"[redacted credential]"`` wherever it appears in the finished record (`Redactor.scrub`:
   every string of the episode, text, arguments, tool names, error messages, turn fields),
   whatever key, if any, it sits under. A model that echoes its key back cannot store it.
 - An argument fragment that did not parse is never stored: only its length in characters
@@ -45,7 +45,7 @@ written to shards goes through here. The rules, and why:
   a model's thinking repeats tool arguments verbatim, so every value the rules above hid
   anywhere in the episode (under a secret key in a call's arguments or a JSON result, in a
   secret ``key=value`` pair, a ``Bearer``/``Basic`` credential) is replaced there too, by
-  exact value (`Redactor.finish` with the episode's messages; values shorter than
+  exact value (`Redactor.scrub` with the episode's messages; values shorter than
   `MIN_SCRUBBED_CHARS` are left, they would hide ordinary words). A stored item that changed
   no longer matches its signature: it gets ``"collector_redacted": true`` so nobody replays
   it from a shard expecting a valid one. The live replay keeps the original items.
@@ -117,7 +117,7 @@ def _name_pattern(words: Sequence[str]) -> str:
 
 class Redactor:
     """Key-based redaction with a per-key verdict cache (keys repeat across turns), and the
-    exact-value scrub of the run's credentials (`finish`)."""
+    exact-value scrub of the run's credentials (`scrub`)."""
 
     __slots__ = (
         "_ascii_needles", "_cache", "_credential_pattern", "_key_pattern", "_needles", "keep_raw_fragments",
@@ -221,21 +221,27 @@ class Redactor:
         out.append(text[done:])
         return "".join(out)
 
-    def finish(self, episode: Episode, messages: Sequence[Message] = ()) -> Episode:
-        """The episode with every form of every credential the run was given replaced, in place.
+    def scrub(self, episode: Episode, messages: Sequence[Message] = ()) -> bool:
+        """Replace every form of every credential the run was given, in place; True when
+        anything of the record changed.
 
         Walks every string of the record (message text, arguments, tool names and ids, turn
         fields, the error message), so no path from the provider or an environment to the
         record can carry a credential's exact value, whatever key it is under. The stored
         reasoning also loses every value redaction hid in `messages` (the episode's history,
         unredacted), and each reasoning item that changed is marked `REDACTED_ITEM_KEY`.
+        The verdict is what the token-id rule reads (`collector.episode.tokens`): ids decode
+        to the text as sampled, so an episode whose record lost anything here keeps none.
         """
+        changed = False
         if any(t.reasoning_text or t.reasoning_items for t in episode.turns):
             # Only then: collecting the values walks the history again (bench/overhead.py).
-            self._scrub_reasoning(episode, self.redacted_values(messages))
+            changed = self._scrub_reasoning(episode, self.redacted_values(messages))
         if self._credential_pattern is not None:
-            self._scrub_fields(episode)
-        return episode
+            hits = [0]
+            self._scrub_fields(episode, hits)
+            changed = changed or hits[0] > 0
+        return changed
 
     def redacted_values(self, messages: Sequence[Message]) -> set[str]:
         """Every value the record's redaction hides in `messages`: the leaves under secret keys
@@ -286,7 +292,8 @@ class Redactor:
         for pattern in (_BEARER, _BASIC):
             found.update(m.group(0)[len(m.group(1)):] for m in pattern.finditer(text))
 
-    def _scrub_reasoning(self, episode: Episode, values: set[str]) -> None:
+    def _scrub_reasoning(self, episode: Episode, values: set[str]) -> bool:
+        """Scrub the stored reasoning in place; True when any of it changed."""
         forms = sorted({f for v in values for f in _stored_forms(v)}, key=len, reverse=True)
         hidden = re.compile("|".join(map(re.escape, forms))) if forms else None
 
@@ -297,9 +304,12 @@ class Redactor:
                 text = self._credential_pattern.sub(REDACTED_CREDENTIAL, text)
             return text
 
+        changed = False
         for turn in episode.turns:
             if turn.reasoning_text:
-                turn.reasoning_text = scrub(turn.reasoning_text)
+                text = scrub(turn.reasoning_text)
+                changed = changed or text != turn.reasoning_text
+                turn.reasoning_text = text
             if turn.reasoning_items:
                 items = json.loads(turn.reasoning_items)
                 stored = []
@@ -309,7 +319,9 @@ class Redactor:
                         redacted[REDACTED_ITEM_KEY] = True
                     stored.append(redacted)
                 if stored != items:
+                    changed = True
                     turn.reasoning_items = json.dumps(stored, ensure_ascii=False)
+        return changed
 
     def _scrub_item(self, value: Any, scrub: Callable[[str], str], key: str | None = None) -> Any:
         """A copy of a reasoning item with every string scrubbed (thinking text also redacted)."""
@@ -321,21 +333,25 @@ class Redactor:
             return [self._scrub_item(v, scrub, key) for v in value]
         return value
 
-    def _scrub_fields(self, record: Any) -> None:
+    def _scrub_fields(self, record: Any, hits: list[int]) -> None:
+        """Scrub a record's fields in place; `hits[0]` counts the replacements (a counter the
+        caller owns: this redactor is shared by every episode of a worker)."""
         for f in dataclasses.fields(record):
             value = getattr(record, f.name)
-            scrubbed = self._scrub(value)
+            scrubbed = self._scrub(value, hits)
             if scrubbed is not value:
                 setattr(record, f.name, scrubbed)
 
-    def _scrub(self, value: Any) -> Any:
+    def _scrub(self, value: Any, hits: list[int]) -> Any:
         if type(value) is str:  # exactly str: an enum value (StopReason) is left as it is
             assert self._credential_pattern is not None
-            return self._credential_pattern.sub(REDACTED_CREDENTIAL, value)
+            text, n = self._credential_pattern.subn(REDACTED_CREDENTIAL, value)
+            hits[0] += n
+            return text
         if isinstance(value, list):
-            return [self._scrub(v) for v in value]
+            return [self._scrub(v, hits) for v in value]
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            self._scrub_fields(value)
+            self._scrub_fields(value, hits)
         return value
 
     def call_record(self, call: ToolCall) -> ToolCallRecord:

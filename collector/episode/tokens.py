@@ -12,13 +12,16 @@ and put whatever came back on the `Turn`. Here, per turn, at record time:
   sequence. The full prompt of turn k is ``(prompt_k-1 + output_k-1)[:offset_k] + delta_k``
   (`collector.analysis.trainer.full_prompts`).
 
-Redaction. Token ids decode back to whatever the model wrote and whatever the tools
-returned, a secret included, and no key-based redaction can reach inside them. So the rule
-is: when anything in the episode's history (model text, a call's arguments raw or parsed,
-a tool result, a prompt) holds a value the redactor hides, the episode keeps no token ids
-at all (`tokens_withheld` on every turn; logprobs, which are numbers, are kept). The trainer
-view leaves such episodes out. What the redactor does not see (a secret in prose with no
-key beside it) is not seen here either: the same documented limits.
+Redaction. Token ids decode back to whatever the model wrote, thought and was shown, a
+secret included, and no redaction of the stored text can reach inside them. So the rule is:
+when the record of the episode had anything scrubbed, the episode keeps no token ids at all
+(`tokens_withheld` on every turn; logprobs, which are numbers, are kept). "Anything" is every
+scrub the record gets: a value the redactor hides in the history (model text, a call's
+arguments raw or parsed, a tool result, a prompt: `holds_secret`), a secret in a turn's
+reasoning text or items, and any form of a credential the run was given, wherever in the
+record it appears (`Redactor.scrub`, which the loop asks after building the record). The
+trainer view leaves such episodes out. What the redactor does not see (a secret the run was
+not given, in prose with no key beside it) is not seen here either: the same documented limits.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The fast Arrow read of `collector.analysis.stats` returns what the dataset scan returns, or steps aside."""
+"""The fast Arrow read (`collector.analysis.committed`) gives what the dataset scan gives, or steps aside."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from collector.analysis.stats import _read, _read_ipc, run_dataset
+from collector.analysis.committed import _read_ipc, read_columns, run_dataset
 from collector.stop import StopReason
 from collector.storage.local import RunStore
 from collector.storage.manifest import committed_shard_paths
@@ -44,4 +44,4 @@ def test_missing_column_falls_back_to_the_dataset(tmp_path: Path) -> None:
     """A column the shards do not hold makes the fast path step aside instead of failing."""
     run = _run(tmp_path)
     assert _read_ipc(committed_shard_paths(run), [*COLUMNS, "no_such_column"]) is None
-    assert _read(run, COLUMNS).num_rows == 17
+    assert read_columns(run, COLUMNS).num_rows == 17

@@ -13,7 +13,8 @@ import pytest
 
 from collector.config import LoopConfig
 from collector.envs.arithmetic import ArithmeticEnv
-from collector.episode.loop import INVISIBLE_NOTICE, EpisodeSpec, run_episode
+from collector.episode.loop import EpisodeSpec, run_episode
+from collector.episode.notices import INVISIBLE_NOTICE
 from collector.providers import base_url_for, build_provider
 from collector.providers.base import Endpoint
 from collector.providers.scripted import text

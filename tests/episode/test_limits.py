@@ -4,11 +4,13 @@ as a non-trainable `error` and nothing of that turn runs."""
 from __future__ import annotations
 
 from collector.config import LoopConfig, RunConfig, SweepConfig, config_fingerprint, data_identity
+from collector.episode.loop import EpisodeSpec, run_episode
 from collector.errors import ProtocolViolation
-from collector.providers.scripted import call, calls, text
+from collector.providers.scripted import ScriptedProvider, call, calls, text
 from collector.stop import StopReason
 from collector.turn import ArgStatus, ToolCall
 from tests.episode.helpers import ToyEnv, run
+from tests.faults.secret_env import SecretEnv
 
 
 def _refunds(n: int) -> list[ToolCall]:
@@ -67,3 +69,21 @@ def test_the_limits_at_their_defaults_leave_the_fingerprint_alone() -> None:
     assert "max_argument_bytes" not in data_identity(cfg)["loop"]
     changed = cfg.model_copy(update={"loop": LoopConfig(max_tool_calls_per_turn=4)})
     assert config_fingerprint(changed) != config_fingerprint(cfg)
+
+
+async def test_loop_max_tool_result_bytes_bounds_what_a_tool_may_return() -> None:
+    """`loop.max_tool_result_bytes` reaches the tool runner: a result over it is neither
+    stored nor sent back, the call's result says so; one at the bound passes."""
+    env = SecretEnv()
+    results = []
+    for note in ("x" * 14, "x" * 15):  # "noted: " + note: 21 and 22 bytes
+        script = [calls(call("echo_note", {"note": note})), text("done")]
+        spec = EpisodeSpec("run", "model", "scripted", 64, env.tasks()[1], env_name=env.name)
+        episode = await run_episode(spec, ScriptedProvider(script), env,
+                                    LoopConfig.model_validate({"max_tool_result_bytes": 21}))
+        (result,) = [m for m in episode.messages if m.role == "tool"]
+        results.append((result.text, result.is_error))
+    assert results[0] == ("noted: " + "x" * 14, False)
+    assert results[1][1] is True
+    assert "over loop.max_tool_result_bytes = 21" in results[1][0]
+    assert "x" * 15 not in results[1][0]

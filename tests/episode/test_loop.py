@@ -9,7 +9,7 @@ import pytest
 
 from collector.config import LoopConfig
 from collector.envs.base import Environment, EpisodeWorld, Task, Tool
-from collector.episode import loop as loop_module
+from collector.episode import notices
 from collector.episode.loop import EpisodeSpec, run_episode
 from collector.errors import ProviderUnavailable
 from collector.providers.scripted import ScriptedProvider, call, calls, cut, leaked, text
@@ -40,7 +40,7 @@ async def test_cut_refund_never_runs_and_ends_as_length() -> None:
     result = ep.messages[-1]
     assert result.call_id == "c1"
     assert result.is_error
-    assert result.text == loop_module.CUT
+    assert result.text == notices.CUT
     assert provider.remaining == 0
 
 
@@ -72,7 +72,7 @@ async def test_length_not_in_stop_on_asks_for_shorter_call_and_goes_on() -> None
     assert _log(env) == [("refund", {"order_id": "A-1001", "amount": 1000})]
     assert ep.reward == 1.0
     retry = next(m for m in ep.messages if m.call_id == "c1")
-    assert retry.text == loop_module.CUT_RETRY
+    assert retry.text == notices.CUT_RETRY
     assert retry.is_error
     # The second request carried the refused call and its error result (replayable history).
     second = provider.requests[1].messages
@@ -110,7 +110,7 @@ async def test_cut_text_turn_is_asked_again_only_when_opted_in() -> None:
     """With loop.retry_cut_answers a cut final answer is followed by a user notice and another call."""
     ep, provider, _ = await run([cut(text="The answer is"), text("done")], stop_on=[], retry_cut_answers=True)
     assert ep.stop_reason is StopReason.DONE
-    assert provider.requests[1].messages[-1].text == loop_module.CUT_TEXT_NOTICE  # type: ignore[union-attr]
+    assert provider.requests[1].messages[-1].text == notices.CUT_TEXT_NOTICE  # type: ignore[union-attr]
 
 
 async def test_malformed_in_stop_on_ends_and_nothing_runs() -> None:
@@ -125,7 +125,7 @@ async def test_malformed_in_stop_on_ends_and_nothing_runs() -> None:
     assert ep.turns[0].discarded
     assert ep.turns[0].malformed_calls == 1
     results = {m.call_id: m.text for m in ep.messages if m.role == "tool"}
-    assert results == {"bad": loop_module.MALFORMED_END, "good": loop_module.SIBLING_END}
+    assert results == {"bad": notices.MALFORMED_END, "good": notices.SIBLING_END}
     assert ep.reward == 0.0
 
 
@@ -165,7 +165,7 @@ async def test_unparsed_template_call_is_malformed_not_an_answer() -> None:
     assert ep.turns[0].unparsed_tool_call
     ep, provider, _ = await run([leaked("<tool_call>{}"), text("done")], stop_on=[])
     assert ep.stop_reason is StopReason.DONE
-    assert provider.requests[1].messages[-1].text == loop_module.UNPARSED_NOTICE  # type: ignore[union-attr]
+    assert provider.requests[1].messages[-1].text == notices.UNPARSED_NOTICE  # type: ignore[union-attr]
 
 
 async def test_malformed_gate_holds_every_sibling() -> None:
@@ -286,7 +286,7 @@ async def test_episode_timeout_settles_open_calls() -> None:
     ep, _, _ = await run([turn], env=env, episode_timeout_s=0.02, tool_timeout_s=10)
     assert ep.stop_reason is StopReason.TIMEOUT
     results = {m.call_id: m.text for m in ep.messages if m.role == "tool"}
-    assert results == {"s": loop_module.TIMED_OUT, "r": loop_module.TIMED_OUT}
+    assert results == {"s": notices.TIMED_OUT, "r": notices.TIMED_OUT}
     assert _log(env) == [("slow", {})]
 
 

@@ -168,3 +168,62 @@ async def test_ids_are_withheld_from_an_episode_that_held_a_secret() -> None:
             assert t.output_logprobs is not None
     in_text = await _scripted({"order_id": "A-1", "amount": 5}, result_text="done, api_key=sk-live-123")
     assert all(t.tokens_withheld and t.output_token_ids is None for t in in_text.turns)
+
+
+CREDENTIAL = "sk-PLANTED-run-key-0123456789"
+
+
+async def _scripted_turns(first: Turn, second: Turn, credentials: tuple[str, ...] = ()) -> Episode:
+    """Two scripted turns with ids (a call, then an answer) on ToyEnv, the run given `credentials`."""
+    env = ToyEnv()
+    spec = EpisodeSpec("run", "model", "scripted", 64, env.tasks()[0], env_name=env.name,
+                       sampling=SamplingParams(token_ids=True), credentials=credentials)
+    first = _with_ids(first, [1, 2, 3], [10, 11, 12])
+    second = _with_ids(second, [1, 2, 3, 10, 11, 12, 20], [30, 31])
+    return await run_episode(spec, ScriptedProvider([first, second]), env, LoopConfig())
+
+
+def _refund() -> Turn:
+    return calls(call("refund", {"order_id": "A-1", "amount": 5}))
+
+
+@pytest.mark.parametrize(
+    ("case", "first", "second"),
+    [
+        # The run's key echoed in prose: no key beside it, only the credential scrub sees it.
+        ("credential in prose", _refund(), text(f"done; you sent me {CREDENTIAL}")),
+        # In a call's arguments, under an innocent key.
+        ("credential in arguments", calls(call("refund", {"order_id": CREDENTIAL, "amount": 5})),
+         text("done")),
+        # In a tool result: the unknown-tool error quotes the name the model called.
+        ("credential in a tool result", calls(call(CREDENTIAL, {})), text("done")),
+        # A secret pair in the reasoning text only (the history never holds the raw reasoning).
+        ("secret pair in reasoning",
+         dataclasses.replace(_refund(), reasoning_text="use api_key=PLANTED-rk-77"), text("done")),
+        # The run's key in a reasoning item only.
+        ("credential in a reasoning item",
+         dataclasses.replace(_refund(), reasoning_items=[{"type": "thinking", "thinking": f"key {CREDENTIAL}",
+                                                          "signature": "sig"}]), text("done")),
+    ],
+)
+async def test_ids_are_withheld_whenever_the_record_was_scrubbed(
+    case: str, first: Turn, second: Turn
+) -> None:
+    """Every scrub the record gets (run credentials anywhere, reasoning text and items, tool
+    results) withholds the episode's ids: they would decode to the text as sampled."""
+    episode = await _scripted_turns(first, second, credentials=(CREDENTIAL,))
+    assert CREDENTIAL not in repr(episode), case
+    assert "PLANTED-rk-77" not in repr(episode), case
+    assert [t.tokens_withheld for t in episode.turns] == [True, True], case
+    assert all(t.output_token_ids is None and t.prompt_token_ids is None for t in episode.turns), case
+    assert all(t.output_logprobs is not None for t in episode.turns), case
+
+
+async def test_a_clean_record_of_a_run_with_credentials_keeps_its_ids() -> None:
+    """The rule reads what was scrubbed, not what the run was given: nothing scrubbed, ids kept."""
+    item = {"type": "thinking", "thinking": "refund", "signature": "s"}
+    thinking = dataclasses.replace(_refund(), reasoning_text="refund the order, then say done",
+                                   reasoning_items=[item])
+    episode = await _scripted_turns(thinking, text("done"), credentials=(CREDENTIAL,))
+    assert [t.tokens_withheld for t in episode.turns] == [False, False]
+    assert [t.output_token_ids for t in episode.turns] == [[10, 11, 12], [30, 31]]

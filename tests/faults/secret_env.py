@@ -5,11 +5,15 @@ Loaded by Ray workers as `tests.faults.secret_env:SecretEnv` (the repository roo
 echoes the credentials it received; the others get a `login` call carrying a password and a
 token, and a `configure` call whose settings hold a value under each widened secret-key name
 (`WIDENED`). The grade is 1.0 only when both tools received every real value: redaction is
-for the record, never for the tool.
+for the record, never for the tool. Tasks 4-8 plant what only some scrub of the record sees,
+for the token-id rule (tests/faults/test_secrets.py says which): `echo_note` returns what
+it is given (a tool result that repeats a credential the model passed), `read_settings`
+returns the environment's own secret under a secret key (`ENV_SECRET`).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,12 +31,21 @@ WIDENED: dict[str, Any] = {
     "author": "Ann Author", "keyboard": "qwerty",
 }  # fmt: skip
 
+#: The environment's own secret, in a tool result under a secret key.
+ENV_SECRET = "PLANTED-env-db-password"
+
+#: How many tasks there are (0: the echoed 400, 1-3: the logins, 4-8: the token-id cases).
+TASKS = 9
+
 
 class _World(EpisodeWorld):
     def __init__(self) -> None:
         self.logged_in = False
         self.configured = False
-        self._tools = (tool(self.login, inline=True), tool(self.configure, inline=True))
+        self._tools = (
+            tool(self.login, inline=True), tool(self.configure, inline=True),
+            tool(self.echo_note, inline=True), tool(self.read_settings, inline=True),
+        )
 
     @property
     def tools(self) -> Sequence[Tool]:
@@ -48,6 +61,14 @@ class _World(EpisodeWorld):
         self.configured = all(settings.get(k) == v for k, v in WIDENED.items())
         return "configured" if self.configured else "incomplete"
 
+    def echo_note(self, note: str) -> str:
+        """Keep a note; returns it."""
+        return f"noted: {note}"
+
+    def read_settings(self) -> str:
+        """The service's connection settings."""
+        return json.dumps({"host": "db.internal", "db_password": ENV_SECRET})
+
     def grade(self, final_text: str | None) -> float:
         return 1.0 if self.logged_in and self.configured else 0.0
 
@@ -56,7 +77,7 @@ class SecretEnv(Environment):
     name = "secret_env"
 
     def tasks(self) -> Sequence[Task]:
-        return [Task(f"login-{i}", f"Log in for task {i}, then say done.") for i in range(4)]
+        return [Task(f"login-{i}", f"Log in for task {i}, then say done.") for i in range(TASKS)]
 
     def start(self, task: Task) -> EpisodeWorld:
         return _World()

@@ -1,17 +1,25 @@
-"""Secrets planted in a run appear in no shard, no log line and no error message.
+"""Secrets planted in a run appear in no shard, no log line, no error message and no token id.
 
 A fake Chat Completions server (loopback) is swept as three providers, each holding its
 credential in another form: a key from `api_key_env` (sent as `Authorization: Bearer`),
 `user:pass@` in the base URL (sent as `Authorization: Basic <base64>`) and `?key=` in the
 base URL's query. It refuses a request without the credential its provider holds; it
-answers task 0 with a 400 whose message echoes every credential it received, and the other
-tasks with a reply echoing them in the text, under an innocent argument key and in the final
+answers task 0 with a 400 whose message echoes every credential it received, and tasks 1-3
+with a reply echoing them in the text, under an innocent argument key and in the final
 answer, plus a `login` call (a password and an API token) and a `configure` call with a value
-under each widened secret-key name (`secret_env.WIDENED`). The run goes through `collector
-run` in a subprocess with its own embedded Ray cluster (so the workers inherit the key
-variable, as on a real node) whose temp dir is the test's. Afterwards every file of the run
-directory and of Ray's temp dir is searched *decoded* (`secret_scan`: every column of every
-shard, nested values included; every JSON string), and so is the command's output.
+under each widened secret-key name (`secret_env.WIDENED`). The run asks for token ids, and the
+server returns them (vLLM's wire) from the simulator's tokenizer (`secret_scan.SimTokenizer`),
+so every stored id decodes back to the text it stands for. Tasks 4-8 plant what only one
+scrub of the record sees, each of which must withhold the episode's ids: the provider's own
+credential echoed bare in prose (4), a secret pair in the reasoning text (5), the credential
+in a tool result (6: `echo_note` repeats what the model passed), the environment's secret
+under a secret key in a tool result (7); task 8 plants nothing and keeps its ids. The run
+goes through `collector run` in a subprocess with its own embedded Ray cluster (so the
+workers inherit the key variable, as on a real node) whose temp dir is the test's, then
+through `collector trainer-view`. Afterwards every file of the run directory, the trainer
+view and Ray's temp dir is searched *decoded* (`secret_scan`: every column of every shard,
+nested values included, every token-id list decoded to text; every JSON string), and so is
+the commands' output.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ import base64
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -38,10 +47,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from collector.cli import main
 from collector.storage.manifest import RESOLVED_CONFIG
 from tests.checking import assert_run_checked, committed_rows
-from tests.faults.secret_env import WIDENED
-from tests.faults.secret_scan import leaks_in, strings_in
+from tests.faults.secret_env import ENV_SECRET, TASKS, WIDENED
+from tests.faults.secret_scan import SimTokenizer, leaks_in, strings_in
 from tests.loopback import serving
 
 REPO = Path(__file__).resolve().parents[2]
@@ -53,20 +63,41 @@ BASIC = base64.b64encode(f"{URL_USER}:{URL_PASSWORD}".encode()).decode()
 QUERY_KEY = "AIzaPLANTEDqueryKey0123456789"
 PASSWORD = "hunter2-PLANTED-password-77"
 TOKEN = "tok-PLANTED-bearer-5c1e9a"
+REASONING_SECRET = "PLANTED-reasoning-k3y"
 #: Every secret contains "PLANTED" except the base64 form, so a partial echo (OpenAI masks
 #: keys as `sk-proj-PLANT****XYZ`) of any of them is caught too.
 SECRETS = (
     API_KEY, URL_PASSWORD, BASIC, QUERY_KEY, PASSWORD, TOKEN, quote(URL_PASSWORD, safe=""),
-    *(v for v in strings_in(WIDENED) if "PLANTED" in v), "PLANTED",
+    *(v for v in strings_in(WIDENED) if "PLANTED" in v), REASONING_SECRET, ENV_SECRET, "PLANTED",
 )  # fmt: skip
 
+#: The server encodes with it and the scans decode with it (the server runs in this process).
+TOKENIZER = SimTokenizer()
 
-def _reply(message: dict[str, object], finish: str) -> dict[str, object]:
-    return {
-        "id": "chatcmpl-x", "object": "chat.completion", "created": 0, "model": "fake",
-        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-        "usage": {"prompt_tokens": 10, "completion_tokens": 12, "total_tokens": 22},
+#: Tasks whose every turn must keep no token id, and the one that plants nothing.
+WITHHELD_TASKS = range(1, 8)
+CLEAN_TASK = 8
+
+
+def _reply(body: dict[str, Any], message: dict[str, Any], finish: str) -> dict[str, object]:
+    """The `chat.completion`, with the token ids a vLLM server returns when asked for them:
+    the prompt as the simulated template renders it, and the output (reasoning, text, calls)."""
+    tools = [t["function"]["name"] for t in body.get("tools") or ()]
+    prompt_ids = TOKENIZER.render_prompt(body["messages"], tools)
+    output_ids = TOKENIZER.encode(message.get("reasoning_content") or "") + TOKENIZER.encode(
+        message.get("content") or "")
+    for c in message.get("tool_calls") or ():
+        output_ids += TOKENIZER.output(c["function"]["name"], c["function"]["arguments"])
+    choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish}
+    reply: dict[str, Any] = {
+        "id": "chatcmpl-x", "object": "chat.completion", "created": 0, "model": "fake", "choices": [choice],
+        "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": len(output_ids),
+                  "total_tokens": len(prompt_ids) + len(output_ids)},
     }
+    if body.get("return_token_ids"):
+        reply["prompt_token_ids"] = prompt_ids
+        choice["token_ids"] = output_ids
+    return reply
 
 
 def _call(call_id: str, name: str, args: dict[str, Any]) -> dict[str, Any]:
@@ -82,21 +113,40 @@ async def completions(request: Request) -> JSONResponse:
     basic = authorization.startswith("Basic ")
     decoded = base64.b64decode(authorization.removeprefix("Basic ")).decode() if basic else ""
     received = f"[{authorization}] [{decoded}] [key={query_key}]"
-    prompt = json.dumps(body["messages"])
-    if "task 0" in prompt:
+    # The credential this provider holds, bare: what a model echoing its key would write.
+    bare = decoded if basic else authorization.removeprefix("Bearer ") if authorization else query_key
+    task = re.search(r"for task (\d+)", json.dumps(body["messages"]))
+    assert task is not None, body["messages"]
+    number = int(task.group(1))
+    answered = any(m.get("role") == "tool" for m in body["messages"])
+    if number == 0:
         # A per-request rejection (400) that echoes what was sent: an `error` row, its message
         # scrubbed. (A 401 would stop the whole run: tests/faults/test_run_stoppers.py.)
         message = f"Request rejected for credentials {received}: unsupported parameter."
         return JSONResponse({"error": {"message": message, "type": "invalid_request_error",
                                        "code": "invalid_request_error"}}, 400)
-    if any(m.get("role") == "tool" for m in body["messages"]):
-        return JSONResponse(_reply({"role": "assistant", "content": f"done (I was sent {received})"}, "stop"))
+    if answered or number == CLEAN_TASK:
+        final = f"done (I was sent {received})" if number < 4 else "done"
+        return JSONResponse(_reply(body, {"role": "assistant", "content": final}, "stop"))
+    if number == 4:  # the key in prose, no key name beside it: only the credential scrub sees it
+        echo = {"role": "assistant", "content": f"Here is the key you gave me: {bare}"}
+        return JSONResponse(_reply(body, echo, "stop"))
+    if number == 5:  # a secret pair in the thinking only
+        thought = {"role": "assistant", "content": "done",
+                   "reasoning_content": f"I will sign in with api_key={REASONING_SECRET} first."}
+        return JSONResponse(_reply(body, thought, "stop"))
+    if number in (6, 7):  # a tool result holding the credential (6) or the environment's secret (7)
+        call = _call("call_1", "echo_note", {"note": bare}) if number == 6 else _call(
+            "call_1", "read_settings", {})
+        return JSONResponse(_reply(body, {"role": "assistant", "content": "", "tool_calls": [call]},
+                                   "tool_calls"))
     calls = [
         _call("call_1", "login", {"username": "bob", "password": PASSWORD, "api_token": TOKEN}),
         _call("call_2", "configure", {"settings": {**WIDENED, "note": received}}),
     ]
     text = f"Logging in with what you sent me: {received}"
-    return JSONResponse(_reply({"role": "assistant", "content": text, "tool_calls": calls}, "tool_calls"))
+    message = {"role": "assistant", "content": text, "tool_calls": calls}
+    return JSONResponse(_reply(body, message, "tool_calls"))
 
 
 @pytest.fixture
@@ -111,7 +161,9 @@ CONFIG = """
 name = "secrets"
 [sweep]
 models = ["fake"]
-budgets = [128]
+budgets = [1024]
+[sampling]
+token_ids = true
 [[sweep.providers]]
 kind = "chat"
 label = "env-key"
@@ -150,8 +202,11 @@ def write_config(path: Path, root: str, run_dir: Path) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_planted_secrets_reach_no_shard_log_or_message(tmp_path: Path, fake_provider: str) -> None:
-    """No credential in any form sent, echoed or given to a tool is in a decoded shard, Ray log or output."""
+def test_planted_secrets_reach_no_shard_log_message_or_token_id(
+    tmp_path: Path, fake_provider: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No credential in any form sent, echoed, thought or given to a tool is in a decoded
+    shard, a decoded token id, the trainer view, a Ray log or the output."""
     run_dir = tmp_path / "run"
     config = write_config(tmp_path / "secrets.toml", fake_provider, run_dir)
     ray_tmp = tempfile.mkdtemp(prefix="rays", dir="/tmp")  # Ray's socket paths must stay short
@@ -165,17 +220,34 @@ def test_planted_secrets_reach_no_shard_log_or_message(tmp_path: Path, fake_prov
         output = proc.stdout.decode() + proc.stderr.decode()
         assert proc.returncode == 0, output[-3000:]
         rows = committed_rows(run_dir)
-        assert len(rows) == 12
+        assert len(rows) == 3 * TASKS
+        # Searched first: with the token rule broken, this is what finds the secret, decoded.
+        assert not leaks_in(run_dir, SECRETS, TOKENIZER.decode)
         for label in ("env-key", "url-user-pass", "query-key"):
             mine = [r for r in rows if r["provider"] == label]
             reasons = sorted(str(r["stop_reason"]) for r in mine)
-            assert reasons == ["done", "done", "done", "error"], (label, [r["error"] for r in mine])
+            why = [(r["task_id"], str(r["stop_reason"]), r["error"]) for r in mine]
+            assert reasons == ["done"] * (TASKS - 1) + ["error"], (label, why)
         # The credentials did reach the tools (both got every real value) but not the record.
-        assert all(r["reward"] == 1.0 for r in rows if r["stop_reason"] == "done")
+        logins = [r for r in rows if r["task_id"] in ("login-1", "login-2", "login-3")]
+        assert [r["reward"] for r in logins] == [1.0] * 9
         for row in rows:
             if row["stop_reason"] == "error":
                 assert row["error"]["type"] == "RequestRejected"  # type: ignore[index]
                 assert "[redacted]" in row["error"]["message"]  # type: ignore[index]
+        # Every planted episode kept no id; the clean one kept its ids, which decode to its text.
+        for row in rows:
+            number = int(str(row["task_id"]).removeprefix("login-"))
+            turns: list[dict[str, Any]] = row["turns"]  # type: ignore[assignment]
+            assert all(t["tokens_requested"] for t in turns), row["task_id"]
+            if number in WITHHELD_TASKS:
+                assert [t["tokens_withheld"] for t in turns] == [True] * len(turns), row["task_id"]
+                assert all(t["output_token_ids"] is None and t["prompt_token_ids"] is None for t in turns)
+            elif number == CLEAN_TASK:
+                (turn,) = turns
+                assert turn["tokens_withheld"] is False
+                assert TOKENIZER.decode(turn["output_token_ids"]) == "done"
+                assert TOKENIZER.decode(turn["prompt_token_ids"]).startswith("<|begin|><|tool_def|>login")
         # The echoes were stored, as markers; the innocent names next to the widened ones were kept.
         stored = list(strings_in(rows))
         assert any("[redacted credential]" in s for s in stored)
@@ -183,8 +255,20 @@ def test_planted_secrets_reach_no_shard_log_or_message(tmp_path: Path, fake_prov
         assert "qwerty" in json.dumps(stored)
         assert_run_checked(run_dir, allow_notes=False)
 
+        # The trainer view: the three clean episodes, every planted one left out and named.
+        view = tmp_path / "view.parquet"
+        capsys.readouterr()
+        assert main(["trainer-view", str(run_dir), str(view)]) == 0
+        said = capsys.readouterr().err
+        assert "3 rows from 27 episodes" in said, said
+        assert f"left out: 3 not_trainable, {3 * len(WITHHELD_TASKS)} withheld_redacted" in said, said
+        view_rows = pq.read_table(view).to_pylist()
+        decoded = [TOKENIZER.decode(r["input_ids"]) for r in view_rows]
+        assert [d.endswith("<|assistant|>done") for d in decoded] == [True] * 3, decoded
+        assert not leaks_in(tmp_path / "view.parquet", SECRETS, TOKENIZER.decode)
+        output += said
+
         assert not [s for s in SECRETS if s in output], output[-3000:]
-        assert not leaks_in(run_dir, SECRETS)
         logs = list(Path(ray_tmp).rglob("*.out")) + list(Path(ray_tmp).rglob("*.err"))
         assert logs, "no Ray log files were found to search"
         assert not leaks_in(Path(ray_tmp), SECRETS)
