@@ -167,6 +167,7 @@ class EpisodeState:
             incomplete_reason=turn.incomplete_reason,
             output_tokens=turn.usage.output_tokens,
             input_tokens=turn.usage.input_tokens,
+            usage_known=turn.usage.known,
             max_output_tokens=cap,
             latency_s=turn.latency_s,
             repairs=[c.repair for c in calls if c.repair],

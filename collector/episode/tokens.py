@@ -62,7 +62,9 @@ class TokenTracker:
         record.temperature = self.temperature
         record.output_token_ids = ids
         record.output_logprobs = logprobs
-        if ids is not None:
+        if ids is not None and turn.usage.known:
+            # With no usable count from the server there is nothing to compare the ids with:
+            # None ("not known"), never a mismatch that would drop the episode from training.
             record.token_counts_ok = len(ids) == turn.usage.output_tokens and (
                 logprobs is None or len(logprobs) == len(ids)
             )

@@ -126,6 +126,13 @@ class TurnRecord:
     tokens_withheld: bool | None = False
     """The episode held a value the redactor hides, so its token ids were dropped (README,
     "What is never stored")."""
+    # --- issue 31: a server that reports no usable usage (still schema version 3) ---
+    usage_known: bool | None = True
+    """False when the server reported no usable token counts for this turn (no usage, all
+    zeros as LiteLLM's Gemini stream sends, or 0 output tokens for visible output): its
+    `output_tokens` / `input_tokens` are then 0 for "unknown", not measured, and the cap
+    rule (`cap_reached`) could not be checked (`collector.providers.common`). None in a
+    shard written before the field existed."""
 
 
 @dataclass(slots=True)

@@ -230,8 +230,9 @@ def _as_version_2(path: Path, fmt: str) -> None:
 @pytest.mark.parametrize("fmt", ["arrow", "parquet"])
 def test_version_2_shards_stay_readable(tmp_path: Path, fmt: str) -> None:
     """A run written before token capture still loads, computes stats, and gives an empty trainer view."""
-    # Version 3 added 4 per-turn truth fields (issue 15), 3 reasoning fields (16), 9 token fields (13).
-    assert len(_NEW_TURN_FIELDS) == 16
+    # Version 3 added 4 per-turn truth fields (issue 15), 3 reasoning fields (16), 9 token fields
+    # (13), and `usage_known` (31).
+    assert len(_NEW_TURN_FIELDS) == 17
     run = tmp_path / "run"
     _commit(run, asyncio.run(_episodes([("sim-terse", 256, t, False, 0) for t in range(5)])), fmt)
     for path in committed_shard_paths(run):

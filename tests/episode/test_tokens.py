@@ -227,3 +227,20 @@ async def test_a_clean_record_of_a_run_with_credentials_keeps_its_ids() -> None:
     episode = await _scripted_turns(thinking, text("done"), credentials=(CREDENTIAL,))
     assert [t.tokens_withheld for t in episode.turns] == [False, False]
     assert [t.output_token_ids for t in episode.turns] == [[10, 11, 12], [30, 31]]
+
+
+async def test_a_turn_without_usable_usage_is_stored_as_unknown_not_as_a_mismatch() -> None:
+    """A server that reported no usable counts (LiteLLM's Gemini stream: all zeros): the turn is
+    stored with `usage_known` false, and its ids are not called a count mismatch (which would
+    drop the episode from training); a turn with real counts stays known and checked."""
+    env = ToyEnv()
+    first = _with_ids(calls(call("refund", {"order_id": "A1", "amount": 5})), [1, 2, 3], [10, 11, 12])
+    unknown = dataclasses.replace(first.usage, input_tokens=0, output_tokens=0, known=False)
+    first = dataclasses.replace(first, usage=unknown)
+    second = _with_ids(text("done"), [1, 2, 3, 10, 11, 12, 20], [30, 31])
+    spec = EpisodeSpec("run", "model", "scripted", 64, env.tasks()[0], env_name=env.name,
+                       sampling=SamplingParams(token_ids=True))
+    ep = await run_episode(spec, ScriptedProvider([first, second]), env, LoopConfig())
+    assert [t.usage_known for t in ep.turns] == [False, True]
+    assert [t.token_counts_ok for t in ep.turns] == [None, True]
+    assert ep.turns[0].output_token_ids == [10, 11, 12]
