@@ -11,6 +11,8 @@ provider (`sim/`) is a separate ASGI app that the loop never imports.
 
 The names a notebook or an environment needs are re-exported here, imported on first use so
 that `import collector` stays cheap (no pyarrow, no pydantic models built until asked for).
+
+Tests: tests/test_layout.py (the public names and the cheap import).
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""`python -m collector`: the same command line as the `collector` script."""
+"""`python -m collector`: the same command line as the `collector` script.
+
+Tests: tests/run/test_cli_process.py (`python -m collector` in a subprocess).
+"""
 
 import sys
 

@@ -20,6 +20,8 @@ the statistics exactly as `collector stats` computes them (`collector.analysis.s
 A sweep over reasoning settings (`sweep.reasoning`) is split by the setting, never pooled:
 `reasoning_grouping(episodes)` is ``("model", "budget", "reasoning")`` for a run with more
 than one setting, ``("model", "budget")`` otherwise (what the notebook groups by).
+
+Tests: tests/analysis/test_stats_tables.py, tests/analysis/test_analysis.py.
 """
 
 from __future__ import annotations

@@ -18,6 +18,8 @@ episode: a turn is an observation of the model at that budget even when the epis
 ended in error. With a `target`, per group without budget and per turn row: the smallest
 budget whose cut rate is at or under it, and the smallest whose upper bound is
 (`collector.analysis.stats.pick_budgets`, the same rule as the episode table).
+
+Tests: tests/analysis/test_stats_tables.py, tests/run/test_truth_cli.py.
 """
 
 from __future__ import annotations

@@ -6,4 +6,6 @@
 
 The episode loop builds records; the storage wing writes them; the analysis wing reads them.
 This wing imports only the vocabulary (`collector.stop`, `collector.turn`, `collector.errors`).
+
+Tests: tests/test_layout.py (what each wing may import).
 """

@@ -9,6 +9,8 @@ Nothing here holds raw model output that could carry a secret: tool-call argumen
 stored as parsed objects with secret-like keys redacted; an argument fragment that did not
 parse, and a tool-call block left unparsed in a message's text, are stored only as their
 length in characters (`collector.episode.redact`).
+
+Tests: tests/record/test_shards.py (the record through Arrow and back).
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ The files are the repository's own (`configs/demo.toml`, `notebooks/`, `examples
 linked into this folder so that the wheel carries exactly what the repository runs; an
 installed `collector` therefore runs `collector run --demo` and `collector init` from any
 directory.
+
+Tests: tests/test_packaging.py (the wheel's demo and `collector init`), tests/envs/test_loading.py.
 """
 
 from __future__ import annotations

@@ -10,4 +10,6 @@
 - `mirror`: reading a run in a bucket through a verified local mirror.
 
 Imports the record format and the vocabulary only; the analysis wing and the driver import it.
+
+Tests: tests/test_layout.py (what each wing may import).
 """
