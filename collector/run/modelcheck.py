@@ -30,6 +30,7 @@ import httpx
 from collector.config import ProviderConfig, public_url
 from collector.errors import ConfigError, ProviderError
 from collector.providers.base import RetryPolicy, basic_authorization, split_url_credentials
+from collector.run.endpoints import endpoint_for, read_api_key
 from collector.turn import TurnRequest, UserMessage
 
 __all__ = ["check_models", "served_as"]
@@ -82,7 +83,6 @@ async def _answered(client: httpx.AsyncClient, provider: ProviderConfig, base_ur
                     api_key: str | None, model: str) -> str | None:
     """The model one small call's reply names, or None when the call fails or names none."""
     from collector.providers import build_provider
-    from collector.run.worker import endpoint_for
 
     endpoint = dataclasses.replace(endpoint_for(provider, base_url, api_key), streaming=False,
                                    request_timeout_s=_TIMEOUT_S, retry=RetryPolicy(max_retries=1))
@@ -107,10 +107,8 @@ async def check_models(providers: Sequence[ProviderConfig], base_urls: Sequence[
     """Refuse (one-line ConfigError) when a provider serves another model than a swept name.
 
     Providers of kind "sim" and those with `allow_model_alias` are not checked. Keys are read
-    here, `where` saying where for a missing variable (`collector.run.worker.read_api_key`).
+    here, `where` saying where for a missing variable (`collector.run.endpoints.read_api_key`).
     """
-    from collector.run.worker import read_api_key
-
     async with httpx.AsyncClient(trust_env=True) as client:
         for provider, base_url in zip(providers, base_urls, strict=True):
             if provider.kind == "sim" or provider.allow_model_alias:
