@@ -26,10 +26,12 @@ driver fault tests in tests/faults.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -148,12 +150,16 @@ class Driver:
         setup: WorkerSetup,
         on_commit: Callable[[Snapshot], None] | None = None,
         address: str | None = None,
+        shield: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
     ) -> None:
         self.cfg = cfg
         self.result = result
         self.pool = pool
         self.setup = setup
         self.on_commit = on_commit
+        self.shield = shield
+        """Wraps every commit: a signal arriving inside is raised once it is done
+        (`collector.run.signals.RunSignals.deferred`), so no taken episode is dropped."""
         self.progress: Progress | None = None
         self.queue: deque[WorkItem] = deque(todo)
         self.inflight: dict[Call, tuple[_Slot, int, list[WorkItem]]] = {}
@@ -391,9 +397,10 @@ class Driver:
     def commit(self, force: bool = False) -> None:
         """Commit what the policy says is due (`collector.run.commits`); everything when forced."""
         buffer = self.shards if self.writes_on_workers else self.episodes
-        done = buffer.commit(force)
-        if done is not None:
-            self._committed(done)
+        with self.shield():
+            done = buffer.commit(force)
+            if done is not None:
+                self._committed(done)
 
     def _committed(self, done: Committed) -> None:
         """Count a commit's episodes into the result and tell `on_commit`."""

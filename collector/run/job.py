@@ -23,8 +23,9 @@ worker-side writes (`collector.run.worker_writes`) the same holds: a worker's sh
 invisible until the driver's commit record names it, and a worker that dies mid-write
 leaves only an orphan that the next open deletes, while its batch is re-dispatched.
 
-Signals. SIGINT and SIGTERM end a run like Ctrl-C (`signals_interrupt`): the buffered
-episodes are committed on the way out and the CLI exits 128 + the signal number.
+Signals. SIGINT and SIGTERM end a run like Ctrl-C (`collector.run.signals`): the buffered
+episodes are committed on the way out (a commit under way finishes first) and the CLI exits
+128 + the signal number.
 
 Tests: tests/run/test_job.py, tests/run/test_cli_process.py and the driver fault tests in
 tests/faults (driver SIGKILL, frozen worker, worker write kill, retry errors, run stoppers,
@@ -34,11 +35,8 @@ two nodes, bad input).
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import signal
-import threading
 import time
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -52,6 +50,7 @@ from collector.run.plan import plan_work
 from collector.run.pool import WorkerPool
 from collector.run.preflight import check_providers
 from collector.run.progress import Progress
+from collector.run.signals import Interrupted, RunSignals, signals_interrupt
 from collector.run.simlaunch import provider_urls
 from collector.run.worker import WorkerSetup
 from collector.run.worker_writes import writes_on_workers
@@ -76,55 +75,6 @@ class JobStore(CommitTarget, Protocol):
     def committed_ids(self) -> set[str]: ...
     def forget(self, ids: Collection[str]) -> int: ...
     def sink(self) -> ShardSink: ...
-
-
-class Interrupted(KeyboardInterrupt):
-    """SIGINT or SIGTERM arrived during a run. A KeyboardInterrupt, so it unwinds like Ctrl-C
-    (the buffered episodes are committed on the way out); `signum` says which signal."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-@contextlib.contextmanager
-def signals_interrupt() -> Iterator[Callable[[], None]]:
-    """While the run lasts, SIGINT and SIGTERM raise `Interrupted` in the main thread, once.
-
-    SIGTERM (what a scheduler or `docker stop` sends) thus ends a run like Ctrl-C instead of
-    going to Ray's handler (a native stack dump, exit 15 or SIGABRT, nothing committed). A
-    second signal while the run unwinds is ignored, so it cannot cut the final commit short.
-    `ray.init` installs its own handlers: call the yielded function right after it.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield lambda: None  # signal handlers can only be set from the main thread
-        return
-    caught: list[int] = []
-
-    def handler(signum: int, frame: object) -> None:
-        if caught:
-            return  # already stopping
-        caught.append(signum)
-        raise Interrupted(signum)
-
-    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
-
-    def install() -> None:
-        for signum in previous:
-            signal.signal(signum, handler)
-
-    install()
-    try:
-        yield install
-    except KeyboardInterrupt as exc:
-        # Ray's blocking calls (ray.wait, ray.get) run the handler, then raise a plain
-        # KeyboardInterrupt of their own: say which signal it was.
-        if caught and not isinstance(exc, Interrupted):
-            raise Interrupted(caught[0]) from None
-        raise
-    finally:
-        for signum, old in previous.items():
-            signal.signal(signum, old if old is not None else signal.SIG_DFL)
 
 
 def committed_error_ids(store: JobStore) -> set[str]:
@@ -158,8 +108,8 @@ def run_job(
     Raises `ConfigError` / `OutputError` (one line) for bad input, before any episode runs
     where it can be detected: keys, reachability, a foreign run directory.
     """
-    with signals_interrupt() as reinstall:
-        return _run_job(cfg, address, show_progress, on_commit, retry_errors, pool or RayPool(), reinstall)
+    with signals_interrupt() as signals:
+        return _run_job(cfg, address, show_progress, on_commit, retry_errors, pool or RayPool(), signals)
 
 
 def _run_job(
@@ -169,7 +119,7 @@ def _run_job(
     on_commit: Callable[[Snapshot], None] | None,
     retry_errors: bool,
     pool: WorkerPool,
-    reinstall_signals: Callable[[], None],
+    signals: RunSignals,
 ) -> JobResult:
     started = time.monotonic()
     check_run_config(cfg)
@@ -210,10 +160,11 @@ def _run_job(
         sink = store.sink() if writes_on_workers(cfg.output) else None
         session = ray_session(address, cfg.ray.workers, cfg.ray.start_timeout_s, temp_dir)
         with provider_urls(plan.providers, cfg.seed) as urls, session:
-            reinstall_signals()  # ray.init replaced them
+            signals.install()  # ray.init replaced them
             remote = address is not None  # there, each worker checks the served models itself
             setup = WorkerSetup(with_absolute_paths(cfg), plan.run_id, urls, check_models=remote, sink=sink)
-            driver = Driver(cfg, result, pool, store, todo, setup=setup, on_commit=on_commit, address=address)
+            driver = Driver(cfg, result, pool, store, todo, setup=setup, on_commit=on_commit, address=address,
+                            shield=signals.deferred)
             try:
                 driver.start_workers()
                 # The clock starts once workers are ready: the rate shown is collection speed.
@@ -222,10 +173,13 @@ def _run_job(
                 driver.show(force=True)
                 driver.loop()
             finally:
-                # Whatever ends the run (done, Ctrl-C, an error), finished episodes are kept.
-                driver.commit(force=True)
-                driver.close_progress()
-                driver.stop_workers()
+                # Whatever ends the run (done, Ctrl-C, an error), finished episodes are kept;
+                # a first signal during this commit is raised after it, the workers still stopped.
+                try:
+                    driver.commit(force=True)
+                finally:
+                    driver.close_progress()
+                    driver.stop_workers()
         result.elapsed_s = time.monotonic() - started
         if driver.uncommitted is not None:
             raise OutputError(
