@@ -42,7 +42,7 @@ class FakePool:
         self._next = 0
         self._results: dict[Hashable, object] = {}
         self.script: dict[str, object] = {}
-        """Reply (or exception) for the batch whose first item has this episode id."""
+        """Reply (or exception) for the next batch whose first item has this episode id."""
         self.held: set[Hashable] = set()
         """Calls not done yet (released by removing them)."""
         self.hold = False
@@ -71,7 +71,7 @@ class FakePool:
 
     def run(self, actor: Hashable, items: list[WorkItem], write: bool) -> Hashable:
         self.batches.append((actor, items))
-        scripted = self.script.get(items[0].episode_id)
+        scripted = self.script.pop(items[0].episode_id, None)  # once: a re-run goes normally
         reply = scripted if scripted is not None else [episode_of(i) for i in items]
         if isinstance(reply, list):
             self.finished[actor] += len(reply)
