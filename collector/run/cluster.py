@@ -7,8 +7,9 @@ call (runtime-notes measured 2-2.5 ms of CPU per Ray call).
 
 Address resolution: `--address`, else `ray.address` in the config, else `RAY_ADDRESS`,
 else an embedded local cluster. If Ray is already initialised in this process (a test
-session, a notebook) that connection is used and left open. The driver keeps its SIGTERM
-handler through Ray's shutdown (`_DRIVER_INIT`).
+session, a notebook) that connection is used and left open. The embedded cluster listens on
+loopback only, and the driver keeps its SIGTERM handler through Ray's shutdown
+(`_DRIVER_INIT`, `_EMBEDDED_INIT`).
 """
 
 from __future__ import annotations
@@ -91,6 +92,10 @@ def with_logs(message: str) -> str:
     return f"{message} (Ray logs: {logs})" if logs else f"{message} (see Ray's logs)"
 
 
+#: The embedded cluster's address: every one of its servers listens on loopback only.
+LOOPBACK = "127.0.0.1"
+
+
 @contextlib.contextmanager
 def _ray_constants(**values: object) -> Iterator[None]:
     """Ray's module constants set to `values` while `ray.init` reads them (there is no public
@@ -116,7 +121,12 @@ def _ray_constants(**values: object) -> Iterator[None]:
 #: the default action), and blocking it before `ray.init` is inherited by the cluster's
 #: processes (shutdown then took 6 s instead of 1.4 s). The workers keep their handler.
 _DRIVER_INIT = {"RAY_DISABLE_FAILURE_SIGNAL_HANDLER": True}
-_EMBEDDED_INIT = _DRIVER_INIT
+#: For the embedded cluster, also `ENABLE_RAY_CLUSTER` off: with it on (Linux's default) Ray
+#: rewrites a loopback node address to the machine's own, and its GCS, raylet, agents and
+#: workers listened on `*` and that address (10-12 sockets, none on loopback). With it off
+#: and the node address 127.0.0.1, every server of the tree listens on loopback (measured
+#: with psutil over the process tree; tests/run/test_loopback_cluster.py checks it).
+_EMBEDDED_INIT = {**_DRIVER_INIT, "ENABLE_RAY_CLUSTER": False}
 
 
 @contextlib.contextmanager
@@ -157,6 +167,7 @@ def _init(address: str | None, workers: int, temp_dir: str | None) -> None:
                 object_store_memory=OBJECT_STORE_BYTES,
                 logging_level=logging.WARNING,  # Ray's start-up chatter would bury the progress line
                 _temp_dir=temp_dir,
+                _node_ip_address=LOOPBACK,  # the collector's own processes: nothing listens outside
             )
     finally:
         notice.removeFilter(quiet)
