@@ -1,7 +1,8 @@
 """The worker pool as the driver loop sees it: a small interface, so the loop is plain code.
 
 `collector.run.cluster.RayPool` is the real one (Ray actors around `EpisodeWorker`); the
-driver's tests use a fake (tests/run/fakepool.py) that needs no Ray and no patching. Actors
+driver's tests use a fake (tests/run/fakepool.py: tests/run/test_driver_loop.py,
+test_driver_buffer.py, test_driver_written.py) that needs no Ray and no patching. Actors
 and calls are opaque to the driver: it only keeps them, compares them and hands them back.
 
 A call's `result` either returns what the worker returned, or raises one of two errors
