@@ -99,6 +99,7 @@ def _measure_one(spec: dict[str, Any]) -> dict[str, Any]:
 
     from collector.record.shards import episodes_from_table, read_shard
     from collector.run import job
+    from collector.run.cluster import RayPool
     from collector.storage.manifest import committed_shard_paths
 
     me = psutil.Process(os.getpid())
@@ -111,18 +112,20 @@ def _measure_one(spec: dict[str, Any]) -> dict[str, Any]:
             peak[0] = max(peak[0], me.memory_info().rss)
             time.sleep(0.05)
 
-    real_loop, real_stop = job._Driver.loop, job._Driver.stop_workers
+    class MarkedPool(RayPool):
+        """The real pool, marking when the workers get their first batch (they are all ready
+        then) and when the first is closed (after the final commit)."""
 
-    def loop(self: Any) -> None:
-        marks["cpu0"], marks["rss0"] = time.process_time(), me.memory_info().rss
-        peak[0] = int(marks["rss0"])
-        real_loop(self)
+        def run(self, actor: Any, items: list[Any], write: bool) -> Any:
+            if "cpu0" not in marks:
+                marks["cpu0"], marks["rss0"] = time.process_time(), me.memory_info().rss
+                peak[0] = int(marks["rss0"])
+            return super().run(actor, items, write)
 
-    def stop_workers(self: Any) -> None:
-        marks["cpu1"] = time.process_time()  # after the final commit
-        real_stop(self)
+        def close(self, actor: Any, started: bool) -> None:
+            marks.setdefault("cpu1", time.process_time())
+            super().close(actor, started)
 
-    job._Driver.loop, job._Driver.stop_workers = loop, stop_workers  # type: ignore[method-assign]
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     with tempfile.TemporaryDirectory(prefix="bench-driver-") as tmp:
@@ -130,7 +133,7 @@ def _measure_one(spec: dict[str, Any]) -> dict[str, Any]:
         cfg = _config(spec["root"], out, spec["episodes"], spec["cells"], spec["pad_kb"],
                       spec["worker_writes"])
         t0 = time.perf_counter()
-        result = job.run_job(cfg, show_progress=False)
+        result = job.run_job(cfg, show_progress=False, pool=MarkedPool())
         wall = time.perf_counter() - t0
         stop.set()
         sampler.join()

@@ -411,7 +411,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         print(f"collector: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt as exc:
-        # Ctrl-C, or SIGTERM turned into the same by the run (`collector.run.job`): what
+        # Ctrl-C, or SIGTERM turned into the same by the run (`collector.run.signals`): what
         # was finished is committed by now; one more signal must not change the outcome.
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, signal.SIG_IGN)

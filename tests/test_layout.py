@@ -107,3 +107,79 @@ def test_moved_modules_keep_their_public_import_paths() -> None:
     for name in analysis.__all__:
         assert getattr(analysis, name) in (getattr(tables, name, None), getattr(episodes, name, None))
     assert importlib.import_module("collector.envs.base").Environment is collector.Environment
+
+
+def _modules() -> dict[str, Path]:
+    """Every module of the package by dotted name (a package by its own name)."""
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def _imported(path: Path, module: str, modules: dict[str, Path]) -> set[str]:
+    """The names every import in `path` asks for, at module level or inside a function, with
+    `from X import Y` as `X.Y` when Y is a module and relative imports resolved."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*up, base] if base else up)
+            names.update(f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names)
+    return names
+
+
+def _module_of(name: str, modules: dict[str, Path]) -> str | None:
+    """The package module `name` lives in (`collector.run.job.run_job` -> `collector.run.job`)."""
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def test_only_the_cluster_module_imports_ray() -> None:
+    """Ray stays behind one module (`collector.run.cluster`): the worker's logic, the driver loop
+    and everything else are plain Python, testable without a cluster."""
+    modules = _modules()
+    importers = {module for module, path in modules.items()
+                 if any(n == "ray" or n.startswith("ray.") for n in _imported(path, module, modules))}
+    assert importers == {"collector.run.cluster"}
+
+
+def _circles(graph: dict[str, set[str]]) -> list[str]:
+    """Every circle a depth-first walk meets: a path back to a module still on the path."""
+    circles: list[str] = []
+    done: set[str] = set()
+    path: list[str] = []
+
+    def visit(module: str) -> None:
+        if module in path:
+            circles.append(" -> ".join([*path[path.index(module):], module]))
+            return
+        if module in done:
+            return
+        path.append(module)
+        for target in sorted(graph[module]):
+            visit(target)
+        path.pop()
+        done.add(module)
+
+    for start in sorted(graph):
+        visit(start)
+    return circles
+
+
+def test_no_import_circle_among_the_packages_modules() -> None:
+    """No module reaches itself through imports, counting those inside functions: a circle
+    hidden in a function-level import is still two modules that cannot be read apart."""
+    modules = _modules()
+    graph = {module: {target for name in _imported(path, module, modules)
+                      if (target := _module_of(name, modules)) is not None and target != module}
+             for module, path in modules.items()}
+    assert _circles(graph) == []
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a -> b -> c -> a"]  # the walk finds one

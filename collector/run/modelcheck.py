@@ -14,13 +14,24 @@ A mismatch is one line naming the provider, the asked and the served name, and t
 model is still recorded per turn, `turns.response_model`). A hosted API that answers with a
 dated snapshot of the asked name passes (`gpt-4o` -> `gpt-4o-2024-08-06`, `claude-x-latest`
 -> `claude-x-20250929`, `gemini-1.5-flash` -> `gemini-1.5-flash-002`, Ollama's `:latest`).
-Whatever else goes wrong here (a 401, a 5xx, a timeout) is left to the episodes and the
-existing checks: this module refuses only on evidence of another model.
+Whatever else goes wrong here (a 401, a 5xx, a request timing out) is left to the episodes
+and the existing checks: this module refuses only on evidence of another model.
+
+Bounded. httpx's timeouts apply between reads, so a server trickling its `/models` answer a
+byte at a time would hold `collector run` forever: each provider's check (its listing, or
+its probe call) has a total deadline of `DEADLINE_S`, and a listing is read up to
+`MAX_LIST_BYTES` (larger: no usable list, the probe call decides). A check that misses its
+deadline stops the run in one line, before any work, naming the provider and the escape
+(`provider.allow_model_alias = true` skips the check): a server that cannot answer a model
+list in that time would not serve a sweep either, and skipping silently would drop the
+check exactly where a misconfigured endpoint is likely. Tests: tests/run/test_modelcheck.py.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import json
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -30,6 +41,7 @@ import httpx
 from collector.config import ProviderConfig, public_url
 from collector.errors import ConfigError, ProviderError
 from collector.providers.base import RetryPolicy, basic_authorization, split_url_credentials
+from collector.run.endpoints import endpoint_for, read_api_key
 from collector.turn import TurnRequest, UserMessage
 
 __all__ = ["check_models", "served_as"]
@@ -39,6 +51,10 @@ _SNAPSHOT = re.compile(r"^(?:\d{4}-\d{2}-\d{2}|\d{8}|\d{3,4})$")
 #: The cap of the one probe call where no model list is served.
 PROBE_TOKENS = 16
 _TIMEOUT_S = 30.0
+#: The whole check of one provider (listing or probe call, every byte of the answer) ends by then.
+DEADLINE_S = 60.0
+#: A model list is read up to this size (hosted gateways list a few hundred models in well under 1 MB).
+MAX_LIST_BYTES = 8 * 1024 * 1024
 
 
 def _norm(name: str) -> str:
@@ -66,9 +82,16 @@ async def _listed(client: httpx.AsyncClient, provider: ProviderConfig, base_url:
     if basic_auth is not None and not api_key:
         headers["authorization"] = basic_authorization(*basic_auth)
     try:
-        response = await client.get(url.rstrip("/") + "/models", headers=headers, params=query,
-                                    timeout=_TIMEOUT_S)
-        payload: Any = response.json() if response.status_code == 200 else None
+        async with client.stream("GET", url.rstrip("/") + "/models", headers=headers, params=query,
+                                 timeout=_TIMEOUT_S) as response:
+            if response.status_code != 200:
+                return None
+            body = bytearray()
+            async for chunk in response.aiter_bytes():
+                body += chunk
+                if len(body) > MAX_LIST_BYTES:
+                    return None
+        payload: Any = json.loads(bytes(body))
     except (httpx.HTTPError, ValueError):
         return None
     data = payload.get("data") if isinstance(payload, dict) else None
@@ -82,7 +105,6 @@ async def _answered(client: httpx.AsyncClient, provider: ProviderConfig, base_ur
                     api_key: str | None, model: str) -> str | None:
     """The model one small call's reply names, or None when the call fails or names none."""
     from collector.providers import build_provider
-    from collector.run.worker import endpoint_for
 
     endpoint = dataclasses.replace(endpoint_for(provider, base_url, api_key), streaming=False,
                                    request_timeout_s=_TIMEOUT_S, retry=RetryPolicy(max_retries=1))
@@ -107,22 +129,36 @@ async def check_models(providers: Sequence[ProviderConfig], base_urls: Sequence[
     """Refuse (one-line ConfigError) when a provider serves another model than a swept name.
 
     Providers of kind "sim" and those with `allow_model_alias` are not checked. Keys are read
-    here, `where` saying where for a missing variable (`collector.run.worker.read_api_key`).
+    here, `where` saying where for a missing variable (`collector.run.endpoints.read_api_key`).
     """
-    from collector.run.worker import read_api_key
-
     async with httpx.AsyncClient(trust_env=True) as client:
         for provider, base_url in zip(providers, base_urls, strict=True):
             if provider.kind == "sim" or provider.allow_model_alias:
                 continue
             key = read_api_key(provider, where)
-            listed = await _listed(client, provider, base_url, key)
-            for index, model in enumerate(models):
-                if listed is not None:
-                    if not any(served_as(model, served) for served in listed):
-                        shown = ", ".join(repr(s) for s in listed[:3]) + (" ..." if len(listed) > 3 else "")
-                        raise _refusal(provider, base_url, index, model, shown)
-                    continue
-                answered = await _answered(client, provider, base_url, key, model)
-                if answered is not None and not served_as(model, answered):
-                    raise _refusal(provider, base_url, index, model, repr(answered))
+            deadline = asyncio.timeout(DEADLINE_S)
+            try:
+                async with deadline:
+                    await _check_one(client, provider, base_url, key, models)
+            except TimeoutError:
+                if not deadline.expired():
+                    raise  # not ours: a timeout raised inside, reported as it is
+                raise ConfigError(
+                    f"provider {provider.name} at {public_url(base_url)}: the served-model check (GET "
+                    f"/models, else one small call) got no complete answer within {DEADLINE_S:g}s; check "
+                    "the server, or set provider.allow_model_alias = true to skip the check"
+                ) from None
+
+
+async def _check_one(client: httpx.AsyncClient, provider: ProviderConfig, base_url: str, key: str | None,
+                     models: Sequence[str]) -> None:
+    listed = await _listed(client, provider, base_url, key)
+    for index, model in enumerate(models):
+        if listed is not None:
+            if not any(served_as(model, served) for served in listed):
+                shown = ", ".join(repr(s) for s in listed[:3]) + (" ..." if len(listed) > 3 else "")
+                raise _refusal(provider, base_url, index, model, shown)
+            continue
+        answered = await _answered(client, provider, base_url, key, model)
+        if answered is not None and not served_as(model, answered):
+            raise _refusal(provider, base_url, index, model, repr(answered))

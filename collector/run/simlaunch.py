@@ -9,6 +9,9 @@ so on a small machine the simulator gets a process of its own.
 Loopback only: Ray workers on the driver's node reach it; workers on other nodes cannot.
 A multi-node sweep is for real providers (or for a simulator the user serves with
 `collector sim --host 0.0.0.0` and names as a `chat` provider's base_url).
+
+Tests: tests/run/test_worker.py, tests/run/test_reasoning_sweep.py (and every job test of a
+"sim" provider).
 """
 
 from __future__ import annotations

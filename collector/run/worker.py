@@ -1,7 +1,7 @@
 """The episode worker: runs many episodes at once with plain asyncio. No Ray in here.
 
-`collector.run.job` wraps `EpisodeWorker` in a Ray async actor; tests drive it directly in an
-event loop. Everything heavy is built inside the worker process on first use (the
+`collector.run.cluster` wraps `EpisodeWorker` in a Ray async actor; tests drive it directly in
+an event loop. Everything heavy is built inside the worker process on first use (the
 environment, the HTTP clients, the provider adapters), never pickled across Ray.
 
 Concurrency. The worker holds `episodes_in_flight` slots. Every episode takes a slot for
@@ -28,31 +28,29 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import os
 import socket
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 import httpx
 
 from collector.config import ProviderConfig, RunConfig
 from collector.envs.base import Environment, Task
-from collector.episode.redact import credential_values
 from collector.errors import ConfigError
-from collector.providers.base import Endpoint, Provider, RetryPolicy, split_url_credentials
+from collector.providers.base import Endpoint, Provider
 from collector.providers.transport import fast_client
 from collector.record.episode import Episode
+from collector.run.endpoints import endpoint_for, read_api_key
 from collector.run.plan import WorkItem, load_env, select_tasks
-from collector.run.written import WrittenBatch, write_kept
+from collector.run.preflight import check_providers
+from collector.run.worker_writes import WrittenBatch, write_kept
 from collector.storage.location import is_uri
 from collector.storage.pending import ShardSink
 from collector.turn import SamplingParams
 
-#: How long the start-up reachability probe waits for a TCP connection.
-PROBE_TIMEOUT_S = 5.0
-
+# endpoint_for: also imported from here by the benches that drive a worker by hand.
+__all__ = ["EpisodeWorker", "WorkerSetup", "endpoint_for", "http_clients", "sampling_params"]
 
 @dataclass(slots=True, frozen=True)
 class WorkerSetup:
@@ -69,128 +67,6 @@ class WorkerSetup:
     sink: ShardSink | None = None
     """Where this worker writes its batches' shards (`output.worker_writes`, `write_batch`);
     None: it returns episodes to the driver (`run_batch`)."""
-
-
-def endpoint_for(provider: ProviderConfig, base_url: str, api_key: str | None) -> Endpoint:
-    """What and how to call: credentials in `base_url` move out of the URL into the Basic
-    header and the query they are sent in, and every credential sent is listed for scrubbing."""
-    retry = provider.retry
-    url, basic_auth, query = split_url_credentials(base_url)
-    return Endpoint(
-        base_url=url,
-        api_key=api_key,
-        basic_auth=basic_auth,
-        query=query,
-        credentials=credential_values(api_key, basic_auth, query),
-        streaming=provider.streaming,
-        request_timeout_s=provider.request_timeout_s,
-        request_deadline_s=provider.request_deadline_s,
-        max_reply_bytes=provider.max_reply_bytes,
-        retry=RetryPolicy(
-            max_retries=retry.max_retries,
-            initial_backoff_s=retry.initial_backoff_s,
-            max_backoff_s=retry.max_backoff_s,
-            max_retry_after_s=retry.max_retry_after_s,
-        ),
-        cap_field=provider.cap_field,
-    )
-
-
-def url_credentials(base_url: str | None) -> bool:
-    """Whether a base URL carries credentials: user info, or a query key (`?key=`, `?token=`)."""
-    if not base_url:
-        return False
-    _, basic_auth, query = split_url_credentials(base_url)
-    return basic_auth is not None or bool(credential_values(None, None, query))
-
-
-def read_api_key(provider: ProviderConfig, where: str) -> str | None:
-    """The key from the variable named in config; a missing variable is a one-line ConfigError.
-
-    A provider takes its credentials from one place: `api_key_env` or the base URL. Both
-    would put two credentials on one request (for the OpenAI wires, two `Authorization`
-    headers of which one silently wins), so both is refused.
-    """
-    if provider.api_key_env is None:
-        return None
-    if provider.kind != "sim" and url_credentials(provider.base_url):
-        raise ConfigError(
-            f"provider {provider.name}: provider.base_url holds credentials and provider.api_key_env "
-            f"({provider.api_key_env}) is set too; give the credentials in one of them"
-        )
-    value = os.environ.get(provider.api_key_env)
-    if not value:
-        raise ConfigError(
-            f"provider.api_key_env: environment variable {provider.api_key_env} is not set ({where})"
-        )
-    return value
-
-
-def safe_url(url: str) -> str:
-    """The URL without user info, for messages (a `user:pass@` must never be printed)."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    try:
-        port = f":{parts.port}" if parts.port else ""
-    except ValueError:  # a port that is not a number in range: shown as written
-        port = ":" + parts.netloc.rpartition("@")[2].rpartition(":")[2]
-    return f"{parts.scheme}://{host}{port}{parts.path}"
-
-
-def _port_of(url: str) -> int:
-    """The URL's port (the scheme's default when absent); a one-line ConfigError when invalid."""
-    parts = urlsplit(url)
-    try:
-        port = parts.port
-    except ValueError:
-        text = parts.netloc.rpartition("@")[2].rpartition(":")[2]
-        why = "out of range (0-65535)" if text.isdigit() else "not a number"
-        raise ConfigError(f"provider.base_url: {safe_url(url)}: port {text!r} is {why}") from None
-    return port or (443 if parts.scheme == "https" else 80)
-
-
-async def probe(url: str, timeout_s: float = PROBE_TIMEOUT_S, *, http_client: str = "fast") -> None:
-    """Raise a one-line ConfigError unless the URL's server can be reached the way requests go.
-
-    Cheap on purpose (no key spent): it catches the common mistakes (wrong host, wrong
-    port, server not started) before any episode runs, instead of a sweep of error
-    episodes. What a reachable server then says is the episodes' business. The default
-    transport connects directly, so a TCP connection is the test. With `http_client =
-    "httpx"` the requests may go through a proxy (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY,
-    NO_PROXY), where a direct connection proves nothing: the probe is then one request by
-    httpx with the same proxy settings, and any HTTP answer (even a 404) passes.
-    """
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(f"provider.base_url: not an http(s) URL: {safe_url(url)}")
-    port = _port_of(url)
-    if http_client == "httpx":
-        await _probe_by_request(url, timeout_s)
-        return
-    try:
-        _, writer = await asyncio.wait_for(asyncio.open_connection(parts.hostname, port), timeout_s)
-    except (OSError, TimeoutError) as exc:
-        reason = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or type(exc).__name__)
-        if isinstance(exc, socket.gaierror):
-            reason = "unknown host"
-        raise ConfigError(f"provider.base_url: {safe_url(url)} is unreachable ({reason})") from None
-    writer.close()
-    await writer.wait_closed()
-
-
-async def _probe_by_request(url: str, timeout_s: float) -> None:
-    """One GET of `url` by httpx honouring the proxy variables; the body is never read."""
-    target = safe_url(url)  # no user info: nothing of a credential is sent by the probe
-    try:
-        async with (
-            httpx.AsyncClient(trust_env=True, timeout=timeout_s) as client,
-            client.stream("GET", target),
-        ):
-            pass
-    except httpx.HTTPError as exc:
-        via = " (through the proxy from the environment)" if isinstance(exc, httpx.ProxyError) else ""
-        reason = "timed out" if isinstance(exc, httpx.TimeoutException) else type(exc).__name__
-        raise ConfigError(f"provider.base_url: {target} is unreachable{via} ({reason})") from None
 
 
 class EpisodeWorker:
@@ -235,13 +111,8 @@ class EpisodeWorker:
         # Any credential of the run, not only the episode's own provider's, is kept out of
         # every record.
         self._credentials = tuple(dict.fromkeys(c for e in self._endpoints for c in e.credentials))
-        routes = {(url, p.http_client) for p, url in zip(providers, self.setup.base_urls, strict=True)}
-        for url, client in sorted(routes):
-            await probe(url, http_client=client)
-        if self.setup.check_models:
-            from collector.run.modelcheck import check_models
-
-            await check_models(providers, self.setup.base_urls, cfg.sweep.models, where)
+        await check_providers(providers, self.setup.base_urls, cfg.sweep.models, where,
+                              served_models=self.setup.check_models)
         if self.setup.sink is not None and not self.setup.sink.reachable():
             if is_uri(cfg.output.path):
                 raise ConfigError(
@@ -280,7 +151,7 @@ class EpisodeWorker:
     async def write_batch(self, items: Sequence[WorkItem]) -> WrittenBatch:
         """Run every item, write the kept episodes as pending shards through the setup's sink
         (one per cell, in a thread: the loop keeps serving the other slots) and return what
-        the driver commits (`collector.run.written`)."""
+        the driver commits (`collector.run.worker_writes`)."""
         assert self.setup.sink is not None, "write_batch needs a WorkerSetup with a sink"
         episodes = await self.run_batch(items)
         return await asyncio.to_thread(write_kept, self.setup.sink, episodes)

@@ -7,6 +7,11 @@ with AuthenticationError). Every process either node starts inherits a marker va
 holding a fresh uuid; teardown kills exactly the processes whose environment carries it,
 by pid. `ray stop` is never used: it stops every Ray process on the machine, other
 people's included.
+
+Loopback only: both nodes take 127.0.0.1 as their address, and every server of theirs
+listens there. `ray start --node-ip-address=127.0.0.1` alone is not enough (Ray rewrites a
+loopback address to the machine's own, and its servers then listen on `*`), so `ray start`
+runs with that rewrite turned off (`RAY_START`).
 """
 
 from __future__ import annotations
@@ -21,10 +26,18 @@ import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
 
 MARKER = "COLLECTOR_FAULTS_CLUSTER"
-RAY = str(Path(sys.executable).with_name("ray"))
+LOOPBACK = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
+#: Ray's variable for clusters confined to one machine (named for Windows and macOS, where it is
+#: the default): "0" there makes Ray take loopback as this machine's node address.
+LOCAL_CLUSTER = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+#: `ray start`, keeping the node address as given: Ray's CLI otherwise replaces 127.0.0.1 by
+#: the machine's address (`resolve_ip_for_localhost`), and a node whose address is not
+#: loopback has its servers listen on every interface.
+RAY_START = [sys.executable, "-c",
+             "import sys, ray._private.services as s; s.resolve_ip_for_localhost = lambda host: host; "
+             "from ray.scripts.scripts import main; sys.argv[0] = 'ray'; main()", "start"]
 
 
 def free_port() -> int:
@@ -87,8 +100,15 @@ class TwoNodeCluster:
         return f"127.0.0.1:{self.port}"
 
     def env(self) -> dict[str, str]:
-        """The environment for `ray start` and for drivers attaching to this cluster."""
-        return {**os.environ, MARKER: self.token, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+        """The environment for drivers attaching to this cluster. Ray's switch for single-machine
+        clusters is on there, so that a driver takes 127.0.0.1 as its own node's address (the
+        address both nodes have; with the machine's it finds no node to attach to)."""
+        return {**self._start_env(), LOCAL_CLUSTER: "0"}
+
+    def _start_env(self) -> dict[str, str]:
+        """The environment for `ray start` (where that switch would refuse a second node)."""
+        return {**{k: v for k, v in os.environ.items() if k != LOCAL_CLUSTER}, MARKER: self.token,
+                "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
 
     def _ray_start(self, args: list[str]) -> None:
         common = [
@@ -98,7 +118,7 @@ class TwoNodeCluster:
             "--log-style=record",
         ]
         proc = subprocess.run(
-            [RAY, "start", *args, *common], env=self.env(), capture_output=True, text=True, timeout=120
+            [*RAY_START, *args, *common], env=self._start_env(), capture_output=True, text=True, timeout=120
         )
         if proc.returncode != 0:
             tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
@@ -113,7 +133,21 @@ class TwoNodeCluster:
         self.second_node_manager_port = int(ports[0].split("=")[1])
         self._ray_start([f"--address={self.address}", "--node-ip-address=127.0.0.1", *ports])
         self._wait_for_nodes(2)
+        outside = self.listening_off_loopback()
+        assert outside == [], f"the test cluster listens off loopback: {outside}"
         return self
+
+    def listening_off_loopback(self) -> list[tuple[str, str, int]]:
+        """(process, address, port) of every listening socket of this cluster not on loopback."""
+        import psutil
+
+        found = []
+        for pid in self.pids():
+            with contextlib.suppress(psutil.Error):
+                proc = psutil.Process(pid)
+                found += [(proc.name(), c.laddr.ip, c.laddr.port) for c in proc.net_connections(kind="inet")
+                          if c.status == psutil.CONN_LISTEN and c.laddr.ip not in LOOPBACK]
+        return found
 
     def _wait_for_nodes(self, count: int) -> None:
         """Block until `count` nodes are alive in the GCS.

@@ -201,3 +201,18 @@ def test_repeated_ctrl_c_keeps_exit_130(slow_run: tuple[Path, Path]) -> None:
         process.send_signal(signal.SIGINT)
         time.sleep(0.05)
     assert_interrupted_then_resumed(process, run_dir, config, 130, "SIGINT")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_repeated_sigterm_keeps_exit_143(slow_run: tuple[Path, Path]) -> None:
+    """SIGTERM, then SIGTERM every 100 ms until the process is gone: still exit 143, one line, a
+    resumable run dir. The storm covers Ray's shutdown, which used to reset SIGTERM's action to
+    the default part way through (the driver then died with -15 and no line)."""
+    config, run_dir = slow_run
+    process = start_and_wait_for_a_commit(config, run_dir)
+    process.send_signal(signal.SIGTERM)
+    while process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        time.sleep(0.1)
+    assert_interrupted_then_resumed(process, run_dir, config, 143, "SIGTERM")

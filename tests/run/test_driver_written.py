@@ -1,60 +1,42 @@
-"""The driver with worker-side writes (no Ray): pending shards buffered per cell, committed on the
-cadence, duplicates discarded or filtered, so that each episode is committed once."""
+"""The driver with worker-side writes (no Ray: a fake pool, tests/run/fakepool.py): pending
+shards buffered per cell, committed on the cadence, duplicates discarded or filtered, so that
+each episode is committed once."""
 
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, cast
-
-import pytest
+from typing import Any
 
 from collector.errors import QuotaExhausted
 from collector.record.episode import Episode, EpisodeError
-from collector.run import job as job_mod
-from collector.run.job import JobResult, _Driver, _Slot
-from collector.run.plan import Plan
-from collector.run.worker import WorkerSetup
-from collector.run.written import WrittenBatch, write_kept
+from collector.run.driver import Driver
+from collector.run.worker_writes import write_kept
 from collector.stop import StopReason
 from collector.storage.local import RunStore
 from collector.storage.manifest import TMP_DIR
 from tests.record.factory import make_batch
+from tests.run.fakepool import FakePool, deliver, fake_driver
 from tests.run.helpers import committed_id_counts, small_config
 
 
-def writing_driver(tmp_path: Path, store: RunStore, **output: Any) -> _Driver:
+def writing_driver(tmp_path: Path, store: RunStore, **output: Any) -> tuple[Driver, FakePool]:
     overrides = {f"output__{k}": v for k, v in {"commit_interval_s": 3600.0, **output}.items()}
-    cfg = small_config(tmp_path / "run", output__worker_writes=True, **overrides)
-    d = _Driver(cfg, cast(Plan, None), JobResult(tmp_path / "run", "r", 0, 0), None, None)
-    d.store = store
-    d.setup = WorkerSetup(cfg, "r", (), sink=store.sink())
-    return d
+    cfg = small_config(tmp_path / "run", output__worker_writes=True, ray__batch_size=1, **overrides)
+    pool = FakePool()
+    return fake_driver(cfg, store, pool, sink=store.sink()), pool
 
 
-def collect(d: _Driver, monkeypatch: pytest.MonkeyPatch, batches: list[WrittenBatch]) -> None:
-    """Hand the driver `batches` as if each had just come back from a worker."""
-    replies = {f"ref{i}": batch for i, batch in enumerate(batches)}
-    monkeypatch.setattr(job_mod.ray, "get", lambda ref: replies[ref])
-    slot = _Slot(0)
-    slot.outstanding = len(replies)
-    for ref in replies:
-        d.inflight[ref] = (slot, 0, [])
-        d.collect(ref)
-
-
-def test_a_batch_that_comes_back_twice_is_committed_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_batch_that_comes_back_twice_is_committed_once(tmp_path: Path) -> None:
     """A shard of seen ids is discarded, a partly seen one (split differently) filtered: each id once."""
     work = make_batch(6)
     with RunStore.open(tmp_path / "run", "fp", {}, "arrow", 512) as store:
-        d = writing_driver(tmp_path, store)
+        d, pool = writing_driver(tmp_path, store)
         sink = store.sink()
         first, again, overlap = (write_kept(sink, work[:4]), write_kept(sink, work[:4]),
                                  write_kept(sink, work[2:]))
-        collect(d, monkeypatch, [first, again, overlap])
-        assert [s.rows for shards in d.pending.values() for s, _ in shards] == [4, 2]
+        deliver(d, pool, [first, again, overlap])
+        assert [s.rows for shards in d.shards.cells.values() for s, _ in shards] == [4, 2]
         d.commit(force=True)
         assert d.result.committed == 6
         assert d.result.duplicates_dropped == 6  # the whole second batch, half of the third
@@ -64,43 +46,39 @@ def test_a_batch_that_comes_back_twice_is_committed_once(
     assert set(counts.values()) == {1}
 
 
-def test_pending_shards_are_committed_on_the_driver_side_cadence(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_pending_shards_are_committed_on_the_driver_side_cadence(tmp_path: Path) -> None:
     """A cell is committed once its pending rows reach rows_per_shard; past max_buffered_rows the
     largest cells go first; the rest waits for the interval or the end."""
     with RunStore.open(tmp_path / "run", "fp", {}, "arrow", 512) as store:
-        d = writing_driver(tmp_path, store, rows_per_shard=4, max_buffered_rows=10)
+        d, pool = writing_driver(tmp_path, store, rows_per_shard=4, max_buffered_rows=10)
         sink = store.sink()
         batches = [write_kept(sink, make_batch(n, model=m, budget=64, start=i * 100))
                    for i, (m, n) in enumerate([("a", 4), ("b", 3), ("c", 2), ("d", 1)])]
-        collect(d, monkeypatch, batches)
+        deliver(d, pool, batches)
         d.commit()
         assert d.result.committed == 4  # cell a is full; 6 rows left, under the cap
-        assert {cell[0] for cell in d.pending} == {"b", "c", "d"}
-        collect(d, monkeypatch, [write_kept(sink, make_batch(3, model="e", budget=64, start=900))])
+        assert {cell[0] for cell in d.shards.cells} == {"b", "c", "d"}
+        deliver(d, pool, [write_kept(sink, make_batch(3, model="e", budget=64, start=900))])
         d.commit()  # 9 buffered, under the cap of 10: nothing is full
         assert d.result.committed == 4
-        collect(d, monkeypatch, [write_kept(sink, make_batch(2, model="f", budget=64, start=950))])
-        # collect committed at once past the cap: largest first (b, e) down to half of it
+        deliver(d, pool, [write_kept(sink, make_batch(2, model="f", budget=64, start=950))])
+        # collected and committed at once past the cap: largest first (b, e) down to half of it
         assert d.result.committed == 10
-        assert {cell[0] for cell in d.pending} == {"c", "d", "f"}
+        assert {cell[0] for cell in d.shards.cells} == {"c", "d", "f"}
         d.commit(force=True)
         assert d.result.committed == 15
         assert d.result.counts == {StopReason.DONE.value: 15}
 
 
-def test_a_quota_episode_stops_the_run_and_is_never_committed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_quota_episode_stops_the_run_and_is_never_committed(tmp_path: Path) -> None:
     """An episode that hit the account's quota is returned by the writing worker unwritten, and
     the driver stops the run on it as driver-side; the others of its batch are committed."""
     work: list[Episode] = make_batch(3)
     quota = dataclasses.replace(work[1], stop_reason=StopReason.ERROR,
                                 error=EpisodeError("QuotaExhausted", "insufficient_quota"))
     with RunStore.open(tmp_path / "run", "fp", {}, "arrow", 512) as store:
-        d = writing_driver(tmp_path, store)
-        collect(d, monkeypatch, [write_kept(store.sink(), [work[0], quota, work[2]])])
+        d, pool = writing_driver(tmp_path, store)
+        deliver(d, pool, [write_kept(store.sink(), [work[0], quota, work[2]])])
         d.commit(force=True)
         assert isinstance(d.stop_reason, QuotaExhausted)
         assert d.result.committed == 2

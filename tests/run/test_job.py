@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -133,27 +134,22 @@ def test_worker_start_timeout_is_one_line(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(120)
-def test_replacement_that_cannot_be_placed_stops_the_run(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_replacement_that_cannot_be_placed_stops_the_run(tmp_path: Path) -> None:
     """The only worker killed, its replacement unplaceable: the run stops in one line; a rerun completes."""
     import ray
 
-    from collector.run import job
+    from collector.run.cluster import RayPool
 
-    original = job._RemoteWorker
-    created: list[int] = []
+    class Unplaceable(RayPool):
+        """The Ray pool, but every actor after the first asks for a resource no node has."""
 
-    class Unplaceable:
-        """The actor class, but every actor after the first asks for a resource no node has."""
+        created = 0
 
-        def options(self, **kwargs: object) -> object:
-            created.append(1)
-            if len(created) > 1:
-                kwargs["resources"] = {"no_such_node": 1}
-            return original.options(**kwargs)
+        def actor_options(self, num_cpus: float) -> dict[str, Any]:
+            self.created += 1
+            options = super().actor_options(num_cpus)
+            return {**options, "resources": {"no_such_node": 1}} if self.created > 1 else options
 
-    monkeypatch.setattr(job, "_RemoteWorker", Unplaceable())
     killed: list[object] = []
 
     def kill_all(snapshot: Snapshot) -> None:
@@ -166,7 +162,7 @@ def test_replacement_that_cannot_be_placed_stops_the_run(
         tmp_path / "run", sweep__models=["sim-slow"], env__tasks=10, ray__workers=1, ray__start_timeout_s=6.0
     )
     with pytest.raises(CollectorError) as info:
-        run_job(cfg, show_progress=False, on_commit=kill_all)
+        run_job(cfg, show_progress=False, on_commit=kill_all, pool=Unplaceable())
     assert len(killed) == 1
     assert "could not be placed" in str(info.value)
     assert "\n" not in str(info.value)
@@ -174,7 +170,6 @@ def test_replacement_that_cannot_be_placed_stops_the_run(
     assert before
     assert set(before.values()) == {1}
 
-    monkeypatch.setattr(job, "_RemoteWorker", original)
     again = run_job(cfg, show_progress=False)
     assert again.already == sum(before.values())
     counts = committed_id_counts(tmp_path / "run")
@@ -202,7 +197,7 @@ def test_a_worker_failure_says_where_rays_logs_are(tmp_path: Path) -> None:
 
 def test_ray_temp_dir_too_long_for_rays_sockets_is_one_line() -> None:
     """A `ray.temp_dir` longer than Ray's socket paths allow is refused before Ray starts."""
-    from collector.run.job import ray_temp_dir
+    from collector.run.cluster import ray_temp_dir
 
     cfg = small_config(Path("/tmp/x"), ray__temp_dir="/tmp/" + "d" * 60)
     with pytest.raises(ConfigError, match=r"^ray.temp_dir: /tmp/d+ is 65 bytes; Ray's socket paths"):

@@ -12,9 +12,11 @@ import pytest
 from collector.config import ProviderConfig
 from collector.errors import ConfigError
 from collector.record.episode import Episode
+from collector.run.endpoints import read_api_key, safe_url
 from collector.run.plan import plan_work
+from collector.run.preflight import probe
 from collector.run.simlaunch import provider_urls
-from collector.run.worker import EpisodeWorker, WorkerSetup, http_clients, probe, read_api_key, safe_url
+from collector.run.worker import EpisodeWorker, WorkerSetup, http_clients
 from collector.stop import StopReason
 from tests.run.helpers import small_config
 

@@ -24,9 +24,10 @@ from starlette.routing import Route
 from collector.config import ProviderConfig
 from collector.errors import ConfigError, RequestRejected
 from collector.record.episode import Episode, EpisodeError
-from collector.run.job import fatal_rejection
+from collector.run.endpoints import endpoint_for, read_api_key
 from collector.run.plan import plan_work
-from collector.run.worker import EpisodeWorker, WorkerSetup, endpoint_for, read_api_key
+from collector.run.stoppers import fatal_rejection
+from collector.run.worker import EpisodeWorker, WorkerSetup
 from collector.stop import StopReason
 from tests.loopback import serving
 from tests.run.helpers import small_config

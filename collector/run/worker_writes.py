@@ -1,5 +1,8 @@
 """Worker-side writes (`output.worker_writes`): shards written where the episodes finish.
 
+Tests: tests/run/test_worker_writes.py (the worker), tests/run/test_driver_written.py (the
+driver's side), tests/faults/test_worker_write_kill.py.
+
 In this mode a worker runs a batch, writes its kept episodes through the run's `ShardSink`
 (one pending shard per (model, budget) cell of the batch) and returns a `WrittenBatch`: per
 episode only what the driver's decisions and counts read (`Outcome`), plus the
@@ -8,12 +11,13 @@ driver's CPU and memory per episode stop depending on episode size and cell coun
 driver buffers pending shards per cell and commits their names (`commit_pending`).
 
 Which episodes a worker writes: every one the driver would keep, that is all but those
-that stop the run (`stops_run`: QuotaExhausted, a 401/403/404 rejection), which are never
-committed. The driver still makes the run-level decisions from the outcomes (it stops the
-run, builds the message), and still drops ids it has seen: a shard whose ids were all seen
-is discarded; one that overlaps partly (a batch re-run after its first run came back late,
-split differently) is read back, filtered and rewritten by the driver (`without_seen`). That
-is rare: the driver never reads the reply of a worker it gave up on.
+that stop the run (`collector.run.stoppers.stops_run`: QuotaExhausted, a 401/403/404
+rejection), which are never committed. The driver still makes the run-level decisions from
+the outcomes (it stops the run, builds the message), and still drops ids it has seen: a
+shard whose ids were all seen is discarded; one that overlaps partly (a batch re-run after
+its first run came back late, split differently) is read back, filtered and rewritten by the
+driver (`without_seen`). That is rare: the driver never reads the reply of a worker it gave
+up on.
 
 Exactly once is the store's: a pending shard is invisible until the commit record naming it
 is in place; a worker killed mid-write leaves an orphan in the pending area that no record
@@ -22,7 +26,6 @@ names (the next open deletes it), and the driver re-runs the batch as for any de
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -30,26 +33,20 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from collector.config import OutputConfig
-from collector.errors import OutputError, QuotaExhausted, RequestRejected
+from collector.errors import OutputError
 from collector.record.episode import Episode, EpisodeError
 from collector.record.shards import one_line, table_without_poison
+from collector.run.stoppers import stops_run
 from collector.storage.location import is_uri
 from collector.storage.pending import PendingShard, ShardSink
 
 __all__ = [
     "Outcome",
     "WrittenBatch",
-    "rejection_status",
-    "stops_run",
     "without_seen",
     "write_kept",
     "writes_on_workers",
 ]
-
-#: Rejections that fail every episode alike (key, permission, model name): fatal for the run.
-FATAL_REJECTIONS = frozenset({401, 403, 404})
-#: `str(ProviderError)` ends with the status; `EpisodeError` keeps only type and message.
-_STATUS_SUFFIX = re.compile(r"\(HTTP (\d{3})\)$")
 
 
 def writes_on_workers(output: OutputConfig) -> bool:
@@ -60,25 +57,10 @@ def writes_on_workers(output: OutputConfig) -> bool:
     return bool(output.worker_writes)
 
 
-def rejection_status(error: EpisodeError | None) -> int | None:
-    """The HTTP status of a `RequestRejected` episode error, else None."""
-    if error is None or error.type != RequestRejected.__name__:
-        return None
-    match = _STATUS_SUFFIX.search(error.message)
-    return int(match.group(1)) if match else None
-
-
-def stops_run(error: EpisodeError | None) -> bool:
-    """Whether an episode's error stops the run instead of being committed (see `collector.run.job`)."""
-    if error is None:
-        return False
-    return error.type == QuotaExhausted.__name__ or rejection_status(error) in FATAL_REJECTIONS
-
-
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """What the driver needs of one episode a worker kept: its identity, what the progress line
-    and `JobResult` count, and what `fatal_rejection` reads."""
+    and `JobResult` count, and what the run stoppers read (`collector.run.stoppers`)."""
 
     episode_id: str
     model: str

@@ -16,7 +16,7 @@ from collector.record.shards import read_shard
 from collector.run.plan import plan_work
 from collector.run.simlaunch import provider_urls
 from collector.run.worker import EpisodeWorker, WorkerSetup
-from collector.run.written import WrittenBatch, without_seen, write_kept, writes_on_workers
+from collector.run.worker_writes import WrittenBatch, without_seen, write_kept, writes_on_workers
 from collector.stop import StopReason
 from collector.storage.local import LocalSink, RunStore
 from collector.storage.manifest import DATA_DIR, TMP_DIR, pending_path

@@ -1,0 +1,269 @@
+"""The Ray cluster and the worker pool: the only module of the package that imports `ray`
+(tests/test_layout.py checks it; Ray-backed runs: tests/run/test_job.py, tests/faults).
+
+The episode loop stays plain asyncio; Ray only carries batches of small `WorkItem`s out and
+lists of `Episode`s (or `WrittenBatch`es) back: one actor call per batch, never per model
+call (runtime-notes measured 2-2.5 ms of CPU per Ray call).
+
+Address resolution: `--address`, else `ray.address` in the config, else `RAY_ADDRESS`,
+else an embedded local cluster. If Ray is already initialised in this process (a test
+session, a notebook) that connection is used and left open. The embedded cluster listens on
+loopback only, and the driver keeps its SIGTERM handler through Ray's shutdown
+(`_DRIVER_INIT`, `_EMBEDDED_INIT`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, cast
+
+import ray
+import ray.actor
+import ray.exceptions
+
+from collector.config import RunConfig
+from collector.errors import ConfigError
+from collector.record.episode import Episode
+from collector.run.clusterprobe import probe_cluster
+from collector.run.plan import WorkItem
+from collector.run.pool import Actor, Call, WorkerFailed, WorkerLost
+from collector.run.worker import EpisodeWorker, WorkerSetup
+from collector.run.worker_writes import WrittenBatch
+
+__all__ = ["OBJECT_STORE_BYTES", "RayPool", "ray_session", "ray_temp_dir", "resolve_address"]
+
+#: The embedded cluster's object store: episodes are small, and the machine is shared.
+OBJECT_STORE_BYTES = 256 * 1024 * 1024
+#: Ray's socket paths under `ray.temp_dir` (`session_<date>_<time>_<pid>/sockets/plasma_store`)
+#: must fit AF_UNIX's 107 bytes: this much is left for the directory itself.
+RAY_TEMP_DIR_MAX = 43
+#: How long a worker may take to close its clients at the end of the run.
+CLOSE_TIMEOUT_S = 5.0
+
+
+def resolve_address(cli_address: str | None, cfg: RunConfig) -> str | None:
+    """`--address`, else config, else RAY_ADDRESS; None means an embedded local cluster."""
+    for candidate in (cli_address, cfg.ray.address, os.environ.get("RAY_ADDRESS")):
+        if candidate:
+            return candidate
+    return None
+
+
+#: Ray 2.60 announces on every new local cluster that it enabled token authentication by
+#: default. For the embedded cluster (the collector's own processes on this machine, gone
+#: when the run ends) nothing needs doing, so the notice is dropped; every other Ray
+#: warning, and this one when joining a cluster, is still shown.
+_TOKEN_NOTICE_LOGGER = "ray._private.authentication.authentication_token_setup"
+
+
+class _LocalTokenNotice(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Token authentication is enabled for this Ray cluster")
+
+
+def ray_temp_dir(cfg: RunConfig) -> str | None:
+    """`ray.temp_dir` as the absolute path Ray needs, or a one-line ConfigError if too long."""
+    if cfg.ray.temp_dir is None:
+        return None
+    path = str(Path(cfg.ray.temp_dir).resolve())
+    if len(path.encode()) > RAY_TEMP_DIR_MAX:
+        raise ConfigError(
+            f"ray.temp_dir: {path} is {len(path.encode())} bytes; Ray's socket paths under it allow at "
+            f"most {RAY_TEMP_DIR_MAX} (choose a shorter directory)"
+        )
+    return path
+
+
+def ray_logs_dir() -> str | None:
+    """The log directory of the Ray session this process is connected to, if it can be told."""
+    try:
+        node = ray._private.worker._global_node  # no public API names the session's log dir
+        return str(node.get_logs_dir_path()) if node is not None else None
+    except Exception:  # noqa: BLE001 - only a hint for messages; never worth failing the run
+        return None
+
+
+def with_logs(message: str) -> str:
+    logs = ray_logs_dir()
+    return f"{message} (Ray logs: {logs})" if logs else f"{message} (see Ray's logs)"
+
+
+#: The embedded cluster's address: every one of its servers listens on loopback only.
+LOOPBACK = "127.0.0.1"
+
+
+@contextlib.contextmanager
+def _ray_constants(**values: object) -> Iterator[None]:
+    """Ray's module constants set to `values` while `ray.init` reads them (there is no public
+    switch for either; an environment variable would reach every process Ray starts)."""
+    constants: Any = ray._private.ray_constants
+    before = {name: getattr(constants, name) for name in values}
+    for name, value in values.items():
+        setattr(constants, name, value)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            setattr(constants, name, value)
+
+
+#: Set while `ray.init` runs, in the driver's process only: no native failure-signal handler
+#: in the driver. That handler takes SIGTERM (a stack dump, then exit), and `ray.shutdown`
+#: uninstalls it by setting SIGTERM's OS-level action to the default, 0.1-0.4 s into a
+#: shutdown lasting 1-1.5 s more: a SIGTERM then killed the driver (exit -15, no line, an S3
+#: lock left for its lease) whatever Python handler was installed. Measured here: with it
+#: disabled the action stays Python's through the whole shutdown (60 SIGTERMs 20 ms apart,
+#: all handled); blocking SIGTERM in the main thread is not enough (Ray's threads take it with
+#: the default action), and blocking it before `ray.init` is inherited by the cluster's
+#: processes (shutdown then took 6 s instead of 1.4 s). The workers keep their handler.
+_DRIVER_INIT = {"RAY_DISABLE_FAILURE_SIGNAL_HANDLER": True}
+#: For the embedded cluster, also `ENABLE_RAY_CLUSTER` off: with it on (Linux's default) Ray
+#: rewrites a loopback node address to the machine's own, and its GCS, raylet, agents and
+#: workers listened on `*` and that address (10-12 sockets, none on loopback). With it off
+#: and the node address 127.0.0.1, every server of the tree listens on loopback (measured
+#: with psutil over the process tree; tests/run/test_loopback_cluster.py checks it).
+_EMBEDDED_INIT = {**_DRIVER_INIT, "ENABLE_RAY_CLUSTER": False}
+
+
+@contextlib.contextmanager
+def ray_session(
+    address: str | None, workers: int, start_timeout_s: float = 60.0, temp_dir: str | None = None
+) -> Iterator[None]:
+    """Connect to Ray for the run; shut down only what this call started."""
+    if ray.is_initialized():
+        yield
+        return
+    if address is not None:
+        probe_cluster(address, start_timeout_s)
+    try:
+        _init(address, workers, temp_dir)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        # Ray's own messages are long and multi-line; the first line says what went wrong.
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"ray.address: cannot connect to {address or 'a local cluster'}: {first}") from None
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def _init(address: str | None, workers: int, temp_dir: str | None) -> None:
+    if address is not None:
+        with _ray_constants(**_DRIVER_INIT):
+            ray.init(address=address, logging_level=logging.WARNING)
+        return
+    notice, quiet = logging.getLogger(_TOKEN_NOTICE_LOGGER), _LocalTokenNotice()
+    notice.addFilter(quiet)
+    try:
+        with _ray_constants(**_EMBEDDED_INIT):
+            ray.init(
+                address="local",  # a bare ray.init() silently joins any running cluster
+                num_cpus=max(workers, os.cpu_count() or 1),
+                include_dashboard=False,
+                object_store_memory=OBJECT_STORE_BYTES,
+                logging_level=logging.WARNING,  # Ray's start-up chatter would bury the progress line
+                _temp_dir=temp_dir,
+                _node_ip_address=LOOPBACK,  # the collector's own processes: nothing listens outside
+            )
+    finally:
+        notice.removeFilter(quiet)
+
+
+class _WorkerActor:
+    """The Ray shell of an `EpisodeWorker`: async methods, so one actor runs many episodes.
+    (Its class name is what `ps` shows for the worker process: `ray::_WorkerActor`.)"""
+
+    def __init__(self, setup: WorkerSetup) -> None:
+        self._worker = EpisodeWorker(setup)
+
+    async def ready(self) -> str:
+        return await self._worker.ready()
+
+    async def run_batch(self, items: list[WorkItem]) -> list[Episode]:
+        return await self._worker.run_batch(items)
+
+    async def write_batch(self, items: list[WorkItem]) -> WrittenBatch:
+        return await self._worker.write_batch(items)
+
+    async def finished(self) -> dict[str, int]:
+        return dict(self._worker.finished)
+
+    async def close(self) -> None:
+        await self._worker.close()
+
+
+#: The actor class as Ray sees it (untyped: Ray's decorator defeats static typing).
+_RemoteWorker: Any = ray.remote(_WorkerActor)
+
+
+class RayPool:
+    """`collector.run.pool.WorkerPool` over Ray actors, in the session `ray_session` opened."""
+
+    def actor_options(self, num_cpus: float) -> dict[str, Any]:
+        """How each worker actor is placed. SPREAD: on a cluster, one worker per node before
+        doubling up (scaling is per node)."""
+        return {"num_cpus": num_cpus, "scheduling_strategy": "SPREAD"}
+
+    def cpus(self) -> tuple[float, float]:
+        total = float(ray.cluster_resources().get("CPU", 0.0))  # type: ignore[no-untyped-call]
+        largest = max(
+            (float(n.get("Resources", {}).get("CPU", 0.0)) for n in ray.nodes() if n.get("Alive")),  # type: ignore[no-untyped-call]
+            default=0.0,
+        )
+        return total, largest
+
+    def alive_nodes(self) -> set[str]:
+        try:
+            nodes = ray.nodes()  # type: ignore[no-untyped-call]
+        except Exception:  # noqa: BLE001 - a cluster that does not answer has no node to name
+            return set()
+        return {str(n.get("NodeID")) for n in nodes if n.get("Alive")}
+
+    def start(self, setup: WorkerSetup, num_cpus: float) -> tuple[Actor, Call]:
+        actor = _RemoteWorker.options(**self.actor_options(num_cpus)).remote(setup)
+        return actor, actor.ready.remote()
+
+    def run(self, actor: Actor, items: list[WorkItem], write: bool) -> Call:
+        handle: Any = actor
+        return (handle.write_batch if write else handle.run_batch).remote(items)  # type: ignore[no-any-return]
+
+    def poll(self, actor: Actor) -> Call:
+        handle: Any = actor
+        return handle.finished.remote()  # type: ignore[no-any-return]
+
+    def wait(self, calls: Sequence[Call], timeout_s: float) -> list[Call]:
+        calls = list(calls)
+        if not calls:
+            return []
+        ready, rest = ray.wait(calls, num_returns=1, timeout=timeout_s, fetch_local=True)
+        if ready and rest:
+            more, _ = ray.wait(rest, num_returns=len(rest), timeout=0, fetch_local=True)
+            ready += more
+        return list(ready)
+
+    def result(self, call: Call) -> object:
+        try:
+            return ray.get(cast("ray.ObjectRef[Any]", call))
+        except ray.exceptions.RayTaskError as exc:
+            cause = getattr(exc, "cause", None)
+            raise WorkerFailed(cause if isinstance(cause, BaseException) else exc) from None
+        except ray.exceptions.RayError as exc:
+            raise WorkerLost(type(exc).__name__) from None
+
+    def kill(self, actor: Actor) -> None:
+        with contextlib.suppress(Exception):  # the actor may already be gone: nothing to kill
+            ray.kill(cast("ray.actor.ActorHandle[Any]", actor), no_restart=True)
+
+    def close(self, actor: Actor, started: bool) -> None:
+        if started:
+            handle: Any = actor
+            with contextlib.suppress(Exception):  # best effort: the run's result is already safe
+                ray.get(handle.close.remote(), timeout=CLOSE_TIMEOUT_S)
+        self.kill(actor)
+
+    def with_logs(self, message: str) -> str:
+        return with_logs(message)
