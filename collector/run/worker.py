@@ -126,6 +126,9 @@ class EpisodeWorker:
                 "every node (else set output.worker_writes = false)"
             )
         self._env = load_env(cfg)
+        # The environment's own secrets (an MCP server's pass_env values, credentials in its
+        # URL) are kept out of every record like the providers' keys.
+        self._credentials = tuple(dict.fromkeys((*self._credentials, *self._env.credentials())))
         self._tasks = {t.id: t for t in select_tasks(cfg, self._env)}
         self._clients = http_clients(providers, self.in_flight)
         self._slots = asyncio.Queue()
@@ -164,6 +167,11 @@ class EpisodeWorker:
         cfg = self.cfg
         providers = cfg.sweep.providers or [cfg.provider]
         sampling = sampling_params(cfg)
+        # Each provider of a sweep may send request fields of its own (`provider.extra_body`).
+        provider_cfg = providers[item.provider_index]
+        sampling = dataclasses.replace(
+            sampling, extra_body=provider_cfg.request_extra_body(cfg.sampling.extra_body)
+        )
         if providers[item.provider_index].kind == "sim":
             # The simulator's reply is a pure function of the request body, and Anthropic and
             # Responses bodies carry no seed: the sample's seed travels in a header it reads.

@@ -8,7 +8,9 @@ token, and a `configure` call whose settings hold a value under each widened sec
 for the record, never for the tool. Tasks 4-8 plant what only some scrub of the record sees,
 for the token-id rule (tests/faults/test_secrets.py says which): `echo_note` returns what
 it is given (a tool result that repeats a credential the model passed), `read_settings`
-returns the environment's own secret under a secret key (`ENV_SECRET`).
+returns the environment's own secret under a secret key (`ENV_SECRET`) and, in plain text
+under no secret key, the credential the environment declares (`ENV_CREDENTIAL`, from
+`Environment.credentials`: only the worker's adding it to the run's credentials hides it).
 """
 
 from __future__ import annotations
@@ -33,6 +35,10 @@ WIDENED: dict[str, Any] = {
 
 #: The environment's own secret, in a tool result under a secret key.
 ENV_SECRET = "PLANTED-env-db-password"
+
+#: A credential the environment holds and declares (as an MCP server's `pass_env` key is),
+#: returned in free text where no secret-key rule can see it.
+ENV_CREDENTIAL = "PLANTED-env-declared-credential"
 
 #: How many tasks there are (0: the echoed 400, 1-3: the logins, 4-8: the token-id cases).
 TASKS = 9
@@ -67,7 +73,8 @@ class _World(EpisodeWorld):
 
     def read_settings(self) -> str:
         """The service's connection settings."""
-        return json.dumps({"host": "db.internal", "db_password": ENV_SECRET})
+        return json.dumps({"host": "db.internal", "db_password": ENV_SECRET,
+                           "motd": f"connected with {ENV_CREDENTIAL}"})
 
     def grade(self, final_text: str | None) -> float:
         return 1.0 if self.logged_in and self.configured else 0.0
@@ -81,3 +88,6 @@ class SecretEnv(Environment):
 
     def start(self, task: Task) -> EpisodeWorld:
         return _World()
+
+    def credentials(self) -> tuple[str, ...]:
+        return (ENV_CREDENTIAL,)

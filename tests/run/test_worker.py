@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -214,3 +216,68 @@ def test_samples_of_one_task_differ_on_every_simulated_wire(
     # mean the samples were one sample written eight times.
     first_turn_tokens = {e.turns[0].output_tokens for e in episodes}
     assert len(first_turn_tokens) > 1
+
+
+def test_each_provider_of_a_sweep_sends_its_own_extra_fields(tmp_path: Path) -> None:
+    """`provider.extra_body` reaches that provider's requests only, merged over `sampling.extra_body`."""
+    from collector.sim.app import create_app
+    from tests.loopback import serving
+
+    seen: dict[str, list[dict[str, Any]]] = {"a": [], "b": []}
+
+    def recording(name: str) -> Any:
+        inner = create_app(seed=1)
+
+        async def app(scope: Any, receive: Any, send: Any) -> None:
+            if scope["type"] != "http":
+                await inner(scope, receive, send)
+                return
+            chunks = []
+            while True:
+                message = await receive()
+                chunks.append(message.get("body", b""))
+                if not message.get("more_body"):
+                    break
+            body = b"".join(chunks)
+            if body and scope["path"].endswith("/chat/completions"):
+                seen[name].append(json.loads(body))
+            replayed = False
+
+            async def replay() -> Any:
+                nonlocal replayed
+                if replayed:
+                    return await receive()
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+
+            await inner(scope, replay, send)
+
+        return app
+
+    with serving(recording("a")) as url_a, serving(recording("b")) as url_b:
+        cfg = small_config(
+            tmp_path / "run",
+            sampling={"extra_body": {"metadata": {"run": "r1"}, "top_k": 40}},
+            sweep={"models": ["sim-terse"], "budgets": [256], "providers": [
+                {"kind": "chat", "base_url": f"{url_a}/v1", "api_key_env": "PATH", "label": "a",
+                 "extra_body": {"top_k": 5, "metadata": {"pool": "a"}}},
+                {"kind": "chat", "base_url": f"{url_b}/v1", "api_key_env": "PATH", "label": "b"},
+            ]},
+            env={"name": "arithmetic", "tasks": 1},
+        )
+        plan = plan_work(cfg)
+
+        async def run() -> list[Episode]:
+            urls = tuple(p.base_url or "" for p in plan.providers)
+            worker = EpisodeWorker(WorkerSetup(cfg, plan.run_id, urls, "w"))
+            try:
+                return await worker.run_batch(plan.items)
+            finally:
+                await worker.close()
+
+        episodes = asyncio.run(run())
+    assert StopReason.ERROR not in {e.stop_reason for e in episodes}
+    assert seen["a"]
+    assert seen["b"]
+    assert all(r["top_k"] == 5 and r["metadata"] == {"run": "r1", "pool": "a"} for r in seen["a"])
+    assert all(r["top_k"] == 40 and r["metadata"] == {"run": "r1"} for r in seen["b"])
