@@ -376,21 +376,23 @@ def follow_until(run: str, since: str | None, kill_after: int | None, env: dict[
     argv = [sys.executable, "-m", "collector", "follow", run, "--poll", "0.2", *extra]
     if since is not None:
         argv += ["--since", since]
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    lines: list[dict[str, object]] = []
-    try:
-        for raw in proc.stdout:
-            lines.append(json.loads(raw))
-            if kill_after is not None and len(lines) >= kill_after:
-                proc.send_signal(signal.SIGKILL)
-                break
-        code = proc.wait(timeout=GUARD_S)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert code in (0, -signal.SIGKILL), proc.stderr.read() if proc.stderr else code
+    with subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        lines: list[dict[str, object]] = []
+        try:
+            for raw in proc.stdout:
+                lines.append(json.loads(raw))
+                if kill_after is not None and len(lines) >= kill_after:
+                    proc.send_signal(signal.SIGKILL)
+                    break
+            code = proc.wait(timeout=GUARD_S)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        errors = proc.stderr.read()
+    assert code in (0, -signal.SIGKILL), errors
+    assert code != 0 or errors == "", errors
     return lines, code
 
 
@@ -448,16 +450,17 @@ def test_a_sigkilled_follower_resumed_from_its_last_cursor_gets_every_episode_on
     run = tmp_path / "run"
     env = user_env()
     samples = 2 if grouped else 1
-    writer = start_run(tmp_path, str(run), env, samples, tasks=24)
-    try:
-        wait_for_first_commit(run, writer)
-        extra = ("--groups", "complete") if grouped else ()
-        lines, killed = followed_with_kills(str(run), env, 4, 27 + grouped, *extra)
-        assert writer.wait(timeout=GUARD_S) == 0, writer.stderr.read() if writer.stderr else ""
-    finally:
-        if writer.poll() is None:
-            writer.kill()
-            writer.wait()
+    with start_run(tmp_path, str(run), env, samples, tasks=24) as writer:
+        assert writer.stderr is not None
+        try:
+            wait_for_first_commit(run, writer)
+            extra = ("--groups", "complete") if grouped else ()
+            lines, killed = followed_with_kills(str(run), env, 4, 27 + grouped, *extra)
+            code = writer.wait(timeout=GUARD_S)
+        finally:
+            if writer.poll() is None:
+                writer.kill()
+        assert code == 0, writer.stderr.read()
     assert killed == 4
     assert_exactly_once_in_commit_order(lines, run)
     if grouped:
