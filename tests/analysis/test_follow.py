@@ -26,6 +26,7 @@ from collector.record.episode import Episode
 from collector.stop import StopReason
 from collector.storage.local import RunStore
 from tests.record.factory import make_episode
+from tests.s3server import S3Bucket
 
 REPO = Path(__file__).resolve().parents[2]
 #: A guard against a hung test, never a measurement.
@@ -396,14 +397,15 @@ def follow_until(run: str, since: str | None, kill_after: int | None, env: dict[
     return lines, code
 
 
-def followed_with_kills(run: str, env: dict[str, str], kills: int, seed: int, *extra: str
-                        ) -> tuple[list[dict[str, object]], int]:
+def followed_with_kills(run: str, env: dict[str, str], kills: int, seed: int, writer: subprocess.Popen[str],
+                        *extra: str) -> tuple[list[dict[str, object]], int, int]:
     """Follow `run` to its end, SIGKILLed `kills` times after a random number of lines and
-    restarted from the last cursor printed. Every line printed, and how many kills happened."""
+    restarted from the last cursor printed. Every line printed, how many kills happened, and
+    how many of them while `writer` was still collecting."""
     rng = random.Random(seed)
     got: list[dict[str, object]] = []
     since: str | None = None
-    killed = 0
+    killed = live = 0
     while True:
         kill_after = rng.randint(1, 9) if killed < kills else None
         lines, code = follow_until(run, since, kill_after, env, *extra)
@@ -411,8 +413,9 @@ def followed_with_kills(run: str, env: dict[str, str], kills: int, seed: int, *e
         if lines:
             since = str(lines[-1]["cursor"])
         if code == 0:
-            return got, killed
+            return got, killed, live
         killed += 1
+        live += writer.poll() is None
 
 
 def start_run(tmp_path: Path, run_dir: str, env: dict[str, str], samples: int,
@@ -450,18 +453,19 @@ def test_a_sigkilled_follower_resumed_from_its_last_cursor_gets_every_episode_on
     run = tmp_path / "run"
     env = user_env()
     samples = 2 if grouped else 1
-    with start_run(tmp_path, str(run), env, samples, tasks=24) as writer:
+    with start_run(tmp_path, str(run), env, samples, tasks=60) as writer:
         assert writer.stderr is not None
         try:
             wait_for_first_commit(run, writer)
             extra = ("--groups", "complete") if grouped else ()
-            lines, killed = followed_with_kills(str(run), env, 4, 27 + grouped, *extra)
+            lines, killed, live = followed_with_kills(str(run), env, 4, 27 + grouped, writer, *extra)
             code = writer.wait(timeout=GUARD_S)
         finally:
             if writer.poll() is None:
                 writer.kill()
         assert code == 0, writer.stderr.read()
     assert killed == 4
+    assert live >= 1, "every kill came after the run had ended: make the sweep longer"
     assert_exactly_once_in_commit_order(lines, run)
     if grouped:
         groups: dict[tuple[object, ...], list[object]] = {}
@@ -473,3 +477,33 @@ def test_a_sigkilled_follower_resumed_from_its_last_cursor_gets_every_episode_on
         # released whole: a group's two lines are adjacent
         keys = [(line["episode"]["task_id"], line["episode"]["budget"]) for line in lines]  # type: ignore[index]
         assert all(keys[i] == keys[i + 1] for i in range(0, len(keys), 2))
+
+
+@pytest.mark.slow
+def test_a_sigkilled_follower_of_a_run_in_s3_resumed_from_its_last_cursor_gets_every_episode_once(
+        tmp_path: Path, s3_bucket: S3Bucket, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same against a run in a bucket (moto on loopback), followed through the mirror's sync."""
+    from collector.storage.mirror import resolve_run
+
+    uri = s3_bucket.uri()
+    env = {**user_env(), **s3_bucket.env(), "COLLECTOR_CACHE_DIR": str(tmp_path / "follower-cache")}
+    with start_run(tmp_path, uri, env, 1, tasks=40) as writer:
+        assert writer.stderr is not None
+        try:
+            import time
+
+            deadline = time.monotonic() + GUARD_S
+            while not [k for k in s3_bucket.keys("run/.collector/") if "/commit-" in k]:
+                assert writer.poll() is None, writer.stderr.read()
+                assert time.monotonic() < deadline, "collector run committed nothing"
+                time.sleep(0.05)
+            lines, killed, live = followed_with_kills(uri, env, 3, 2027, writer, "--groups", "all")
+            code = writer.wait(timeout=GUARD_S)
+        finally:
+            if writer.poll() is None:
+                writer.kill()
+        assert code == 0, writer.stderr.read()
+    assert killed == 3
+    assert live >= 1, "every kill came after the run had ended: make the sweep longer"
+    monkeypatch.setenv("COLLECTOR_CACHE_DIR", str(tmp_path / "check-cache"))
+    assert_exactly_once_in_commit_order(lines, resolve_run(uri))
