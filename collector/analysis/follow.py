@@ -63,8 +63,9 @@ Groups. With ``groups="complete"`` a sample is released only with its whole grou
 episodes of one task, model, budget (and provider and reasoning setting, where the run has
 those axes), samples ``0 .. samples_per_task-1`` (``.collector/config.resolved.json`` when the
 follower starts). A group is released once every sample is committed, error episodes
-included: each batch says how many of its episodes are errors (`Batch.errors`, jsonl
-``"group_errors"`` per line), the trainer decides. Groups still incomplete when the follower
+included: a batch counts its error episodes (`Batch.errors`; each jsonl line has its group's,
+``"group_errors"``), and the trainer decides (drop the group, or mask the errors). A
+released group's rows are together, samples in order: group i is rows ``i*size .. i*size+size-1``. Groups still incomplete when the follower
 ends are reported (`Follower.held`; the CLI prints one line on stderr).
 
 The end. Nothing marks a run complete (a finished sweep and an interrupted one leave the
@@ -548,12 +549,14 @@ def main(args: argparse.Namespace) -> int:
 
 def _write_jsonl(follower: Follower, out: Any) -> None:
     for batch in follower:
-        errors = batch.errors if follower.grouped else None
+        table = batch.table.to_pylist()
+        size = len(table) // batch.groups if batch.groups else 0
         lines = []
-        for cursor, row in zip(batch.row_cursors, batch.table.to_pylist(), strict=True):
+        for i, (cursor, row) in enumerate(zip(batch.row_cursors, table, strict=True)):
             line: dict[str, Any] = {"cursor": cursor, "seq": batch.seq}
-            if errors is not None:
-                line["group_errors"] = errors
+            if size:  # a released group's rows are together: `size` of them from a multiple of it
+                start = i - i % size
+                line["group_errors"] = sum(r.get("stop_reason") == "error" for r in table[start:start + size])
             line["episode"] = row
             lines.append(json.dumps(line, default=str))
         out.write("\n".join(lines) + "\n")

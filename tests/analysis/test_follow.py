@@ -19,6 +19,7 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from collector.analysis.follow import Batch, Follower, FollowError, follow
@@ -339,6 +340,64 @@ def test_a_shard_still_pending_after_its_record_is_read_from_tmp(tmp_path: Path)
         rel = record["add"][0]["path"]
         os.replace(run / rel, run / ".collector/tmp" / (rel.rsplit("/", 1)[-1] + ".tmp"))
         assert [e for _, e in one_poll(run)] == committed_in_order(run)
+
+
+def test_a_run_in_object_storage_counts_its_writer_by_the_lock_object_and_its_lease(tmp_path: Path) -> None:
+    """In a bucket the lock is an object (deleted on release) with a lease: a writer killed on
+    another host leaves it, and the follower ends once the lease has expired."""
+    import datetime as dt
+
+    follower = Follower("s3://bucket/run")
+    lock = tmp_path / ".collector/run.lock"
+    lock.parent.mkdir(parents=True)
+    assert not follower._writer_present(tmp_path)  # no lock object: released
+    now = dt.datetime.now(dt.UTC)
+    for age, present in ((10, True), (200, False)):
+        renewed = (now - dt.timedelta(seconds=age)).isoformat(timespec="seconds")
+        lock.write_text(json.dumps({"host": "h", "pid": 1, "renewed": renewed, "lease_s": 120.0}))
+        assert follower._writer_present(tmp_path) is present, age
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([sys.executable, "-m", "collector", "follow", *args], env=user_env(),
+                          capture_output=True, timeout=GUARD_S, check=False)
+
+
+def test_the_cli_writes_jsonl_lines_and_an_arrow_stream_with_the_same_cursors(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    with open_store(run, samples=2) as store:
+        store.commit(episodes(range(3), sample=0) + episodes(range(2), sample=1, errors=frozenset({"t1"})))
+        store.commit(episodes(range(3, 4), sample=1))
+    done = cli(str(run))
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in done.stdout.decode().splitlines()]
+    assert [line["episode"]["episode_id"] for line in lines] == committed_in_order(run)
+    assert [line["cursor"] for line in lines] == [c for c, _ in rows(follow(run, poll_s=0))]
+    stream = cli(str(run), "--format", "arrow")
+    assert stream.returncode == 0, stream.stderr
+    table = pa.ipc.open_stream(stream.stdout).read_all()
+    assert table.column("cursor").to_pylist() == [line["cursor"] for line in lines]
+    assert table.column("episode_id").to_pylist() == committed_in_order(run)
+    grouped = cli(str(run), "--groups", "complete")
+    assert grouped.returncode == 0, grouped.stderr
+    released = [json.loads(line) for line in grouped.stdout.decode().splitlines()]
+    assert [(r["episode"]["task_id"], r["episode"]["sample"], r["group_errors"]) for r in released] == [
+        ("t0", 0, 0), ("t0", 1, 0), ("t1", 0, 1), ("t1", 1, 1)]  # one commit's two groups, one error
+    held = grouped.stderr.decode().splitlines()
+    assert len(held) == 1
+    assert held[0].startswith(f"collector follow: {run}: 2 incomplete group(s) held (2 samples)")
+    resumed = cli(str(run), "--groups", "complete", "--since", held[0].rsplit("--since ", 1)[1].split()[0])
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stdout == b""
+    empty = tmp_path / "empty"
+    open_store(empty).close()
+    nothing = cli(str(empty), "--format", "arrow")
+    assert nothing.returncode == 0, nothing.stderr
+    assert pa.ipc.open_stream(nothing.stdout).read_all().num_rows == 0
+    bad = cli(str(run), "--since", "nonsense")
+    assert bad.returncode == 2
+    assert bad.stderr.decode().splitlines() == [
+        f"collector: error: {run}: 'nonsense' is not a follow cursor (SEQ.N.LAST[+K])"]
 
 
 # --- processes: collector run + a SIGKILLed collector follow ---------------------------------
