@@ -61,12 +61,13 @@ as a new incomplete group and reported at the end; follow without groups to trai
 
 Groups. With ``groups="complete"`` a sample is released only with its whole group: the
 episodes of one task, model, budget (and provider and reasoning setting, where the run has
-those axes), samples ``0 .. samples_per_task-1`` (``.collector/config.resolved.json`` when the
-follower starts). A group is released once every sample is committed, error episodes
-included: a batch counts its error episodes (`Batch.errors`; each jsonl line has its group's,
-``"group_errors"``), and the trainer decides (drop the group, or mask the errors). A
-released group's rows are together, samples in order: group i is rows ``i*size .. i*size+size-1``. Groups still incomplete when the follower
-ends are reported (`Follower.held`; the CLI prints one line on stderr).
+those axes), samples ``0 .. samples_per_task-1`` (``.collector/config.resolved.json`` when
+the follower starts; a cursor resumes exactly while it is unchanged). A group is released
+once every sample is committed, error episodes included: a batch counts its error episodes
+(`Batch.errors`; each jsonl line has its group's, ``"group_errors"``), and the trainer
+decides (drop the group, or mask the errors). A released group's rows are together, samples
+in order: group i is rows ``i*size .. i*size+size-1``. Groups still incomplete when the
+follower ends are reported (`Follower.held`; the CLI prints one line on stderr).
 
 The end. Nothing marks a run complete (a finished sweep and an interrupted one leave the
 same files, and a later ``collector run`` may widen it), so the follower ends after the first
@@ -74,7 +75,8 @@ read that began once the writer's lock was seen released (the writer released it
 last commit, so that read holds everything it committed): locally,
 no flock on ``.collector/run.lock`` (read from ``/proc/locks``, so the follower never takes
 a lock a starting writer would be refused by; where it is unreadable the writer counts as
-present); in object storage, no ``run.lock`` object, or one whose lease expired. With
+present; a writer on another host of a network filesystem does not show there: follow such a
+run with ``forever``); in object storage, no ``run.lock`` object, or one whose lease expired. With
 ``forever=True`` (``--forever``) it keeps polling.
 
 Tests: tests/analysis/test_follow.py (compaction behind the cursor, forget, groups, the end,
@@ -100,7 +102,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from collector.errors import OutputError
-from collector.record.shards import ShardError, read_shard
+from collector.record.episode import Episode
+from collector.record.shards import ShardError, episodes_from_table, read_shard
 
 __all__ = ["Batch", "Cursor", "FollowError", "Follower", "follow", "main"]
 
@@ -174,6 +177,10 @@ class Batch:
     @property
     def cursor(self) -> str:
         return self.row_cursors[-1]
+
+    def episodes(self) -> list[Episode]:
+        """The rows as `Episode` objects (in the table's order)."""
+        return episodes_from_table(self.table)
 
 
 @dataclass
@@ -483,7 +490,8 @@ class Follower:
 def _apply(state: _State, record: dict[str, Any]) -> _State:
     gone = {str(rel) for rel in record["remove"]}
     paths = [p for p in state.paths if p not in gone]
-    paths.extend(p for p in _paths(record["add"]) if p not in paths)
+    known = set(paths)
+    paths.extend(p for p in _paths(record["add"]) if p not in known)
     return _State(int(record["seq"]), paths)
 
 
@@ -507,20 +515,32 @@ class _Grouper:
     """Holds the samples of incomplete groups; `feed` returns the groups a table completes."""
 
     size: int
-    held: dict[tuple[Any, ...], dict[int, pa.Table]] = field(default_factory=dict)
+    #: group key -> sample -> (table, row): the held row, copied out of its shard (see `feed`).
+    held: dict[tuple[Any, ...], dict[int, tuple[pa.Table | None, int]]] = field(default_factory=dict)
 
     def feed(self, table: pa.Table) -> pa.Table:
         axes = [a for a in _GROUP_AXES if a in table.column_names]
         keys = zip(*(table.column(a).to_pylist() for a in axes), strict=True)
         samples = table.column("sample").to_pylist()
-        done: list[pa.Table] = []
+        done: list[dict[int, tuple[pa.Table | None, int]]] = []
         for i, (key, sample) in enumerate(zip(keys, samples, strict=True)):
             group = self.held.setdefault(key, {})
-            group[int(sample)] = table.slice(i, 1)  # a sample committed again replaces the held one
+            group[int(sample)] = (None, i)  # None: this table; a sample committed again replaces the held one
             if all(s in group for s in range(self.size)):
-                del self.held[key]
-                done.extend(group[s] for s in range(self.size))
-        return _concat(done) if done else table.slice(0, 0)
+                done.append(self.held.pop(key))
+        # The rows left held are copied out of the shard (a slice would keep all of its buffers
+        # alive): memory is the held rows, not every shard that still has one.
+        mine = sorted(i for group in self.held.values() for t, i in group.values() if t is None)
+        if mine:
+            kept = table.take(pa.array(mine, pa.int64()))
+            where = {i: n for n, i in enumerate(mine)}
+            for group in self.held.values():
+                for s, (t, i) in group.items():
+                    if t is None:
+                        group[s] = (kept, where[i])
+        rows = [(table if t is None else t).slice(i, 1) for group in done
+                for t, i in (group[s] for s in range(self.size))]
+        return _concat(rows) if rows else table.slice(0, 0)
 
 
 def follow(run: str | Path, since: str | None = None, *, groups: Groups = "all", forever: bool = False,

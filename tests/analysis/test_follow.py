@@ -248,7 +248,7 @@ def test_a_live_follower_sees_a_forget_as_nothing_and_the_retry_as_a_new_commit(
     assert batches[1].errors == 0
     ids = [eid for _, eid in rows(batches)]
     assert ids.count(error.episode_id) == 2  # the error first, then its retry
-    assert batches[1].table.column("stop_reason").to_pylist() == ["done"]
+    assert [ep.stop_reason for ep in batches[1].episodes()] == [StopReason.DONE]
 
 
 def test_complete_groups_only_and_every_grouped_cursor_resumes_exactly(tmp_path: Path) -> None:
@@ -282,6 +282,24 @@ def test_complete_groups_only_and_every_grouped_cursor_resumes_exactly(tmp_path:
     assert_resumes_exactly(run, delivered, groups="complete")
     # and after the compaction on close, the same cursors from the base
     assert not list((run / ".collector").glob("commit-*.json"))
+
+
+def test_held_samples_are_copied_out_of_their_shard_and_released_whole(tmp_path: Path) -> None:
+    """Memory is the incomplete groups: a held row must not keep its whole shard alive."""
+    from collector.analysis.follow import _Grouper
+    from collector.record.shards import episodes_to_table
+
+    grouper = _Grouper(2)
+    shard = episodes_to_table(episodes(range(50), sample=0) + episodes(range(49, 50), sample=1))
+    released = grouper.feed(shard)
+    assert released.column("task_id").to_pylist() == ["t49", "t49"]
+    held = {id(t): t.num_rows for group in grouper.held.values() for t, _ in group.values()}
+    assert len(grouper.held) == 49
+    assert list(held.values()) == [49]  # one compact table of the 49 held rows, not the 51-row shard
+    again = grouper.feed(episodes_to_table(episodes(range(2), sample=1)))
+    assert again.column("task_id").to_pylist() == ["t0", "t0", "t1", "t1"]
+    assert again.column("sample").to_pylist() == [0, 1, 0, 1]
+    assert len(grouper.held) == 47
 
 
 def test_grouped_and_plain_cursors_are_not_mixed(tmp_path: Path) -> None:
