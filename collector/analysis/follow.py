@@ -172,7 +172,11 @@ class Batch:
     seq: int
     row_cursors: list[str]
     groups: int = 0
+    """Grouped mode: how many groups have rows here (all whole, but for the first batch of a
+    follower resumed from a cursor inside a group: that group's rest)."""
     errors: int = 0
+    group_errors: list[int] = field(default_factory=list)
+    """Grouped mode: per row, the error episodes of its group."""
 
     @property
     def cursor(self) -> str:
@@ -416,17 +420,17 @@ class Follower:
             # Whether a writer holds the run, seen before the read (see "The end"); for an
             # object store in the previous sync, so that the read comes from a later listing.
             present = self._writer_present(root)
-            if not first:
+            if not first or self._object:  # an object store: a listing after the one that saw the lock
                 root = self._root() or root
             for step in self._steps(root, state):
                 chunks = self._chunks(root, step, grouper)
-                for table, last_chunk in chunks:
+                for table, last_chunk, gids, gerrs in chunks:
                     n = table.num_rows
                     if skip:
                         dropped = min(skip, n)
                         skip -= dropped
                         lines += dropped
-                        table = table.slice(dropped)
+                        table, gids, gerrs = table.slice(dropped), gids[dropped:], gerrs[dropped:]
                         n -= dropped
                     if not n:
                         continue
@@ -436,8 +440,7 @@ class Follower:
                     if last_chunk and (grouper is None or not grouper.held):
                         cursors[-1] = str(step.after.anchor(self.grouped))
                     self.cursor = cursors[-1]
-                    yield Batch(table, step.after.seq, cursors, _count_groups(table, grouper),
-                                _count_errors(table))
+                    yield Batch(table, step.after.seq, cursors, len(set(gids)), _count_errors(table), gerrs)
                 state = step.after
                 if grouper is None or not grouper.held:
                     anchor, lines = state.anchor(self.grouped), 0
@@ -469,22 +472,30 @@ class Follower:
             raise FollowError(f"{self.run}: no samples_per_task in {_CONFIG}: groups cannot be completed")
         return size
 
-    def _chunks(self, root: Path, step: _Step, grouper: _Grouper | None) -> Iterator[tuple[pa.Table, bool]]:
+    def _chunks(self, root: Path, step: _Step, grouper: _Grouper | None
+                ) -> Iterator[tuple[pa.Table, bool, list[int], list[int]]]:
         """The step's output: its rows, one table per commit (per shard when caught up from a
         compacted base: that can be the whole run), or the groups they complete; each with
-        whether it is the step's last."""
+        whether it is the step's last, and per row its group's number and error count."""
         whole = step.record or len(step.new) <= 1
         parts: list[pa.Table] = []
+        gids: list[int] = []
+        gerrs: list[int] = []
         for i, entry in enumerate(step.new):
             table = self._shard(root, entry)
-            out = grouper.feed(table) if grouper is not None else table
+            if grouper is not None:
+                table, ids, errs = grouper.feed(table)
+            else:
+                ids, errs = [], []
             last = i == len(step.new) - 1
             if whole:
-                parts.append(out)
+                parts.append(table)
+                gids += ids
+                gerrs += errs
                 if last:
-                    yield _concat(parts), True
+                    yield _concat(parts), True, gids, gerrs
             else:
-                yield out, last
+                yield table, last, ids, errs
 
 
 def _apply(state: _State, record: dict[str, Any]) -> _State:
@@ -506,19 +517,18 @@ def _count_errors(table: pa.Table) -> int:
     return int(pc.sum(pc.equal(table.column("stop_reason").cast(pa.string()), "error")).as_py() or 0)
 
 
-def _count_groups(table: pa.Table, grouper: _Grouper | None) -> int:
-    return 0 if grouper is None else table.num_rows // grouper.size if grouper.size else 0
-
-
 @dataclass
 class _Grouper:
     """Holds the samples of incomplete groups; `feed` returns the groups a table completes."""
 
     size: int
+    released: int = 0
     #: group key -> sample -> (table, row): the held row, copied out of its shard (see `feed`).
     held: dict[tuple[Any, ...], dict[int, tuple[pa.Table | None, int]]] = field(default_factory=dict)
 
-    def feed(self, table: pa.Table) -> pa.Table:
+    def feed(self, table: pa.Table) -> tuple[pa.Table, list[int], list[int]]:
+        """The rows of the groups `table` completes (each group's together, samples in order),
+        with per row its group's number (in release order) and its group's error count."""
         axes = [a for a in _GROUP_AXES if a in table.column_names]
         keys = zip(*(table.column(a).to_pylist() for a in axes), strict=True)
         samples = table.column("sample").to_pylist()
@@ -540,7 +550,15 @@ class _Grouper:
                         group[s] = (kept, where[i])
         rows = [(table if t is None else t).slice(i, 1) for group in done
                 for t, i in (group[s] for s in range(self.size))]
-        return _concat(rows) if rows else table.slice(0, 0)
+        out = _concat(rows) if rows else table.slice(0, 0)
+        errors = pc.equal(out.column("stop_reason").cast(pa.string()), "error").to_pylist()
+        gids, gerrs = [], []
+        for g in range(len(done)):
+            self.released += 1
+            mine = errors[g * self.size:(g + 1) * self.size]
+            gids += [self.released] * self.size
+            gerrs += [sum(bool(e) for e in mine)] * self.size
+        return out, gids, gerrs
 
 
 def follow(run: str | Path, since: str | None = None, *, groups: Groups = "all", forever: bool = False,
@@ -569,14 +587,11 @@ def main(args: argparse.Namespace) -> int:
 
 def _write_jsonl(follower: Follower, out: Any) -> None:
     for batch in follower:
-        table = batch.table.to_pylist()
-        size = len(table) // batch.groups if batch.groups else 0
         lines = []
-        for i, (cursor, row) in enumerate(zip(batch.row_cursors, table, strict=True)):
+        for i, (cursor, row) in enumerate(zip(batch.row_cursors, batch.table.to_pylist(), strict=True)):
             line: dict[str, Any] = {"cursor": cursor, "seq": batch.seq}
-            if size:  # a released group's rows are together: `size` of them from a multiple of it
-                start = i - i % size
-                line["group_errors"] = sum(r.get("stop_reason") == "error" for r in table[start:start + size])
+            if batch.group_errors:
+                line["group_errors"] = batch.group_errors[i]
             line["episode"] = row
             lines.append(json.dumps(line, default=str))
         out.write("\n".join(lines) + "\n")

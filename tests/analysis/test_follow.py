@@ -280,6 +280,12 @@ def test_complete_groups_only_and_every_grouped_cursor_resumes_exactly(tmp_path:
     assert follower.held == (1, 1)
     assert all(c.startswith("g") for c, _ in delivered)
     assert_resumes_exactly(run, delivered, groups="complete")
+    # resumed inside a group, the group's rest still says its errors and counts as one group
+    errors = [e for b in batches for e in b.group_errors]
+    for i, (cursor, _) in enumerate(delivered):
+        again = list(follow(run, since=cursor, groups="complete", poll_s=0))
+        assert [e for b in again for e in b.group_errors] == errors[i + 1:], cursor
+        assert sum(b.groups for b in again) == (len(delivered) - i - 1 + 2) // 3, cursor
     # and after the compaction on close, the same cursors from the base
     assert not list((run / ".collector").glob("commit-*.json"))
 
@@ -291,13 +297,16 @@ def test_held_samples_are_copied_out_of_their_shard_and_released_whole(tmp_path:
 
     grouper = _Grouper(2)
     shard = episodes_to_table(episodes(range(50), sample=0) + episodes(range(49, 50), sample=1))
-    released = grouper.feed(shard)
+    released, gids, gerrs = grouper.feed(shard)
     assert released.column("task_id").to_pylist() == ["t49", "t49"]
+    assert (gids, gerrs) == ([1, 1], [0, 0])
     held = {id(t): t.num_rows for group in grouper.held.values() for t, _ in group.values()}
     assert len(grouper.held) == 49
     assert list(held.values()) == [49]  # one compact table of the 49 held rows, not the 51-row shard
-    again = grouper.feed(episodes_to_table(episodes(range(2), sample=1)))
+    retried = episodes(range(2), sample=1, errors=frozenset({"t1"}))
+    again, gids, gerrs = grouper.feed(episodes_to_table(retried))
     assert again.column("task_id").to_pylist() == ["t0", "t0", "t1", "t1"]
+    assert (gids, gerrs) == ([2, 2, 3, 3], [0, 0, 1, 1])
     assert again.column("sample").to_pylist() == [0, 1, 0, 1]
     assert len(grouper.held) == 47
 
