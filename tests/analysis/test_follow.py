@@ -26,6 +26,7 @@ from collector.analysis.follow import Batch, Follower, FollowError, follow
 from collector.record.episode import Episode
 from collector.stop import StopReason
 from collector.storage.local import RunStore
+from tests.checking import assert_run_checked
 from tests.record.factory import make_episode
 from tests.s3server import S3Bucket
 
@@ -523,13 +524,17 @@ def wait_for_first_commit(run: Path, writer: subprocess.Popen[str]) -> None:
         time.sleep(0.05)
 
 
-def assert_exactly_once_in_commit_order(lines: list[dict[str, object]], run: Path) -> None:
+def assert_exactly_once_in_commit_order(lines: list[dict[str, object]], run: Path,
+                                        grouped: bool = False) -> None:
     ids = [str(line["episode"]["episode_id"]) for line in lines]  # type: ignore[index]
     assert len(ids) == len(set(ids)), "an episode was delivered twice"
     committed = committed_in_order(run)
     assert sorted(ids) == sorted(committed), "not every committed episode was delivered"
     seqs = [int(line["seq"]) for line in lines]  # type: ignore[call-overload]
     assert seqs == sorted(seqs), "not in commit order"
+    if not grouped:  # no forget here: the base lists every shard in commit order, rows in file order
+        assert ids == committed, "not in commit order"
+    assert_run_checked(run)
 
 
 @pytest.mark.slow
@@ -552,7 +557,7 @@ def test_a_sigkilled_follower_resumed_from_its_last_cursor_gets_every_episode_on
         assert code == 0, writer.stderr.read()
     assert killed == 4
     assert live >= 1, "every kill came after the run had ended: make the sweep longer"
-    assert_exactly_once_in_commit_order(lines, run)
+    assert_exactly_once_in_commit_order(lines, run, grouped)
     if grouped:
         groups: dict[tuple[object, ...], list[object]] = {}
         for line in lines:
