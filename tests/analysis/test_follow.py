@@ -357,6 +357,38 @@ def test_it_ends_only_once_the_writer_released_the_lock(tmp_path: Path) -> None:
         rows(follow(tmp_path / "nothing"))
 
 
+def test_forever_waits_for_the_run_and_follows_past_the_writers_end(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    stores: list[RunStore] = []
+    steps: list[Callable[[], object]] = [
+        lambda: None,  # no run yet: it waits
+        lambda: stores.append(open_store(run)),
+        lambda: stores[0].commit(episodes(range(2))),
+        lambda: stores[0].close(),
+        lambda: None,  # the writer is gone: it keeps polling
+        lambda: stores.append(open_store(run)),  # a resumed run, compacted on open
+        lambda: stores[1].commit(episodes(range(2, 3))),
+        lambda: stores[1].close(),
+    ]
+
+    def poll(_: float) -> None:
+        if not steps:
+            raise Idle
+        steps.pop(0)()
+
+    got: list[tuple[str, str]] = []
+
+    def consume() -> None:
+        for batch in Follower(run, forever=True, sleep=poll, poll_s=0):
+            got.extend(rows([batch]))
+
+    with pytest.raises(Idle):
+        consume()
+    assert not steps
+    assert [eid for _, eid in got] == committed_in_order(run)
+    assert len(got) == 3
+
+
 def test_a_shard_still_pending_after_its_record_is_read_from_tmp(tmp_path: Path) -> None:
     """Between the commit record and the move into data/ (or a crash there) the shard is in
     .collector/tmp/: committed all the same."""
