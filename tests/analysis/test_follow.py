@@ -537,6 +537,22 @@ def followed_with_kills(run: str, env: dict[str, str], kills: int, seed: int, wr
         live += writer.poll() is None
 
 
+def uninterrupted_follower(run: str, env: dict[str, str], *extra: str) -> subprocess.Popen[str]:
+    """A `collector follow` from the start, never killed, with a separate mirror cache: started
+    once the run has committed, it must not end before the run's writer is gone."""
+    cache = {}
+    if run.startswith("s3://"):
+        cache["COLLECTOR_CACHE_DIR"] = env["COLLECTOR_CACHE_DIR"] + "-whole"
+    return subprocess.Popen([sys.executable, "-m", "collector", "follow", run, "--poll", "0.2", *extra],
+                            env={**env, **cache}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def read_to_the_end(proc: subprocess.Popen[str]) -> list[dict[str, object]]:
+    out, err = proc.communicate(timeout=GUARD_S)
+    assert proc.returncode == 0, err
+    return [json.loads(line) for line in out.splitlines()]
+
+
 def start_run(tmp_path: Path, run_dir: str, env: dict[str, str], samples: int,
               tasks: int) -> subprocess.Popen[str]:
     config = tmp_path / "sweep.toml"
@@ -581,8 +597,10 @@ def test_a_sigkilled_follower_resumed_from_its_last_cursor_gets_every_episode_on
         try:
             wait_for_first_commit(run, writer)
             extra = ("--groups", "complete") if grouped else ()
-            lines, killed, live = followed_with_kills(str(run), env, 4, 27 + grouped, writer, *extra)
-            code = writer.wait(timeout=GUARD_S)
+            with uninterrupted_follower(str(run), env, *extra) as whole:
+                lines, killed, live = followed_with_kills(str(run), env, 4, 27 + grouped, writer, *extra)
+                code = writer.wait(timeout=GUARD_S)
+                unkilled = read_to_the_end(whole)
         finally:
             if writer.poll() is None:
                 writer.kill()
@@ -590,6 +608,8 @@ def test_a_sigkilled_follower_resumed_from_its_last_cursor_gets_every_episode_on
     assert killed == 4
     assert live >= 1, "every kill came after the run had ended: make the sweep longer"
     assert_exactly_once_in_commit_order(lines, run, grouped)
+    # one follower started with the run and never killed: it ended only after the run did
+    assert [line["episode"] for line in unkilled] == [line["episode"] for line in lines]
     if grouped:
         groups: dict[tuple[object, ...], list[object]] = {}
         for line in lines:
@@ -620,8 +640,10 @@ def test_a_sigkilled_follower_of_a_run_in_s3_resumed_from_its_last_cursor_gets_e
                 assert writer.poll() is None, writer.stderr.read()
                 assert time.monotonic() < deadline, "collector run committed nothing"
                 time.sleep(0.05)
-            lines, killed, live = followed_with_kills(uri, env, 3, 2027, writer, "--groups", "all")
-            code = writer.wait(timeout=GUARD_S)
+            with uninterrupted_follower(uri, env) as whole:
+                lines, killed, live = followed_with_kills(uri, env, 3, 2027, writer, "--groups", "all")
+                code = writer.wait(timeout=GUARD_S)
+                unkilled = read_to_the_end(whole)
         finally:
             if writer.poll() is None:
                 writer.kill()
@@ -630,3 +652,4 @@ def test_a_sigkilled_follower_of_a_run_in_s3_resumed_from_its_last_cursor_gets_e
     assert live >= 1, "every kill came after the run had ended: make the sweep longer"
     monkeypatch.setenv("COLLECTOR_CACHE_DIR", str(tmp_path / "check-cache"))
     assert_exactly_once_in_commit_order(lines, resolve_run(uri))
+    assert [line["episode"] for line in unkilled] == [line["episode"] for line in lines]
