@@ -13,6 +13,12 @@ names, read with `read_shard`); nothing in the collector waits on it. A run in o
 storage (``s3://bucket/prefix``) is followed through its local mirror, synced at each poll
 (`collector.storage.mirror.resolve_run`).
 
+Output of ``collector follow``: ``--format jsonl`` (default) writes one line per episode,
+``{"cursor": ..., "seq": <commit>, ["group_errors": <its group's errors>,] "episode": {<row>}}``,
+flushed after each batch; ``--format arrow`` writes one Arrow IPC stream, the shard columns
+plus ``cursor``, a record batch per `Batch` (an empty run: the schema, no batch). Bad input
+(no run, a cursor that is not one, or not this run's) is one line on stderr and exit 2.
+
 Guarantees
 ----------
 - Only committed data: a row is delivered once a commit record (or the base) names its shard.
