@@ -1,7 +1,7 @@
 """`collector.analysis.follow`: committed batches in commit order, resumable exactly (issue 27).
 
-The unit tests drive a `RunStore` from the follower's own poll (its `sleep` hook commits the
-next batch), so every interleaving is an event, never a timing guess: resume from every
+The unit tests drive a run store (`open_run_store`) from the follower's own poll (its `sleep`
+hook commits the next batch), so every interleaving is an event, never a timing guess: resume from every
 cursor a follow printed (records still in the log, then folded into the base), compaction
 behind the cursor, forget, complete groups, the end. The process tests run `collector run`
 on the simulator and, concurrently, `python -m collector follow`, SIGKILLed after it printed
@@ -18,6 +18,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -25,7 +26,7 @@ import pytest
 from collector.analysis.follow import Batch, Follower, FollowError, follow
 from collector.record.episode import Episode
 from collector.stop import StopReason
-from collector.storage.local import RunStore
+from collector.storage.runstore import open_run_store
 from tests.checking import assert_run_checked
 from tests.record.factory import make_episode
 from tests.s3server import S3Bucket
@@ -41,8 +42,28 @@ def episodes(tasks: range, *, sample: int = 0, models: tuple[str, ...] = ("m1",)
                          task=f"t{t}", sample=sample) for t in tasks for m in models]
 
 
-def open_store(run: Path, samples: int = 1) -> RunStore:
-    return RunStore.open(run, "fp", {"samples_per_task": samples}, "arrow", 3)
+def open_store(run: Path, samples: int = 1) -> Any:
+    """A writer of `run` (the store's public surface only: its internals are another branch's)."""
+    return open_run_store(run, "fp", {"samples_per_task": samples}, "arrow", 3)
+
+
+def compact_on_disk(run: Path) -> int:
+    """What the writer's compaction does, by the on-disk format: the base with every record
+    folded in (removals, then additions) becomes the new base, then the records are deleted."""
+    meta = run / ".collector"
+    base = json.loads((meta / "manifest.json").read_text())
+    for path in sorted(meta.glob("commit-*.json")):
+        record = json.loads(path.read_text())
+        if record["seq"] > base["log_through"]:
+            gone = set(record["remove"])
+            base["shards"] = [e for e in base["shards"] if e["path"] not in gone] + record["add"]
+            base["log_through"] = record["seq"]
+    tmp = meta / ".manifest.json.compact.tmp"
+    tmp.write_text(json.dumps(base))
+    os.replace(tmp, meta / "manifest.json")
+    for path in meta.glob("commit-*.json"):
+        path.unlink()
+    return int(base["log_through"])
 
 
 def rows(batches: Iterator[Batch] | Follower) -> list[tuple[str, str]]:
@@ -143,7 +164,7 @@ def test_a_cursor_behind_a_compaction_gets_exactly_what_was_committed_after_it(t
         store.commit(episodes(range(7, 12)))
         store.commit(episodes(range(12, 13)))
         # and a compaction in the middle of the run, as the store does once the log is long
-        store._compact("test")
+        assert compact_on_disk(run) == 4
         store.commit(episodes(range(13, 15)))
     manifest = json.loads((run / ".collector/manifest.json").read_text())
     assert manifest["log_through"] == 5
@@ -359,7 +380,7 @@ def test_it_ends_only_once_the_writer_released_the_lock(tmp_path: Path) -> None:
 
 def test_forever_waits_for_the_run_and_follows_past_the_writers_end(tmp_path: Path) -> None:
     run = tmp_path / "run"
-    stores: list[RunStore] = []
+    stores: list[Any] = []
     steps: list[Callable[[], object]] = [
         lambda: None,  # no run yet: it waits
         lambda: stores.append(open_store(run)),
