@@ -416,8 +416,9 @@ class Follower:
         root = self._wait_for_run()
         start = self.since or Cursor(0, 0, "", 0, self.grouped)
         state = self._state_at(root, start)
-        size = self._group_size(root) if self.grouped else 0
-        grouper = _Grouper(size) if self.grouped else None
+        # Its size is read at the first row (see `_chunks`), not now: a writer creates the
+        # manifest before it writes config.resolved.json, and a follower may start in between.
+        grouper = _Grouper(0) if self.grouped else None
         skip = start.lines  # lines after the anchor already delivered
         lines = 0  # lines delivered (or skipped) since the current anchor
         anchor = state.anchor(self.grouped)
@@ -490,6 +491,8 @@ class Follower:
         for i, entry in enumerate(step.new):
             table = self._shard(root, entry)
             if grouper is not None:
+                if not grouper.size:  # a commit exists: the writer's open is done, its config written
+                    grouper.size = self._group_size(root)
                 table, ids, errs = grouper.feed(table)
             else:
                 ids, errs = [], []

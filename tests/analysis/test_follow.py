@@ -333,6 +333,23 @@ def test_held_samples_are_copied_out_of_their_shard_and_released_whole(tmp_path:
     assert len(grouper.held) == 47
 
 
+def test_a_grouped_follower_started_before_the_writer_wrote_its_config_waits_for_it(tmp_path: Path) -> None:
+    """A writer's open creates the manifest, then config.resolved.json: a follower started in
+    between reads the group size at the first row, once a commit (after the open) exists."""
+    run = tmp_path / "run"
+    store = open_store(run, samples=2)
+    config = run / ".collector/config.resolved.json"
+    written = config.read_text()
+    config.unlink()
+
+    def commit() -> None:
+        config.write_text(written)
+        store.commit(episodes(range(2), sample=0) + episodes(range(2), sample=1))
+
+    got = rows(driven(run, [commit, store.close], groups="complete"))
+    assert len(got) == 4
+
+
 def test_grouped_and_plain_cursors_are_not_mixed(tmp_path: Path) -> None:
     run = tmp_path / "run"
     with open_store(run, samples=1) as store:
