@@ -233,6 +233,12 @@ def _cmd_trainer_view(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_follow(args: argparse.Namespace) -> int:
+    from collector.analysis.follow import main
+
+    return main(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="collector",
@@ -364,6 +370,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", choices=("sequence", "stepwise"), default="sequence",
                    help="one row per prefix-consistent episode (default), or one per turn")
     p.set_defaults(func=_cmd_trainer_view)
+
+    p = sub.add_parser("follow", help="print a run's committed episodes as they land, resumable (issue 27)")
+    p.add_argument("follow_run", metavar="RUN", help="a run directory or s3://bucket/prefix")
+    p.add_argument("--since", default=None, metavar="CURSOR", help="resume after this row's cursor")
+    p.add_argument("--format", choices=("jsonl", "arrow"), default="jsonl", help="arrow: an IPC stream")
+    p.add_argument("--groups", choices=("all", "complete"), default="all", help="complete: whole groups only")
+    p.add_argument("--forever", action="store_true", help="keep following after the writer is gone")
+    p.add_argument("--poll", type=float, default=1.0, metavar="SECONDS", help="how often to look for commits")
+    p.set_defaults(func=_cmd_follow)
     return parser
 
 

@@ -1,0 +1,629 @@
+"""Follow a run: its committed episodes, in commit order, as they land (issue 27).
+
+    from collector.analysis.follow import follow
+    for batch in follow("runs/sweep", since=cursor, groups="complete"):
+        train_on(batch.table)          # an Arrow table: one commit's new rows (or complete groups)
+        save(batch.cursor)             # resume after it: follow(run, since=batch.cursor)
+
+    collector follow RUN [--since CURSOR] [--format jsonl|arrow] [--groups complete] [--forever]
+
+The follower only reads what is committed, through the run's on-disk format alone (the base
+``.collector/manifest.json``, the commit log ``.collector/commit-<seq>.json``, the shards it
+names, read with `read_shard`); nothing in the collector waits on it. A run in object
+storage (``s3://bucket/prefix``) is followed through its local mirror, synced at each poll
+(`collector.storage.mirror.resolve_run`).
+
+Output of ``collector follow``: ``--format jsonl`` (default) writes one line per episode,
+``{"cursor": ..., "seq": <commit>, ["group_errors": <its group's errors>,] "episode": {<row>}}``,
+flushed after each batch; ``--format arrow`` writes one Arrow IPC stream, the shard columns
+plus ``cursor``, a record batch per `Batch` (an empty run: the schema, no batch). Bad input
+(no run, a cursor that is not one, or not this run's) is one line on stderr and exit 2.
+
+Guarantees
+----------
+- Only committed data: a row is delivered once a commit record (or the base) names its shard.
+- Commit order: rows come in the order of the commit log; within a commit, in the record's
+  shard order and each shard's row order (the "stream").
+- Resume, exactly: every delivered row (every jsonl line, every row of an Arrow batch) has a
+  cursor; ``since=that cursor`` delivers exactly the rows after it: each committed episode
+  once per cursor history, none before its commit, none twice.
+- Memory: one commit's rows (a commit folded into the base before the follower read it
+  comes shard by shard), plus, with ``groups="complete"``, the samples of incomplete groups.
+
+Cursor. ``SEQ.N.LAST[+K]``: an anchor, the committed state after commit SEQ, which held N
+shards, the last named LAST (its file name without extension, ``-`` for none), then K lines
+of output after that anchor. Grouped cursors start with ``g``; their anchor is the last state
+at which no group was held (the low-water mark), and K counts the lines released since, so
+a resume re-reads the held samples from the anchor and skips the K lines already delivered.
+A bare ``SEQ`` is accepted while the records after it are still in the log.
+
+Compaction. The writer folds the log into a new base now and then (``log_through`` = the
+last record folded), then deletes the folded records. A follower whose anchor is at or
+after the base's ``log_through`` reads the records after it. One behind the base cannot:
+the base's entries do not say which commit added them (path, rows, model, budget, size,
+checksum, an ISO ``committed`` time of one-second resolution). But the base lists its shards
+in commit order (a fold appends each record's additions; a forget removes entries and
+appends their replacements), and only a forget or a repair ever removes one. So when the
+first N entries of the base are the anchor's N shards (its last one, LAST, is still the
+N-th), nothing of the anchor's state was removed, and exactly the entries after the N-th
+were committed after it: those are delivered (as one catch-up step at the base's seq). When
+they are not (a ``--retry-errors`` forget or a repair of a shard at or before the anchor,
+folded before the follower came back), no exact answer exists in today's format: the
+follower stops with one line naming the run and the cursor. Exactness there needs one field
+from the store: ``"seq"`` in every shard entry (commit record and base), the seq of the
+commit that first committed the entry's rows, a forget's replacement keeping the seq of the
+shard it replaces. When every base entry has it, the follower uses it instead (the entries
+with a seq above the anchor's, by seq). Also not exact across a compaction: a forget or a
+repair of a shard *after* the anchor while a cursor has K > 0 lines into it.
+
+Forget (``collector run --retry-errors``). The store writes a ``forget`` record: the shards
+holding error episodes are replaced by shards without them. A follower delivers nothing for
+it (the replacements hold rows it delivered already) and does not retract the error rows it
+delivered. The retried episodes are then committed like any other, with the same
+``episode_id`` as the error they replace: a consumer sees the error first, its retry later
+(keep the last row per id to get the run's final state). With ``groups="complete"`` a
+retried sample's group was released already (with its error counted), so the retry is held
+as a new incomplete group and reported at the end; follow without groups to train on retries.
+
+Groups. With ``groups="complete"`` a sample is released only with its whole group: the
+episodes of one task, model, budget (and provider and reasoning setting, where the run has
+those axes), samples ``0 .. samples_per_task-1`` (``.collector/config.resolved.json`` when
+the follower starts; a cursor resumes exactly while it is unchanged). A group is released
+once every sample is committed, error episodes included: a batch counts its error episodes
+(`Batch.errors`; each jsonl line has its group's, ``"group_errors"``), and the trainer
+decides (drop the group, or mask the errors). A released group's rows are together, samples
+in order: group i is rows ``i*size .. i*size+size-1``. Groups still incomplete when the
+follower ends are reported (`Follower.held`; the CLI prints one line on stderr).
+
+The end. Nothing marks a run complete (a finished sweep and an interrupted one leave the
+same files, and a later ``collector run`` may widen it), so the follower ends after the first
+read that began once the writer's lock was seen released (the writer released it after its
+last commit, so that read holds everything it committed): locally,
+no flock on ``.collector/run.lock`` (read from ``/proc/locks``, so the follower never takes
+a lock a starting writer would be refused by; where it is unreadable the writer counts as
+present; a writer on another host of a network filesystem does not show there: follow such a
+run with ``forever``); in object storage, no ``run.lock`` object, or one whose lease expired. With
+``forever=True`` (``--forever``) it keeps polling.
+
+Tests: tests/analysis/test_follow.py (compaction behind the cursor, forget, groups, the end,
+a SIGKILLed ``collector follow`` process resumed from its last printed cursor against a
+running ``collector run``, locally and in a moto bucket); tests/analysis/test_follow_example.py
+runs examples/follow_trainer.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from collector.errors import OutputError
+from collector.record.episode import Episode
+from collector.record.shards import ShardError, episodes_from_table, read_shard
+
+__all__ = ["Batch", "Cursor", "FollowError", "Follower", "follow", "main"]
+
+Groups = Literal["all", "complete"]
+
+# The on-disk format (collector.storage.manifest's docstring), restated here so that the
+# follower depends on the files, not on the storage modules' names.
+_META = ".collector"
+_MANIFEST = f"{_META}/manifest.json"
+_CONFIG = f"{_META}/config.resolved.json"
+_LOCK = f"{_META}/run.lock"
+_TMP = f"{_META}/tmp"
+#: Columns that tell two cells apart besides task, model and budget, where the run has them.
+_GROUP_AXES = ("task_id", "provider", "model", "budget", "reasoning")
+#: How often one poll reads again when the base changed under it (a compaction in between).
+_ATTEMPTS = 20
+
+
+class FollowError(OutputError):
+    """The run cannot be followed from this cursor (one line naming the run and the cursor)."""
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """A position in a run's delivery stream: after the state `seq` (`shards` shards, the last
+    `last`), then `lines` lines of output. `grouped` cursors anchor at a low-water mark."""
+
+    seq: int
+    shards: int | None = None
+    last: str | None = None
+    lines: int = 0
+    grouped: bool = False
+
+    def __str__(self) -> str:
+        text = f"{'g' if self.grouped else ''}{self.seq}"
+        if self.shards is not None:
+            text += f".{self.shards}.{self.last or '-'}"
+        return text + (f"+{self.lines}" if self.lines else "")
+
+    @classmethod
+    def parse(cls, text: str, where: str) -> Cursor:
+        raw = text.strip()
+        grouped = raw.startswith("g")
+        body, _, lines = raw.removeprefix("g").partition("+")
+        parts = body.split(".", 2)
+        try:
+            seq = int(parts[0])
+            shards = int(parts[1]) if len(parts) == 3 else None
+            count = int(lines) if lines else 0
+            if seq < 0 or count < 0 or (shards is not None and shards < 0) or len(parts) == 2:
+                raise ValueError
+        except ValueError:
+            raise FollowError(f"{where}: {text!r} is not a follow cursor (SEQ.N.LAST[+K])") from None
+        last = None if len(parts) < 3 else ("" if parts[2] == "-" else parts[2])
+        return cls(seq, shards, last, count, grouped)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Rows delivered together: one commit's new rows (or the groups it completed).
+
+    `cursor` resumes after the whole batch, `row_cursors[i]` after row i. `seq` is the commit
+    they belong to (the base's `log_through` for rows caught up from a compacted base)."""
+
+    table: pa.Table
+    seq: int
+    row_cursors: list[str]
+    groups: int = 0
+    """Grouped mode: how many groups have rows here (all whole, but for the first batch of a
+    follower resumed from a cursor inside a group: that group's rest)."""
+    errors: int = 0
+    group_errors: list[int] = field(default_factory=list)
+    """Grouped mode: per row, the error episodes of its group."""
+
+    @property
+    def cursor(self) -> str:
+        return self.row_cursors[-1]
+
+    def episodes(self) -> list[Episode]:
+        """The rows as `Episode` objects (in the table's order)."""
+        return episodes_from_table(self.table)
+
+
+@dataclass
+class _State:
+    """A committed state: after commit `seq`, the shard paths named, in order."""
+
+    seq: int
+    paths: list[str]
+
+    def anchor(self, grouped: bool, lines: int = 0) -> Cursor:
+        last = _stem(self.paths[-1]) if self.paths else ""
+        return Cursor(self.seq, len(self.paths), last, lines, grouped)
+
+
+@dataclass
+class _Step:
+    """What one commit record (or a catch-up from the base) adds to the stream."""
+
+    after: _State
+    new: list[dict[str, Any]]
+    record: bool = True
+    """From a commit record (delivered as one table); False: caught up from the base (shard by shard)."""
+
+
+def _stem(path: str) -> str:
+    name = path.rsplit("/", 1)[-1]
+    return name.rsplit(".", 1)[0]
+
+
+def _read_json(path: Path) -> Any:
+    """The JSON in `path`, or None when it does not exist (yet, or any more)."""
+    try:
+        return json.loads(path.read_bytes())
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except (OSError, ValueError) as e:
+        raise FollowError(f"{path} is unreadable: {e}") from e
+
+
+def _paths(entries: Sequence[dict[str, Any]]) -> list[str]:
+    """Entry paths, each once (a damaged manifest naming a file twice counts it once, as every
+    collector reader does)."""
+    return list(dict.fromkeys(str(e["path"]) for e in entries))
+
+
+class Follower:
+    """Iterate to get `Batch`es as commits land (see the module docstring); `cursor` is where
+    the last one left off, `held` the (groups, samples) still incomplete."""
+
+    def __init__(self, run: str | Path, since: str | None = None, *, groups: Groups = "all",
+                 forever: bool = False, poll_s: float = 1.0,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        if groups not in ("all", "complete"):
+            raise FollowError(f"{run}: groups must be 'all' or 'complete', got {groups!r}")
+        self.run = str(run)
+        self.grouped = groups == "complete"
+        self.forever = forever
+        self.poll_s = poll_s
+        self._sleep = sleep
+        self._object = self.run.startswith("s3://")
+        self.since = Cursor.parse(since, self.run) if since is not None else None
+        if self.since is not None and self.since.grouped != self.grouped:
+            if self.since.grouped or self.since.lines:
+                kind, flag = ("grouped", "with") if self.since.grouped else ("plain", "without")
+                raise FollowError(f"{self.run}: cursor {since} is a {kind} cursor; "
+                                  f"follow {flag} --groups complete")
+            # A plain cursor at a commit boundary is a grouped one with nothing held there.
+            self.since = Cursor(self.since.seq, self.since.shards, self.since.last, 0, True)
+        self.cursor: str | None = since
+        self.held: tuple[int, int] = (0, 0)
+
+    # --- where the files are -----------------------------------------------------------
+
+    def _root(self) -> Path | None:
+        """The run's directory now (an object store's mirror synced first), or None when
+        there is no run there yet."""
+        if not self._object:
+            root = Path(self.run)
+            return root if (root / _MANIFEST).is_file() else None
+        from collector.storage.manifest import NotARunDirectory
+        from collector.storage.mirror import resolve_run  # lazy: boto3 only for s3:// runs
+
+        try:
+            return resolve_run(self.run)
+        except NotARunDirectory:
+            return None
+
+    def _writer_present(self, root: Path) -> bool:
+        lock = root / _LOCK
+        if self._object:
+            token = _read_json(lock) if lock.exists() else None
+            if token is None:
+                return False
+            try:
+                renewed = dt.datetime.fromisoformat(str(token["renewed"]))
+                lease = float(token["lease_s"])
+            except (KeyError, TypeError, ValueError):
+                return True  # a lock we cannot read is a writer's all the same
+            return (dt.datetime.now(dt.UTC) - renewed).total_seconds() < lease
+        try:
+            st = os.stat(lock)
+        except FileNotFoundError:
+            return False
+        wanted = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+        try:
+            with open("/proc/locks", encoding="ascii") as f:
+                return any(len(fields) > 5 and fields[1] == "FLOCK" and fields[5] == wanted
+                           for fields in (line.split() for line in f))
+        except OSError:
+            return True  # cannot tell: follow until interrupted rather than end early
+
+    # --- reading the log ---------------------------------------------------------------
+
+    def _base(self, root: Path) -> dict[str, Any]:
+        base = _read_json(root / _MANIFEST)
+        through = base.get("log_through", 0) if isinstance(base, dict) else None
+        if (not isinstance(base, dict) or not isinstance(base.get("shards"), list)
+                or not isinstance(through, int) or through < 0):
+            raise FollowError(f"{root / _MANIFEST} is not a collector manifest")
+        return base
+
+    def _record(self, root: Path, seq: int) -> dict[str, Any] | None:
+        record = _read_json(root / f"{_META}/commit-{seq:09d}.json")
+        if record is None:
+            return None
+        if (not isinstance(record, dict) or record.get("seq") != seq
+                or record.get("op") not in ("commit", "forget")
+                or not isinstance(record.get("add"), list) or not isinstance(record.get("remove"), list)):
+            raise FollowError(f"{self.run}: commit record {seq} is not one this follower knows")
+        return record
+
+    def _state_at(self, root: Path, cursor: Cursor) -> _State:
+        """The committed state a cursor's anchor names, checked against the run."""
+        for _ in range(_ATTEMPTS):
+            base = self._base(root)
+            through = int(base["log_through"])
+            entries = base["shards"]
+            if cursor.seq < through:
+                return self._behind(entries, cursor, through)
+            state = _State(through, _paths(entries))
+            for seq in range(through + 1, cursor.seq + 1):
+                record = self._record(root, seq)
+                if record is None:
+                    break
+                state = _apply(state, record)
+            else:
+                found = state.anchor(False)
+                wanted = (cursor.shards, cursor.last or "")
+                if cursor.shards is not None and (found.shards, found.last) != wanted:
+                    raise FollowError(f"{self.run}: cursor {cursor} does not match this run (its state after "
+                                      f"commit {cursor.seq} has {len(state.paths)} shards)")
+                return state
+            if self._base(root).get("log_through") == through:
+                raise FollowError(f"{self.run}: cursor {cursor} is ahead of the run (no commit {cursor.seq})")
+        raise FollowError(f"{self.run}: the run kept compacting while cursor {cursor} was located; try again")
+
+    def _behind(self, entries: list[dict[str, Any]], cursor: Cursor, through: int) -> _State:
+        """The anchor's state when the base has folded past it (see "Compaction")."""
+        if entries and all(isinstance(e.get("seq"), int) for e in entries):
+            return _State(cursor.seq, _paths([e for e in entries if e["seq"] <= cursor.seq]))
+        paths = _paths(entries)
+        n = cursor.shards
+        if n is None:
+            raise FollowError(f"{self.run}: cursor {cursor} is behind the base (log_through {through}) and "
+                              "names no shard count: resume from a cursor as printed")
+        if n > len(paths) or (n and _stem(paths[n - 1]) != cursor.last):
+            raise FollowError(
+                f"{self.run}: cursor {cursor} is behind the base (log_through {through}) and a shard of its "
+                "state was removed since (a forget or a repair): the rows after it cannot be told apart "
+                "exactly (the store's entries carry no commit seq); follow from the start"
+            )
+        return _State(cursor.seq, paths[:n])
+
+    def _steps(self, root: Path, state: _State) -> Iterator[_Step]:
+        """The steps after `state` committed now, in order (records; a catch-up from the base
+        for records folded and deleted before this follower read them)."""
+        while True:
+            record = self._record(root, state.seq + 1)
+            if record is not None:
+                after = _apply(state, record)
+                # A forget's additions are the rows it kept of shards delivered already.
+                yield _Step(after, list(record["add"]) if record["op"] == "commit" else [])
+                state = after
+                continue
+            base = self._base(root)
+            through = int(base["log_through"])
+            if through <= state.seq:
+                return  # nothing committed after `state` yet
+            entries = list(base["shards"])
+            if entries and all(isinstance(e.get("seq"), int) for e in entries):
+                new = [e for e in entries if e["seq"] > state.seq]
+            else:
+                paths = _paths(entries)
+                if paths[:len(state.paths)] != state.paths:
+                    raise FollowError(
+                        f"{self.run}: cursor {state.anchor(self.grouped)} is behind the base (log_through "
+                        f"{through}) and a shard of its state was removed since (a forget or a repair): the "
+                        "rows after it cannot be told apart exactly (the store's entries carry no commit seq)"
+                    )
+                first = {str(e["path"]): e for e in reversed(entries)}  # the first entry naming each
+                new = [first[p] for p in paths[len(state.paths):]]
+            state = _State(through, _paths(entries))
+            yield _Step(state, new, record=False)
+
+    def _shard(self, root: Path, entry: dict[str, Any]) -> pa.Table:
+        """A committed shard: in data/, or still pending in .collector/tmp/ (between a commit
+        record and the move, or until the next open after a crash there)."""
+        rel = str(entry["path"])
+        final, pending = root / rel, root / _TMP / (rel.rsplit("/", 1)[-1] + ".tmp")
+        for path in (final, pending, final):  # the move may happen between two looks
+            if path.exists():
+                try:
+                    return read_shard(path)
+                except ShardError:
+                    if path.exists():
+                        raise
+        raise FollowError(f"{self.run}: committed shard {rel} is gone (removed by a later forget before this "
+                          "follower read it); follow from a later cursor or from the start")
+
+    # --- the iteration -----------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[Batch]:
+        root = self._wait_for_run()
+        start = self.since or Cursor(0, 0, "", 0, self.grouped)
+        state = self._state_at(root, start)
+        # Its size is read at the first row (see `_chunks`), not now: a writer creates the
+        # manifest before it writes config.resolved.json, and a follower may start in between.
+        grouper = _Grouper(0) if self.grouped else None
+        skip = start.lines  # lines after the anchor already delivered
+        lines = 0  # lines delivered (or skipped) since the current anchor
+        anchor = state.anchor(self.grouped)
+        first = True
+        while True:
+            # Whether a writer holds the run, seen before the read (see "The end"); for an
+            # object store in the previous sync, so that the read comes from a later listing.
+            present = self._writer_present(root)
+            if not first or self._object:  # an object store: a listing after the one that saw the lock
+                root = self._root() or root
+            for step in self._steps(root, state):
+                chunks = self._chunks(root, step, grouper)
+                for table, last_chunk, gids, gerrs in chunks:
+                    n = table.num_rows
+                    if skip:
+                        dropped = min(skip, n)
+                        skip -= dropped
+                        lines += dropped
+                        table, gids, gerrs = table.slice(dropped), gids[dropped:], gerrs[dropped:]
+                        n -= dropped
+                    if not n:
+                        continue
+                    cursors = [str(Cursor(anchor.seq, anchor.shards, anchor.last, lines + i, self.grouped))
+                               for i in range(1, n + 1)]
+                    lines += n
+                    if last_chunk and (grouper is None or not grouper.held):
+                        cursors[-1] = str(step.after.anchor(self.grouped))
+                    self.cursor = cursors[-1]
+                    yield Batch(table, step.after.seq, cursors, len(set(gids)), _count_errors(table), gerrs)
+                state = step.after
+                if grouper is None or not grouper.held:
+                    anchor, lines = state.anchor(self.grouped), 0
+                    if not skip:
+                        self.cursor = str(anchor)
+            if grouper is not None:
+                self.held = (len(grouper.held), sum(len(g) for g in grouper.held.values()))
+            if first and skip:
+                raise FollowError(f"{self.run}: cursor {start} names {start.lines} lines after its anchor; "
+                                  f"the run has only {start.lines - skip} there")
+            first = False
+            if not present and not self.forever:
+                return  # the writer was gone before this read began: the read saw all it committed
+            self._sleep(self.poll_s)
+
+    def _wait_for_run(self) -> Path:
+        while True:
+            root = self._root()
+            if root is not None:
+                return root
+            if not self.forever:
+                raise FollowError(f"{self.run} is not a run (no {_MANIFEST}); --forever waits for one")
+            self._sleep(self.poll_s)
+
+    def _group_size(self, root: Path) -> int:
+        resolved = _read_json(root / _CONFIG)
+        size = resolved.get("config", {}).get("samples_per_task", 1) if isinstance(resolved, dict) else None
+        if not isinstance(size, int) or size < 1:
+            raise FollowError(f"{self.run}: no samples_per_task in {_CONFIG}: groups cannot be completed")
+        return size
+
+    def _chunks(self, root: Path, step: _Step, grouper: _Grouper | None
+                ) -> Iterator[tuple[pa.Table, bool, list[int], list[int]]]:
+        """The step's output: its rows, one table per commit (per shard when caught up from a
+        compacted base: that can be the whole run), or the groups they complete; each with
+        whether it is the step's last, and per row its group's number and error count."""
+        whole = step.record or len(step.new) <= 1
+        parts: list[pa.Table] = []
+        gids: list[int] = []
+        gerrs: list[int] = []
+        for i, entry in enumerate(step.new):
+            table = self._shard(root, entry)
+            if grouper is not None:
+                if not grouper.size:  # a commit exists: the writer's open is done, its config written
+                    grouper.size = self._group_size(root)
+                table, ids, errs = grouper.feed(table)
+            else:
+                ids, errs = [], []
+            last = i == len(step.new) - 1
+            if whole:
+                parts.append(table)
+                gids += ids
+                gerrs += errs
+                if last:
+                    yield _concat(parts), True, gids, gerrs
+            else:
+                yield table, last, ids, errs
+
+
+def _apply(state: _State, record: dict[str, Any]) -> _State:
+    gone = {str(rel) for rel in record["remove"]}
+    paths = [p for p in state.paths if p not in gone]
+    known = set(paths)
+    paths.extend(p for p in _paths(record["add"]) if p not in known)
+    return _State(int(record["seq"]), paths)
+
+
+def _concat(tables: list[pa.Table]) -> pa.Table:
+    tables = [t for t in tables if t.num_rows] or tables[:1]
+    return tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="default")
+
+
+def _count_errors(table: pa.Table) -> int:
+    if "stop_reason" not in table.column_names:
+        return 0
+    return int(pc.sum(pc.equal(table.column("stop_reason").cast(pa.string()), "error")).as_py() or 0)
+
+
+@dataclass
+class _Grouper:
+    """Holds the samples of incomplete groups; `feed` returns the groups a table completes."""
+
+    size: int
+    released: int = 0
+    #: group key -> sample -> (table, row): the held row, copied out of its shard (see `feed`).
+    held: dict[tuple[Any, ...], dict[int, tuple[pa.Table | None, int]]] = field(default_factory=dict)
+
+    def feed(self, table: pa.Table) -> tuple[pa.Table, list[int], list[int]]:
+        """The rows of the groups `table` completes (each group's together, samples in order),
+        with per row its group's number (in release order) and its group's error count."""
+        axes = [a for a in _GROUP_AXES if a in table.column_names]
+        keys = zip(*(table.column(a).to_pylist() for a in axes), strict=True)
+        samples = table.column("sample").to_pylist()
+        done: list[dict[int, tuple[pa.Table | None, int]]] = []
+        for i, (key, sample) in enumerate(zip(keys, samples, strict=True)):
+            group = self.held.setdefault(key, {})
+            group[int(sample)] = (None, i)  # None: this table; a sample committed again replaces the held one
+            if all(s in group for s in range(self.size)):
+                done.append(self.held.pop(key))
+        # The rows left held are copied out of the shard (a slice would keep all of its buffers
+        # alive): memory is the held rows, not every shard that still has one.
+        mine = sorted(i for group in self.held.values() for t, i in group.values() if t is None)
+        if mine:
+            kept = table.take(pa.array(mine, pa.int64()))
+            where = {i: n for n, i in enumerate(mine)}
+            for group in self.held.values():
+                for s, (t, i) in group.items():
+                    if t is None:
+                        group[s] = (kept, where[i])
+        rows = [(table if t is None else t).slice(i, 1) for group in done
+                for t, i in (group[s] for s in range(self.size))]
+        out = _concat(rows) if rows else table.slice(0, 0)
+        errors = pc.equal(out.column("stop_reason").cast(pa.string()), "error").to_pylist()
+        gids, gerrs = [], []
+        for g in range(len(done)):
+            self.released += 1
+            mine = errors[g * self.size:(g + 1) * self.size]
+            gids += [self.released] * self.size
+            gerrs += [sum(bool(e) for e in mine)] * self.size
+        return out, gids, gerrs
+
+
+def follow(run: str | Path, since: str | None = None, *, groups: Groups = "all", forever: bool = False,
+           poll_s: float = 1.0) -> Follower:
+    """Follow `run` (a run directory or ``s3://bucket/prefix``): iterate the result for
+    `Batch`es in commit order as they are committed, from after `since` (a cursor one of them
+    carried; None: from the start). See the module docstring for the guarantees."""
+    return Follower(run, since, groups=groups, forever=forever, poll_s=poll_s)
+
+
+# --- the command line (`collector follow`; collector/cli.py registers the arguments) ------
+
+
+def main(args: argparse.Namespace) -> int:
+    """`collector follow`: write the batches to stdout; one line on stderr for held groups."""
+    follower = Follower(args.follow_run, args.since, groups=args.groups, forever=args.forever,
+                        poll_s=args.poll)
+    write = _write_arrow if args.format == "arrow" else _write_jsonl
+    write(follower, sys.stdout)
+    groups, samples = follower.held
+    if groups:
+        print(f"collector follow: {args.follow_run}: {groups} incomplete group(s) held ({samples} samples), "
+              f"not released; --since {follower.cursor} resumes them", file=sys.stderr)
+    return 0
+
+
+def _write_jsonl(follower: Follower, out: Any) -> None:
+    for batch in follower:
+        lines = []
+        for i, (cursor, row) in enumerate(zip(batch.row_cursors, batch.table.to_pylist(), strict=True)):
+            line: dict[str, Any] = {"cursor": cursor, "seq": batch.seq}
+            if batch.group_errors:
+                line["group_errors"] = batch.group_errors[i]
+            line["episode"] = row
+            lines.append(json.dumps(line, default=str))
+        out.write("\n".join(lines) + "\n")
+        out.flush()  # a consumer reads each batch as it lands, and resumes from what it read
+
+
+def _write_arrow(follower: Follower, out: Any) -> None:
+    from collector.record.shards import SCHEMA
+
+    sink = out.buffer if hasattr(out, "buffer") else out
+    writer: pa.ipc.RecordBatchStreamWriter | None = None
+    schema: pa.Schema | None = None
+    try:
+        for batch in follower:
+            table = batch.table.append_column("cursor", pa.array(batch.row_cursors, pa.string()))
+            if writer is None:
+                schema = table.schema
+                writer = pa.ipc.new_stream(sink, schema)
+            writer.write_table(table.cast(schema) if schema is not None and table.schema != schema else table)
+            sink.flush()
+        if writer is None:  # no rows: still a valid (empty) stream
+            writer = pa.ipc.new_stream(sink, SCHEMA.append(pa.field("cursor", pa.string())))
+    finally:
+        if writer is not None:
+            writer.close()
+            sink.flush()
