@@ -17,6 +17,7 @@ command ran and found a problem (`check` with violations).
     collector export RUN_DIR OUT [--format chat-jsonl|parquet] [--where COL OP VALUE ...]
     collector sim [--host H] [--port N] [--seed S]
     collector trainer-view RUN_DIR OUT [--mode sequence|stepwise]
+    collector report RUN_DIR [-o OUT] [--target X]
 
 Every RUN_DIR may also be ``s3://bucket/prefix``: it is read through a local mirror synced
 first (`collector.storage.mirror.resolve_run`, the one place the argument is resolved).
@@ -233,6 +234,12 @@ def _cmd_trainer_view(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_report(args: argparse.Namespace) -> int:
+    from collector.analysis.report import report_command
+
+    return report_command(args.run, args.out, args.target, args.run_dir)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="collector",
@@ -364,6 +371,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", choices=("sequence", "stepwise"), default="sequence",
                    help="one row per prefix-consistent episode (default), or one per turn")
     p.set_defaults(func=_cmd_trainer_view)
+
+    p = sub.add_parser("report", help="write one self-contained HTML page of a run (figures, transcripts)")
+    run_dir(p)
+    p.add_argument("-o", "--out", default="report.html", help="the HTML file to write (default: %(default)s)")
+    target(p)
+    p.set_defaults(func=_cmd_report)
     return parser
 
 
