@@ -22,6 +22,7 @@ from collector.analysis import report, svgplot
 from collector.analysis.episodes import load_episodes
 from tests.analysis.cdp import Browser, ensure_chromium
 from tests.analysis.report_run import HOSTILE, build_run
+from tests.s3server import S3Bucket
 
 
 @pytest.fixture(scope="module")
@@ -182,3 +183,21 @@ def test_stop_colours_are_the_notebooks() -> None:
     """A stop reason has the notebook's colour in the report too."""
     figures = pytest.importorskip("collector.analysis.figures")
     assert figures.STOP_COLOURS == svgplot.STOP_COLOURS
+
+
+def test_a_run_in_object_storage(run: Path, page: Path, s3_bucket: S3Bucket, tmp_path: Path,
+                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """`collector report s3://...` reads the run through its mirror: the same table as locally,
+    the URI as the run's name."""
+    monkeypatch.setenv("COLLECTOR_CACHE_DIR", str(tmp_path / "cache"))
+    for path in sorted(p for p in run.rglob("*") if p.is_file() and not p.name.endswith(".lock")):
+        s3_bucket.client.put_object(Bucket=s3_bucket.name, Key=f"runs/r/{path.relative_to(run).as_posix()}",
+                                    Body=path.read_bytes())
+    uri = s3_bucket.uri("runs/r")
+    out = tmp_path / "s3.html"
+    assert cli.main(["report", uri, "-o", str(out), "--target", "0.3"]) == 0
+    text = out.read_text(encoding="utf-8")
+    assert f"<td>run</td><td>{html.escape(uri)}</td>" in text
+    table = text.split('<table id="stats"', 1)[1].split("</table>", 1)[0]
+    local = page.read_text(encoding="utf-8").split('<table id="stats"', 1)[1].split("</table>", 1)[0]
+    assert table == local
