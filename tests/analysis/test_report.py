@@ -181,7 +181,8 @@ def test_identity_and_check_verdict(run: Path, page: Path) -> None:
 
 def test_stop_colours_are_the_notebooks() -> None:
     """A stop reason has the notebook's colour in the report too."""
-    figures = pytest.importorskip("collector.analysis.figures")
+    from collector.analysis import figures  # matplotlib (a dev dependency): imported here only
+
     assert figures.STOP_COLOURS == svgplot.STOP_COLOURS
 
 
