@@ -12,6 +12,7 @@ import html
 import io
 import json
 import math
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +21,7 @@ import pytest
 from collector import cli
 from collector.analysis import report, svgplot
 from collector.analysis.episodes import load_episodes
+from collector.storage.local import RunStore
 from tests.analysis.cdp import Browser, ensure_chromium
 from tests.analysis.report_run import HOSTILE, build_run
 from tests.s3server import S3Bucket
@@ -202,3 +204,27 @@ def test_a_run_in_object_storage(run: Path, page: Path, s3_bucket: S3Bucket, tmp
     table = text.split('<table id="stats"', 1)[1].split("</table>", 1)[0]
     local = page.read_text(encoding="utf-8").split('<table id="stats"', 1)[1].split("</table>", 1)[0]
     assert table == local
+
+
+def test_budget_axis_ticks_exactly_the_budgets_and_draws_bands() -> None:
+    """The log2 budget axis labels each swept budget (96 too) and nothing else; a band is a
+    closed path under its line; a label from the run is escaped."""
+    svg = svgplot.line_chart("t", "y", [64, 96, 192], [svgplot.Line(
+        "<b>m</b>", "#123456", [(64, 0.5), (96, 0.25), (192, 0.0)], [(0.4, 0.6), (0.2, 0.3), (0.0, 0.1)])])
+    ticks = list(re.findall(r'text-anchor="middle">(\d+)</text>', svg))
+    assert ticks == ["64", "96", "192"]
+    assert svg.count('class="data band"') == 1
+    assert re.search(r'class="data band" d="M[^"]+Z"', svg)
+    assert "<b>m</b>" not in svg
+    assert "&lt;b&gt;m&lt;/b&gt;" in svg
+
+
+def test_an_empty_run_still_has_a_page(tmp_path: Path) -> None:
+    """A run with nothing committed yet: identity and verdict, no rows, no figures, no crash."""
+    with RunStore.open(tmp_path / "empty", "fp-empty", {}, "arrow", 16):
+        pass
+    text = report.build_report(tmp_path / "empty")
+    assert "fp-empty" in text
+    assert 'id="verdict"' in text
+    assert '<svg class="figure"' not in text
+    assert "<tbody></tbody>" in text
