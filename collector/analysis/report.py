@@ -251,7 +251,7 @@ svg .line,svg .key{fill:none;stroke-width:2}svg .band{opacity:.18;stroke:none}
 details.ep{border:1px solid #ddd;border-radius:4px;margin:4px 0}details.ep>summary{cursor:pointer;
 padding:4px 8px;background:#fafafa}details.ep[open]>summary{border-bottom:1px solid #ddd}
 .body{padding:6px 10px}.msg{border-left:3px solid #ccc;margin:6px 0;padding:2px 8px}
-.role-assistant{border-color:#1f77b4}.role-tool{border-color:#2ca02c}.role-user{border-color:#9467bd}
+.role-assistant{border-color:#1f77b4}.role-reasoning{border-color:#bcbd22;background:#fbfbef}.role-tool{border-color:#2ca02c}.role-user{border-color:#9467bd}
 .msg.discarded{background:#fff1f0;border-color:#d62728}.msg pre{white-space:pre-wrap;margin:2px 0;
 font:12px ui-monospace,monospace}.tag{color:#555;font-size:12px}.call{font:12px ui-monospace,monospace}
 .badge{display:inline-block;border-radius:3px;padding:0 5px;margin-left:4px;font-size:11px;color:#fff}
@@ -593,6 +593,11 @@ def _transcript(ep: Episode) -> str:
     # and its replay is what `chat_messages` rebuilds (the adapters' "{}" for a malformed call).
     replayed = ep.chat or chat_messages(ep.messages)
     messages = "".join(_message(replayed, i, m, turns, executed) for i, m in enumerate(ep.messages))
+    # The reasoning the provider returned (stored redacted like message text): where a thinking
+    # cut spent the cap.
+    messages += "".join(f'<div class="msg role-reasoning"><div class="tag">reasoning · turn {t.index}'
+                        f"{_badge('cut', 'thinking cut') if 'reasoning' in t.length_signals else ''}</div>"
+                        f"{_text(t.reasoning_text)}</div>" for t in ep.turns if t.reasoning_text)
     tokens = "".join(_token_view(t) for t in ep.turns)
     token_block = f"<h4>Tokens</h4>{tokens}" if tokens else ""
     return (f'<details class="ep" data-model="{esc(ep.model)}" data-budget="{ep.budget}" '

@@ -54,6 +54,8 @@ def _decorate(ep: Episode, i: int) -> Episode:
         last = ep.turns[-1]
         if last.finish_class == "length" and i % 2:
             last.length_signals = ["finish_reason", "reasoning"]
+            last.reasoning_text = "Let me think about the refund step by step <b>first</b>"
+            last.reasoning_tokens = last.output_tokens
     else:
         ep.reasoning = "none"
     if ep.stop_reason is S.LENGTH and i == 0:

@@ -148,6 +148,7 @@ def test_model_output_is_escaped(run: Path, page: Path) -> None:
     assert HOSTILE not in text
     assert html.escape(HOSTILE, quote=True) in text
     assert text.count("<script") == 1
+    assert "step by step &lt;b&gt;first&lt;/b&gt;</pre>" in text  # the reasoning of a thinking cut
     assert "Content-Security-Policy" in text
 
 
