@@ -229,3 +229,23 @@ def test_an_empty_run_still_has_a_page(tmp_path: Path) -> None:
     assert 'id="verdict"' in text
     assert '<svg class="figure"' not in text
     assert "<tbody></tbody>" in text
+
+
+def test_cli_defaults_to_a_five_percent_target_and_never_writes_into_the_run(
+        run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`collector report RUN -o OUT` picks for 5% (as `stats --target 0.05`); an OUT inside the
+    run directory is refused with one line and exit code 2, and nothing is written there."""
+    out = tmp_path / "default.html"
+    assert cli.main(["report", str(run), "-o", str(out)]) == 0
+    text = out.read_text(encoding="utf-8")
+    assert "Smallest budget with truncation at or under 5.0%" in text
+    picks = stats_json(run, "0.05")["picks"]
+    table = text.split('<table id="picks"', 1)[1].split("</table>", 1)[0]
+    assert table.count("<tr data-model=") == len(picks)  # type: ignore[arg-type]
+    budgets = [p["budget"] for p in picks]  # type: ignore[index,union-attr]
+    assert budgets == [256, 256, 128]
+    assert [int(b) for b in re.findall(r"<td>(\d+) \(measured", table)] == budgets
+    capsys.readouterr()
+    assert cli.main(["report", str(run), "-o", str(run / "data" / "r.html")]) == 2
+    assert "collector: error:" in capsys.readouterr().err
+    assert not (run / "data" / "r.html").exists()
