@@ -17,6 +17,9 @@ command ran and found a problem (`check` with violations).
     collector export RUN_DIR OUT [--format chat-jsonl|parquet] [--where COL OP VALUE ...]
     collector sim [--host H] [--port N] [--seed S]
     collector trainer-view RUN_DIR OUT [--mode sequence|stepwise]
+    collector report RUN_DIR [-o OUT] [--target X]
+    collector follow RUN [--since CURSOR] [--format jsonl|arrow] [--groups all|complete] [--forever]
+                         [--poll SECONDS]
 
 Every RUN_DIR may also be ``s3://bucket/prefix``: it is read through a local mirror synced
 first (`collector.storage.mirror.resolve_run`, the one place the argument is resolved).
@@ -239,6 +242,12 @@ def _cmd_follow(args: argparse.Namespace) -> int:
     return main(args)
 
 
+def _cmd_report(args: argparse.Namespace) -> int:
+    from collector.analysis.report import report_command
+
+    return report_command(args.run, args.out, args.target, args.run_dir)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="collector",
@@ -371,7 +380,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="one row per prefix-consistent episode (default), or one per turn")
     p.set_defaults(func=_cmd_trainer_view)
 
-    p = sub.add_parser("follow", help="print a run's committed episodes as they land, resumable (issue 27)")
+    p = sub.add_parser("follow", help="print a run's committed episodes as they land, resumable")
     p.add_argument("follow_run", metavar="RUN", help="a run directory or s3://bucket/prefix")
     p.add_argument("--since", default=None, metavar="CURSOR", help="resume after this row's cursor")
     p.add_argument("--format", choices=("jsonl", "arrow"), default="jsonl", help="arrow: an IPC stream")
@@ -379,6 +388,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--forever", action="store_true", help="keep following after the writer is gone")
     p.add_argument("--poll", type=float, default=1.0, metavar="SECONDS", help="how often to look for commits")
     p.set_defaults(func=_cmd_follow)
+
+    p = sub.add_parser("report", help="write one self-contained HTML page of a run (figures, transcripts)")
+    run_dir(p)
+    p.add_argument("-o", "--out", default="report.html", help="the HTML file to write (default: %(default)s)")
+    target(p)
+    p.set_defaults(func=_cmd_report)
     return parser
 
 

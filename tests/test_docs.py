@@ -152,7 +152,7 @@ def _named_tests(path: Path) -> list[str]:
     """The paths a module's docstring names after `Tests:` (one line or wrapped)."""
     doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
     named = []
-    for match in re.finditer(r"Tests:\s*((?:[^\n]|\n(?!\s*\n))*)", doc):
+    for match in re.finditer(r"[Tt]ests:\s*((?:[^\n]|\n(?!\s*\n))*)", doc):
         named += re.findall(r"tests/[\w/.-]*\w(?:::\w+)?", match.group(1))
     return named
 

@@ -9,4 +9,6 @@ episodes at once on one asyncio loop inside a Ray actor (`worker_writes`: the sh
 itself); `simlaunch` starts the simulated provider for `kind = "sim"` runs; `progress` draws
 the progress line. Everything below this package (episode, providers, envs, storage) is plain
 Python.
+
+Tests: tests/run (a folder per module), tests/faults (the driver under faults).
 """

@@ -10,6 +10,8 @@ else an embedded local cluster. If Ray is already initialised in this process (a
 session, a notebook) that connection is used and left open. The embedded cluster listens on
 loopback only, and the driver keeps its SIGTERM handler through Ray's shutdown
 (`_DRIVER_INIT`, `_EMBEDDED_INIT`).
+
+Tests: tests/run/test_loopback_cluster.py, tests/run/test_job.py, tests/run/test_ray_address.py.
 """
 
 from __future__ import annotations

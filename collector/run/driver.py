@@ -22,6 +22,8 @@ driver fault tests in tests/faults.
    dropped before commit;
 4. the progress line counts episodes as workers finish them (each worker polled for its
    running count), committed or not: display only.
+
+Tests: tests/run/test_driver_loop.py, tests/run/test_driver_buffer.py, tests/run/test_driver_written.py.
 """
 
 from __future__ import annotations

@@ -56,8 +56,8 @@ from collector.run.worker import WorkerSetup
 from collector.run.worker_writes import writes_on_workers
 from collector.stop import StopReason
 from collector.storage.location import ObjectLocation, parse_location
+from collector.storage.opening import open_run_store
 from collector.storage.pending import ShardSink
-from collector.storage.runstore import open_run_store
 
 # OBJECT_STORE_BYTES, JobResult and Snapshot are imported from here by benches and tests.
 __all__ = ["OBJECT_STORE_BYTES", "Interrupted", "JobResult", "Snapshot", "committed_error_ids", "run_job",

@@ -9,6 +9,8 @@ A call's `result` either returns what the worker returned, or raises one of two 
 that the driver treats differently: `WorkerFailed` (our own code raised inside the worker:
 a bug or a config problem, the run stops) and `WorkerLost` (the actor or its node died:
 its batch is run again on a replacement).
+
+Tests: tests/run/test_driver_loop.py (the fake pool of tests/run/fakepool.py).
 """
 
 from __future__ import annotations

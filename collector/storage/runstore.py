@@ -1,10 +1,9 @@
-"""The run store: its one surface (`RunStore`), the state and errors both stores share, and
-`open_run_store(output.path)`, the one door to a local directory or an object-store prefix.
+"""The run store: its one surface (`RunStore`), and the state and errors both stores share.
 
 The commit protocol itself is written once in `collector.storage.commit`; the local directory
 (`collector.storage.local.LocalRunStore`) and S3 (`collector.storage.s3store.S3RunStore`) are
-its two backends. boto3 is imported only once an ``s3://`` run is opened: the backends are
-imported lazily here.
+its two backends, and `collector.storage.opening.open_run_store` opens the one an
+`output.path` names. This module imports neither backend (both import it).
 
 Tests: tests/storage/test_store.py (the surface, both stores through `open_run_store` in
 tests/storage/test_objectstore.py), tests/storage/test_runstore.py (`CommitIncomplete` across
@@ -16,24 +15,17 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Collection, Iterator, Sequence
-from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, Protocol, Self
+from typing import Any, Protocol, Self
 
 import pyarrow as pa
 
 from collector.errors import OutputError
 from collector.record.episode import SCHEMA_VERSION, Episode
 from collector.record.shards import schema_version_of
-from collector.storage.location import ObjectLocation, parse_location
 from collector.storage.pending import PendingShard, ShardSink
 
-if TYPE_CHECKING:
-    from collector.storage.local import LocalRunStore
-    from collector.storage.s3store import S3RunStore
-
-__all__ = ["CommitIncomplete", "LockLost", "RunStore", "StoreState", "fresh_by_cell", "open_run_store",
-           "verified_ids"]
+__all__ = ["CommitIncomplete", "LockLost", "RunStore", "StoreState", "fresh_by_cell", "verified_ids"]
 
 log = logging.getLogger(__name__)
 
@@ -121,12 +113,6 @@ class RunStore(Protocol):
                  tb: TracebackType | None) -> None: ...
 
 
-if TYPE_CHECKING:
-    def _both_stores_are_run_stores(local: LocalRunStore, s3: S3RunStore) -> tuple[RunStore, RunStore]:
-        """Never called: mypy checks here that each backend has the whole surface."""
-        return local, s3
-
-
 class StoreState:
     """What both run stores keep in memory and show the same way: the committed ids, the folded
     manifest, warnings, and the transaction mark that keeps a state cut short from being
@@ -177,21 +163,3 @@ class StoreState:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
-
-
-def open_run_store(
-    path: str | Path,
-    config_fingerprint: str,
-    resolved_config: dict[str, Any],
-    fmt: Literal["arrow", "parquet"] = "arrow",
-    rows_per_shard: int = 512,
-) -> LocalRunStore | S3RunStore:
-    """`LocalRunStore.open` for a local path, `S3RunStore.open` for ``s3://bucket/prefix``."""
-    where = parse_location(path)
-    if isinstance(where, ObjectLocation):
-        from collector.storage.s3store import S3RunStore
-
-        return S3RunStore.open(where, config_fingerprint, resolved_config, fmt, rows_per_shard)
-    from collector.storage.local import LocalRunStore
-
-    return LocalRunStore.open(where, config_fingerprint, resolved_config, fmt, rows_per_shard)

@@ -26,7 +26,7 @@ import pytest
 from collector.analysis.follow import Batch, Follower, FollowError, follow
 from collector.record.episode import Episode
 from collector.stop import StopReason
-from collector.storage.runstore import open_run_store
+from collector.storage.opening import open_run_store
 from tests.checking import assert_run_checked
 from tests.record.factory import make_episode
 from tests.s3server import S3Bucket

@@ -14,7 +14,7 @@ import pytest
 from collector.errors import OutputError
 from collector.storage import s3client
 from collector.storage.local import LockLost
-from collector.storage.runstore import open_run_store
+from collector.storage.opening import open_run_store
 from collector.storage.s3lease import host_identity
 from collector.storage.s3store import ObjectRunStore, pending_rel
 from tests.record.factory import make_batch

@@ -10,7 +10,8 @@ import textwrap
 from pathlib import Path
 
 from collector.storage.local import LocalRunStore
-from collector.storage.runstore import CommitIncomplete, RunStore, open_run_store
+from collector.storage.opening import open_run_store
+from collector.storage.runstore import CommitIncomplete, RunStore
 from collector.storage.s3store import S3RunStore
 from tests.record.factory import make_batch
 from tests.s3server import S3Bucket
@@ -46,7 +47,7 @@ def test_a_local_run_never_imports_boto3(tmp_path: Path) -> None:
     code = textwrap.dedent(
         f"""
         import sys
-        from collector.storage.runstore import open_run_store
+        from collector.storage.opening import open_run_store
         with open_run_store({str(tmp_path / "run")!r}, "fp", {{}}) as st:
             pass
         print("boto3" in sys.modules)
