@@ -237,7 +237,7 @@ def _cmd_trainer_view(args: argparse.Namespace) -> int:
 
 
 def _cmd_follow(args: argparse.Namespace) -> int:
-    from collector.analysis.follow import main
+    from collector.analysis.follow_output import main
 
     return main(args)
 

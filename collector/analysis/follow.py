@@ -93,11 +93,9 @@ runs examples/follow_trainer.py.
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import json
 import os
-import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -111,7 +109,7 @@ from collector.errors import OutputError
 from collector.record.episode import Episode
 from collector.record.shards import ShardError, episodes_from_table, read_shard
 
-__all__ = ["Batch", "Cursor", "FollowError", "Follower", "follow", "main"]
+__all__ = ["Batch", "Cursor", "FollowError", "Follower", "follow"]
 
 Groups = Literal["all", "complete"]
 
@@ -576,54 +574,3 @@ def follow(run: str | Path, since: str | None = None, *, groups: Groups = "all",
     `Batch`es in commit order as they are committed, from after `since` (a cursor one of them
     carried; None: from the start). See the module docstring for the guarantees."""
     return Follower(run, since, groups=groups, forever=forever, poll_s=poll_s)
-
-
-# --- the command line (`collector follow`; collector/cli.py registers the arguments) ------
-
-
-def main(args: argparse.Namespace) -> int:
-    """`collector follow`: write the batches to stdout; one line on stderr for held groups."""
-    follower = Follower(args.follow_run, args.since, groups=args.groups, forever=args.forever,
-                        poll_s=args.poll)
-    write = _write_arrow if args.format == "arrow" else _write_jsonl
-    write(follower, sys.stdout)
-    groups, samples = follower.held
-    if groups:
-        print(f"collector follow: {args.follow_run}: {groups} incomplete group(s) held ({samples} samples), "
-              f"not released; --since {follower.cursor} resumes them", file=sys.stderr)
-    return 0
-
-
-def _write_jsonl(follower: Follower, out: Any) -> None:
-    for batch in follower:
-        lines = []
-        for i, (cursor, row) in enumerate(zip(batch.row_cursors, batch.table.to_pylist(), strict=True)):
-            line: dict[str, Any] = {"cursor": cursor, "seq": batch.seq}
-            if batch.group_errors:
-                line["group_errors"] = batch.group_errors[i]
-            line["episode"] = row
-            lines.append(json.dumps(line, default=str))
-        out.write("\n".join(lines) + "\n")
-        out.flush()  # a consumer reads each batch as it lands, and resumes from what it read
-
-
-def _write_arrow(follower: Follower, out: Any) -> None:
-    from collector.record.shards import SCHEMA
-
-    sink = out.buffer if hasattr(out, "buffer") else out
-    writer: pa.ipc.RecordBatchStreamWriter | None = None
-    schema: pa.Schema | None = None
-    try:
-        for batch in follower:
-            table = batch.table.append_column("cursor", pa.array(batch.row_cursors, pa.string()))
-            if writer is None:
-                schema = table.schema
-                writer = pa.ipc.new_stream(sink, schema)
-            writer.write_table(table.cast(schema) if schema is not None and table.schema != schema else table)
-            sink.flush()
-        if writer is None:  # no rows: still a valid (empty) stream
-            writer = pa.ipc.new_stream(sink, SCHEMA.append(pa.field("cursor", pa.string())))
-    finally:
-        if writer is not None:
-            writer.close()
-            sink.flush()
