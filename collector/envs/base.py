@@ -147,6 +147,13 @@ class EpisodeWorld(ABC):
 
 class Environment(ABC):
     name: str
+    regradable: bool = False
+    """`collector regrade` may rebuild this environment's worlds from a recorded episode (a
+    fresh `start`, its tools run on the recorded calls in order) and grade them again. Declare
+    it only when that replay is faithful: tools deterministic in their recorded (redacted)
+    arguments, no outside state. `collector regrade` refuses an environment without it."""
+    grader_version: str = "1"
+    """Stored with each regrade annotation: bump it when the grader changes meaning."""
 
     @abstractmethod
     def tasks(self) -> Sequence[Task]: ...
