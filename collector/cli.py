@@ -328,7 +328,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="episode: share of episodes with a cut turn; turn: turns cut / turns, by turn index and kind",
     )
     p.add_argument("--groups", action="store_true", help="group health: zero-variance groups per cell")
-    p.add_argument("--annotation", default=None, metavar="NAME", help="rewards from `collector regrade --out NAME`")
+    p.add_argument("--annotation", default=None, metavar="NAME",
+                   help="rewards from `collector regrade --out NAME`")
     p.set_defaults(func=_cmd_stats)
 
     p = sub.add_parser("episodes", help="list the committed episodes of a run directory (ids first)")
@@ -367,9 +368,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-failure-share", type=_fraction, default=0.05, metavar="X",
                    help="--health: name a cell whose error + timeout share is above X (default 0.05)")
     p.set_defaults(func=_cmd_check)
+
     p = sub.add_parser("regrade", help="re-grade every committed episode with an environment's grader")
     run_dir(p)
-    p.add_argument("--env", required=True, metavar="SPEC", help="the environment: a name or package.module:attr")
+    p.add_argument("--env", required=True, metavar="SPEC",
+                   help="the environment: a name or package.module:attr")
     p.add_argument("--out", default="regrade", metavar="NAME", help="the annotation's name (default regrade)")
     p.set_defaults(func=_cmd_regrade)
 

@@ -45,8 +45,8 @@ import pyarrow.compute as pc
 from collector.analysis.committed import read_columns, read_committed, stored_columns
 from collector.analysis.stats import StatsFormat, format_rows, groupable_columns, sort_key, wilson_interval
 from collector.errors import ConfigError, OutputError
-from collector.storage.manifest import RESOLVED_CONFIG
 from collector.stop import StopReason
+from collector.storage.manifest import RESOLVED_CONFIG
 
 __all__ = [
     "CUT_REASONS",
@@ -354,7 +354,8 @@ def health_findings(run_dir: str | Path, max_failure_share: float = MAX_FAILURE_
               if _hollow(t, _turn_texts(r["messages"]))]
     if hollow:
         ids = sorted({e for e, _ in hollow})
-        findings.append(Finding("hollow turns", f"{len(hollow)} turn(s) in {len(ids)} episode(s) spent output "
+        findings.append(Finding("hollow turns", f"{len(hollow)} turn(s) in {len(ids)} episode(s) spent "
+                                "output "
                                 "tokens with nothing visible (no text, no tool call, no reasoning)", ids))
 
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
@@ -365,7 +366,8 @@ def health_findings(run_dir: str | Path, max_failure_share: float = MAX_FAILURE_
     for members in groups.values():
         # Only episodes whose whole output is stored: a cut or malformed turn keeps no text
         # or arguments (only their length), so two cut samples would look alike falsely.
-        graded = [r for r in members if r["stop_reason"] in _COMPARABLE and _sampled(r["turns"], default_temp)]
+        graded = [r for r in members
+                  if r["stop_reason"] in _COMPARABLE and _sampled(r["turns"], default_temp)]
         seen: dict[str, list[str]] = {}
         for r in graded:
             seen.setdefault(_fingerprint(r["messages"]), []).append(r["episode_id"])
@@ -384,7 +386,8 @@ def health_findings(run_dir: str | Path, max_failure_share: float = MAX_FAILURE_
     for task, members in sorted(per_task.items()):
         if all(r["stop_reason"] in INFRA_REASONS for r in members):
             findings.append(Finding("all samples failed", f"task {task}: every one of its {len(members)} "
-                                    "episode(s) ended as error or timeout", sorted(r["episode_id"] for r in members)))
+                                    "episode(s) ended as error or timeout",
+                                    sorted(r["episode_id"] for r in members)))
 
     graded_rows = [r for r in rows if r["stop_reason"] not in INFRA_REASONS]
     total_cut = sum(1 for r in graded_rows if r["is_truncated"])

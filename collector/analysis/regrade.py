@@ -54,8 +54,8 @@ import pyarrow.ipc as ipc
 from collector.analysis.committed import read_columns, read_committed
 from collector.envs.base import Environment, EpisodeContext, ToolCallContext, start_world
 from collector.errors import CollectorError, ConfigError, OutputError
-from collector.storage.manifest import META_DIR, fsync_dir
 from collector.stop import StopReason
+from collector.storage.manifest import META_DIR, fsync_dir
 
 __all__ = ["ANNOTATIONS_DIR", "ANNOTATION_SCHEMA", "RegradeResult", "annotated_table", "apply_annotation",
            "read_annotation", "regrade_command", "regrade_run"]
@@ -95,7 +95,8 @@ def read_annotation(run_dir: str | Path, name: str) -> pa.Table:
     folder = _dir(run_dir, name)
     records = _records(folder)
     if not (folder / "meta.json").is_file():
-        raise OutputError(f"{folder}: no annotation {name!r} (run `collector regrade RUN --env SPEC --out {name}`)")
+        raise OutputError(f"{folder}: no annotation {name!r} "
+                          f"(run `collector regrade RUN --env SPEC --out {name}`)")
     tables = [pa.table({f.name: pa.array([], f.type) for f in ANNOTATION_SCHEMA})]
     for _, record in records:
         try:
@@ -115,8 +116,8 @@ def apply_annotation(run_dir: str | Path, table: pa.Table, name: str) -> pa.Tabl
     where = pc.index_in(ids, value_set=ann.column("episode_id"))
     missing = where.null_count
     if missing:
-        raise OutputError(f"{_dir(run_dir, name)}: annotation {name!r} lacks {missing} of {len(ids)} committed "
-                          f"episodes (resume it: collector regrade RUN --env SPEC --out {name})")
+        raise OutputError(f"{_dir(run_dir, name)}: annotation {name!r} lacks {missing} of {len(ids)} "
+                          f"committed episodes (resume it: collector regrade RUN --env SPEC --out {name})")
     reward = pc.take(ann.column("reward"), where)
     return table.set_column(table.schema.get_field_index("reward"), "reward", reward)
 
@@ -126,7 +127,8 @@ def annotated_table(run_dir: str | Path, name: str) -> pa.Table:
     from collector.analysis.committed import stored_columns
 
     cols = ["episode_id", "provider", "model", "budget", "stop_reason", "is_truncated", "reward",
-            "wasted_output_tokens", "output_tokens", *stored_columns(run_dir, "retries", "thinking_cut", "reasoning")]
+            "wasted_output_tokens", "output_tokens",
+            *stored_columns(run_dir, "retries", "thinking_cut", "reasoning")]
     return apply_annotation(run_dir, read_columns(run_dir, cols), name)
 
 
@@ -159,7 +161,8 @@ async def _regrade_one(env: Environment, tasks: dict[str, Any], row: dict[str, A
         return 0.0, False
     task = tasks.get(row["task_id"])
     if task is None:
-        raise ConfigError(f"episode {row['episode_id']}: task {row['task_id']!r} is not among the environment's tasks")
+        raise ConfigError(f"episode {row['episode_id']}: task {row['task_id']!r} is not among the "
+                          "environment's tasks")
     context = EpisodeContext(episode_id=row["episode_id"], run_id=row["run_id"], task_id=row["task_id"],
                              model=row["model"], provider=row["provider"], budget=row["budget"],
                              sample=row["sample"], seed=row["seed"], env=row["env"])

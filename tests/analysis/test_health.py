@@ -99,7 +99,8 @@ def test_an_error_is_not_a_zero(tmp_path: Path) -> None:
     eps = [sample(S.ERROR, "t0", 0, 64)] + [sample(S.DONE, "t0", s, 64, reward=1.0) for s in (1, 2, 3)]
     eps += [sample(S.TIMEOUT, "t1", s, 64) for s in range(SAMPLES)]
     row = compute_group_health(commit(tmp_path / "run", eps)).rows()[0]
-    assert (row["zero_variance"], row["graded_groups"], row["failed_groups"], row["infra_failures"]) == (1, 1, 1, 5)
+    got = (row["zero_variance"], row["graded_groups"], row["failed_groups"], row["infra_failures"])
+    assert got == (1, 1, 1, 5)
 
 
 def test_stats_groups_cli_json_and_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -110,7 +111,9 @@ def test_stats_groups_cli_json_and_table(tmp_path: Path, capsys: pytest.CaptureF
     assert {r["budget"]: r["zero_variance"] for r in payload["rows"]} == {32: 3, 256: 1}
     assert main(["stats", str(run), "--groups"]) == 0
     text = capsys.readouterr().out
-    assert "zero-var share" in text and "68.8%" not in text and "64.7%" in text
+    assert "zero-var share" in text
+    assert "68.8%" not in text
+    assert "64.7%" in text
     assert format_group_health(compute_group_health(run), "csv").splitlines()[0].startswith("model,budget,")
 
 
@@ -147,8 +150,10 @@ def test_health_finds_planted_faults(tmp_path: Path, capsys: pytest.CaptureFixtu
     # The default threshold (5%) also names the cell: 4 errors in 20 episodes.
     assert main(["check", str(run), "--health"]) == 1
     out = capsys.readouterr().out
-    assert "failure share: model=sim-perfect" not in out and "failure share: provider=chat" in out
-    assert hollow.episode_id in out and "infrastructure failures: 4 (error 4, timeout 0)" in out
+    assert "failure share: model=sim-perfect" not in out
+    assert "failure share: provider=chat" in out
+    assert hollow.episode_id in out
+    assert "infrastructure failures: 4 (error 4, timeout 0)" in out
 
 
 def test_health_identical_samples_allowed_at_temperature_zero(tmp_path: Path) -> None:
@@ -166,4 +171,5 @@ def test_health_cut_rate_outlier(tmp_path: Path) -> None:
     eps += [sample(S.LENGTH, "t7", s, 128) for s in range(SAMPLES)]
     found = health_findings(commit(tmp_path / "run", eps))
     assert [f.kind for f in found] == ["cut-rate outlier"]
-    assert "task t7: 4 of 4" in found[0].message and len(found[0].episode_ids) == SAMPLES
+    assert "task t7: 4 of 4" in found[0].message
+    assert len(found[0].episode_ids) == SAMPLES
