@@ -194,8 +194,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 def _cmd_regrade(args: argparse.Namespace) -> int:
     from collector.analysis.regrade import regrade_command
+    from collector.envs.loading import load_environment
 
-    return regrade_command(args)
+    return regrade_command(args, load_environment)
 
 
 def _cmd_export(args: argparse.Namespace) -> int:

@@ -36,24 +36,22 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import inspect
 import json
 import math
 import os
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
 from collector.analysis.committed import read_columns, read_committed
-from collector.envs.base import Environment, EpisodeContext, ToolCallContext, start_world
-from collector.errors import CollectorError, ConfigError, OutputError
+from collector.errors import ConfigError, OutputError
 from collector.stop import StopReason
 from collector.storage.manifest import META_DIR, fsync_dir
 
@@ -141,7 +139,7 @@ class RegradeResult:
     folder: Path
 
 
-def _grader(env: Environment) -> tuple[str, str]:
+def _grader(env: Regradable) -> tuple[str, str]:
     return getattr(env, "name", type(env).__name__) or type(env).__name__, str(env.grader_version)
 
 
@@ -152,7 +150,21 @@ def _final_text(messages: Sequence[dict[str, Any]]) -> str | None:
     return None
 
 
-async def _regrade_one(env: Environment, tasks: dict[str, Any], row: dict[str, Any], grade_max_steps: bool
+class Regradable(Protocol):
+    """What regrade needs of an environment (`collector.envs.base.Environment` has it all;
+    analysis sits below the environments, so it names the shape, not the class)."""
+
+    name: str
+    regradable: bool
+    grader_version: str
+
+    def tasks(self) -> Sequence[Any]: ...
+
+    async def regrade(self, task: Any, episode: Mapping[str, Any], calls: Sequence[tuple[str, str, str, int]],
+                      final_text: str | None, timeout_s: float = ...) -> float: ...
+
+
+async def _regrade_one(env: Regradable, tasks: dict[str, Any], row: dict[str, Any], grade_max_steps: bool
                        ) -> tuple[float, bool]:
     reason = row["stop_reason"]
     if reason in _INFRA or reason in _KEEP_ZERO:
@@ -163,30 +175,10 @@ async def _regrade_one(env: Environment, tasks: dict[str, Any], row: dict[str, A
     if task is None:
         raise ConfigError(f"episode {row['episode_id']}: task {row['task_id']!r} is not among the "
                           "environment's tasks")
-    context = EpisodeContext(episode_id=row["episode_id"], run_id=row["run_id"], task_id=row["task_id"],
-                             model=row["model"], provider=row["provider"], budget=row["budget"],
-                             sample=row["sample"], seed=row["seed"], env=row["env"])
-    from collector.envs.toolkit import run_tool
-
-    world = start_world(env, task, context)
-    await world.open()
-    try:
-        by_name = {t.name: t for t in world.tools}
-        for call in row["executed_tool_calls"] or []:  # in the order they ran
-            tool = by_name.get(call["name"])
-            if tool is None:
-                raise ConfigError(f"episode {row['episode_id']}: recorded call {call['call_id']} names tool "
-                                  f"{call['name']!r}, which the environment does not offer")
-            await run_tool(tool, json.loads(call["arguments_json"] or "{}"), TOOL_TIMEOUT_S,
-                           context=ToolCallContext(context, call["call_id"], call["turn_index"]))
-        final = _final_text(row["messages"] or []) if reason == StopReason.DONE.value else None
-        result = world.grade(final)
-        if inspect.isawaitable(result):
-            async with asyncio.timeout(TOOL_TIMEOUT_S):
-                result = await result
-        value = float(result)
-    finally:
-        await world.close()
+    calls = [(c["name"], c["call_id"], c["arguments_json"], c["turn_index"])
+             for c in row["executed_tool_calls"] or []]  # in the order they ran
+    final = _final_text(row["messages"] or []) if reason == StopReason.DONE.value else None
+    value = await env.regrade(task, row, calls, final, TOOL_TIMEOUT_S)
     if not math.isfinite(value):
         raise OutputError(f"episode {row['episode_id']}: the grader returned {value}")
     return value, True
@@ -225,7 +217,7 @@ def _clean_orphans(folder: Path, records: list[tuple[int, Path]]) -> None:
             p.unlink()  # a chunk no record names: a kill between its rename and its record
 
 
-def regrade_run(run_dir: str | Path, env: Environment, spec: str, name: str = "regrade", batch: int = 256
+def regrade_run(run_dir: str | Path, env: Regradable, spec: str, name: str = "regrade", batch: int = 256
                 ) -> RegradeResult:
     """Annotate every committed episode of `run_dir` not yet in annotation `name` (module docstring).
 
@@ -285,18 +277,15 @@ def regrade_run(run_dir: str | Path, env: Environment, spec: str, name: str = "r
     return RegradeResult(annotated=len(rows), total=total, folder=folder)
 
 
-def regrade_command(args: Any) -> int:
-    """`collector regrade RUN --env SPEC [--out NAME]`."""
+def regrade_command(args: Any, load_environment: Callable[[str, Any], Regradable]) -> int:
+    """`collector regrade RUN --env SPEC [--out NAME]`; the CLI passes the environment loader
+    (`collector.envs.loading.load_environment`: the layer above analysis)."""
     from collector.analysis.health import resolved_run_config
-    from collector.envs.loading import load_environment
 
     env_cfg = resolved_run_config(args.run).get("env") or {}
     # The run's own options when the spec is the run's environment; none for another one.
     options = env_cfg.get("options") if env_cfg.get("name") == args.env else None
-    try:
-        env = load_environment(args.env, options)
-    except CollectorError:
-        raise
+    env = load_environment(args.env, options)
     result = regrade_run(args.run, env, args.env, args.out)
     print(f"{result.folder}: {result.annotated} episodes annotated now, {result.total} in all")
     return 0

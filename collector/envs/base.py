@@ -32,6 +32,7 @@ that hands its tools a secret lists it in `Environment.credentials`, so no recor
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 from abc import ABC, abstractmethod
@@ -154,6 +155,42 @@ class Environment(ABC):
     arguments, no outside state. `collector regrade` refuses an environment without it."""
     grader_version: str = "1"
     """Stored with each regrade annotation: bump it when the grader changes meaning."""
+
+    async def regrade(self, task: Task, episode: Mapping[str, Any],
+                      calls: Sequence[tuple[str, str, str, int]], final_text: str | None,
+                      timeout_s: float = 30.0) -> float:
+        """The grader's reward for a recorded episode, without the model (`collector regrade`).
+
+        `episode` holds the record's `EpisodeContext` fields (episode_id, run_id, task_id,
+        model, provider, budget, sample, seed, env). A fresh world for `task` (`start_world`),
+        its tools run on `calls` (name, call id,
+        arguments JSON, turn index) in the recorded order, then `grade(final_text)`. Only
+        called when `regradable` is true; an environment whose state cannot be rebuilt this
+        way overrides it or leaves `regradable` false.
+        """
+        import json
+
+        from collector.envs.toolkit import run_tool  # toolkit imports this module
+
+        context = EpisodeContext(**{f: episode[f] for f in EpisodeContext.__dataclass_fields__})
+        world = start_world(self, task, context)
+        await world.open()
+        try:
+            by_name = {t.name: t for t in world.tools}
+            for name, call_id, arguments, turn_index in calls:
+                tool = by_name.get(name)
+                if tool is None:
+                    raise ConfigError(f"episode {context.episode_id}: recorded call {call_id} names tool "
+                                      f"{name!r}, which environment {self.name!r} does not offer")
+                await run_tool(tool, json.loads(arguments or "{}"), timeout_s,
+                               context=ToolCallContext(context, call_id, turn_index))
+            result = world.grade(final_text)
+            if inspect.isawaitable(result):  # an async grader gets a tool's time, as in the loop
+                async with asyncio.timeout(timeout_s):
+                    result = await result
+            return float(result)
+        finally:
+            await world.close()
 
     @abstractmethod
     def tasks(self) -> Sequence[Task]: ...
