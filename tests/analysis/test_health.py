@@ -173,3 +173,69 @@ def test_health_cut_rate_outlier(tmp_path: Path) -> None:
     assert [f.kind for f in found] == ["cut-rate outlier"]
     assert "task t7: 4 of 4" in found[0].message
     assert len(found[0].episode_ids) == SAMPLES
+
+
+# --- on the simulator -----------------------------------------------------------------------
+
+SIM_BUDGETS = (8, 24, 512)
+SIM_TASKS = 4
+
+
+def sim_sweep(run: Path) -> Path:
+    """sim-terse on 4 arithmetic tasks x 4 samples x budgets 8, 24, 512, run in-process (no Ray)
+    against the simulator on loopback, committed like a run. At 8 every turn is cut."""
+    import asyncio
+
+    import httpx
+
+    from collector.config import LoopConfig
+    from collector.envs.arithmetic import ArithmeticEnv
+    from collector.episode.loop import EpisodeSpec, run_episode
+    from collector.providers import base_url_for, build_provider
+    from collector.providers.base import Endpoint, RetryPolicy
+    from collector.sim.server import SimServer
+
+    env = ArithmeticEnv(num_tasks=SIM_TASKS)
+
+    async def collect(url: str) -> list[Episode]:
+        endpoint = Endpoint(base_url=base_url_for("chat", url), api_key="k", streaming=False,
+                            request_timeout_s=10.0,
+                            retry=RetryPolicy(max_retries=0, initial_backoff_s=0.01, max_backoff_s=0.01))
+        async with httpx.AsyncClient() as client:
+            provider = build_provider("chat", endpoint, client)
+            return [await run_episode(EpisodeSpec("sim-run", "sim-terse", "chat", budget, task, sample=s,
+                                                  seed=100 + s, env_name="arithmetic"),
+                                      provider, env, LoopConfig())
+                    for budget in SIM_BUDGETS for task in env.tasks() for s in range(SAMPLES)]
+
+    with SimServer(seed=0) as sim:
+        episodes = asyncio.run(collect(sim.base_url))
+    config = {"samples_per_task": SAMPLES, "env": {"name": "arithmetic", "options": {"num_tasks": SIM_TASKS}}}
+    with RunStore.open(run, "fp", config, "arrow", 16) as st:
+        st.commit(episodes)
+    return run
+
+
+@pytest.fixture(scope="module")
+def sim_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return sim_sweep(tmp_path_factory.mktemp("sim") / "run")
+
+
+def test_simulator_zero_variance_rises_with_truncation(sim_run: Path) -> None:
+    """On the simulator: the budget that cuts whole groups has every group zero-variance, all
+    of them because of the cut, and the share falls as the budget grows; every count equals
+    the pandas one from the shards."""
+    rows = {r["budget"]: r for r in compute_group_health(sim_run).rows()}
+    hand = by_hand(sim_run)
+    for budget, expected in hand.items():
+        for k, v in expected.items():
+            assert rows[budget][k] == pytest.approx(v), (budget, k)
+    assert rows[8]["zero_variance"] == rows[8]["zero_variance_cut"] == SIM_TASKS
+    assert rows[8]["zero_variance_share"] == 1.0
+    assert rows[8]["zero_variance_share"] > rows[24]["zero_variance_share"]
+    assert rows[512]["zero_variance_cut"] == 0
+    assert all(r["complete"] == SIM_TASKS for r in rows.values())
+
+
+def test_simulator_run_is_healthy(sim_run: Path) -> None:
+    assert health_findings(sim_run) == []

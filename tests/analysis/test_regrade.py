@@ -20,6 +20,7 @@ from collector.envs.base import EpisodeContext, Task
 from collector.errors import ConfigError
 from collector.stop import StopReason
 from collector.storage.local import RunStore
+from tests.analysis.test_health import sim_sweep
 from tests.record.factory import make_batch
 
 S = StopReason
@@ -131,3 +132,39 @@ def test_regrade_refuses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     with pytest.raises(ConfigError, match="was begun with grader arithmetic strict-2"):
         regrade_run(run, other, SPEC, "strict")
     assert main(["stats", str(run), "--annotation", "nope"]) == 2
+
+
+class HalfArithmetic(ArithmeticEnv):
+    """The built-in arithmetic tasks with a changed grader: half credit for a right answer."""
+
+    regradable = True
+    grader_version = "half-1"
+
+    def start(self, task: Task, context: EpisodeContext | None = None) -> ArithmeticWorld:
+        world = super().start(task, context)
+        plain = world.grade
+        world.grade = lambda final_text: 0.5 * plain(final_text)  # type: ignore[method-assign]
+        return world
+
+
+@pytest.fixture(scope="module")
+def sim_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return sim_sweep(tmp_path_factory.mktemp("sim") / "run")
+
+
+def test_regrade_a_simulator_run(sim_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Regraded through the CLI; `stats --annotation` halves every cell's mean reward, and the
+    all-cut budget stays at 0 whatever the grader says."""
+    spec = "tests.analysis.test_regrade:HalfArithmetic"
+    assert main(["regrade", str(sim_run), "--env", spec, "--out", "half"]) == 0
+    assert "annotated now" in capsys.readouterr().out
+    assert main(["stats", str(sim_run), "--format", "json"]) == 0
+    before = {r["budget"]: r["mean_reward"] for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert main(["stats", str(sim_run), "--annotation", "half", "--format", "json"]) == 0
+    after = {r["budget"]: r["mean_reward"] for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert before[8] == after[8] == 0.0
+    assert before[512] > 0
+    assert after == {b: pytest.approx(v / 2) for b, v in before.items()}
+    rows = read_annotation(sim_run, "half").to_pylist()
+    assert len({r["episode_id"] for r in rows}) == len(rows) == 3 * 4 * 4
+    assert {r["grader_version"] for r in rows} == {"half-1"}
