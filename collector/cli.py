@@ -388,7 +388,7 @@ def build_parser() -> argparse.ArgumentParser:
     run_dir(p)
     p.add_argument("out", metavar="OUT", help="the file to write")
     # Literal names here keep `collector export --help` free of imports; export.FORMATS is the truth.
-    p.add_argument("--format", default="chat-jsonl", help="chat-jsonl (messages + tools) or parquet")
+    p.add_argument("--format", default="chat-jsonl", help="chat-jsonl (messages + tools), parquet or atif")
     p.add_argument("--where", action="append", default=[], metavar="COL OP VALUE",
                    help="keep rows where e.g. stop_reason=done, trainable=true, budget>=64 (repeatable)")
     p.set_defaults(func=_cmd_export)
