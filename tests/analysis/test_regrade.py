@@ -83,6 +83,19 @@ def test_regrade_exactly_once_under_sigkill(tmp_path: Path) -> None:
         assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
         kills += 1
     assert kills >= 2
+    # And once in the narrowest window: the chunk renamed into place, its record not yet made
+    # (killed on the event of its first record's creation), which leaves an orphan chunk.
+    window = ("import os, signal, sys; import collector.analysis.regrade as rg; real = rg._create_only; n = [0]\n"
+              "def gate(path, payload):\n"
+              "    n[0] += path.name.startswith('commit-')\n"
+              "    if n[0] == 1: os.kill(os.getpid(), signal.SIGKILL)\n"
+              "    real(path, payload)\n"
+              "rg._create_only = gate\n" + code)
+    proc = subprocess.run([sys.executable, "-c", window, str(run)], env=env, capture_output=True, check=False)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
+    folder = run / ".collector" / "annotations" / "strict"
+    named = {json.loads(p.read_text())["chunk"] for p in folder.glob("commit-*.json")}
+    assert {p.name for p in folder.glob("chunk-*")} - named  # the orphan is there before the rerun
     proc = subprocess.run([sys.executable, "-c", code, str(run)], env=env, capture_output=True, check=False)
     assert proc.returncode == 0, proc.stderr.decode()
     ids = [r["episode_id"] for r in _rows(run)]
