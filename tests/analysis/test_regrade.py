@@ -85,7 +85,8 @@ def test_regrade_exactly_once_under_sigkill(tmp_path: Path) -> None:
     assert kills >= 2
     # And once in the narrowest window: the chunk renamed into place, its record not yet made
     # (killed on the event of its first record's creation), which leaves an orphan chunk.
-    window = ("import os, signal, sys; import collector.analysis.regrade as rg; real = rg._create_only; n = [0]\n"
+    window = ("import os, signal, sys; import collector.analysis.regrade as rg\n"
+              "real = rg._create_only; n = [0]\n"
               "def gate(path, payload):\n"
               "    n[0] += path.name.startswith('commit-')\n"
               "    if n[0] == 1: os.kill(os.getpid(), signal.SIGKILL)\n"
