@@ -101,7 +101,8 @@ def _cell_by(run_dir: str | Path, table: pa.Table, by: Sequence[str]) -> tuple[s
     cells: tuple[str, ...] = ("model", "budget")
     if pc.count_distinct(table.column("provider")).as_py() > 1:
         cells = ("provider", *cells)
-    if "reasoning" in table.column_names:
+    # As `compute_stats`: a reasoning axis only when some episode has a setting (not all null).
+    if "reasoning" in table.column_names and pc.count_distinct(table.column("reasoning")).as_py() >= 1:
         cells = (*cells, "reasoning")
     return cells
 
@@ -347,7 +348,8 @@ def health_findings(run_dir: str | Path, max_failure_share: float = MAX_FAILURE_
     cols = ["episode_id", "provider", "model", "budget", "task_id", "sample", "stop_reason",
             "is_truncated", "turns", "messages", *stored_columns(run_dir, "reasoning")]
     rows = read_committed(run_dir, cols).to_pylist()
-    cell_cols = ["provider", "model", "budget", *(["reasoning"] if "reasoning" in cols else [])]
+    swept = "reasoning" in cols and any(r["reasoning"] is not None for r in rows)
+    cell_cols = ["provider", "model", "budget", *(["reasoning"] if swept else [])]
     findings: list[Finding] = []
 
     hollow = [(r["episode_id"], t["index"]) for r in rows for t in (r["turns"] or [])

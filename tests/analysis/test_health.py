@@ -79,6 +79,7 @@ def test_zero_variance_share_rises_with_truncation(tmp_path: Path) -> None:
     and every count equals the one computed from the shards with pandas."""
     run = commit(tmp_path / "run", sweep())
     result = compute_group_health(run)
+    assert result.by == ("model", "budget")  # as `collector stats`: no all-null reasoning axis
     rows = {r["budget"]: r for r in result.rows()}
     hand = by_hand(run)
     for budget, expected in hand.items():
