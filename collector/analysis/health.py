@@ -459,6 +459,6 @@ def stats_command(args: Any) -> int:
     plain = compute_stats(args.run, by=by, target=args.target)  # the default grouping, decided once
     from collector.analysis.regrade import annotated_table
 
-    table = annotated_table(args.run, args.annotation)
+    table = annotated_table(args.run, args.annotation, plain.by)
     print(format_stats(aggregate(table, plain.by, args.target), args.format))
     return 0

@@ -120,14 +120,14 @@ def apply_annotation(run_dir: str | Path, table: pa.Table, name: str) -> pa.Tabl
     return table.set_column(table.schema.get_field_index("reward"), "reward", reward)
 
 
-def annotated_table(run_dir: str | Path, name: str) -> pa.Table:
-    """The columns `collector stats` aggregates, with annotation `name`'s rewards."""
+def annotated_table(run_dir: str | Path, name: str, by: Sequence[str] = ()) -> pa.Table:
+    """The columns `collector stats` aggregates (and the `by` ones), with annotation `name`'s rewards."""
     from collector.analysis.committed import stored_columns
 
-    cols = ["episode_id", "provider", "model", "budget", "stop_reason", "is_truncated", "reward",
+    cols = [*by, "episode_id", "provider", "model", "budget", "stop_reason", "is_truncated", "reward",
             "wasted_output_tokens", "output_tokens",
             *stored_columns(run_dir, "retries", "thinking_cut", "reasoning")]
-    return apply_annotation(run_dir, read_columns(run_dir, cols), name)
+    return apply_annotation(run_dir, read_columns(run_dir, list(dict.fromkeys(cols))), name)
 
 
 @dataclass(slots=True)

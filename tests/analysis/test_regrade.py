@@ -132,6 +132,11 @@ def test_stats_annotation_shows_new_rewards(tmp_path: Path, capsys: pytest.Captu
     assert main(["stats", str(run), "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["rows"][0]["mean_reward"] == pytest.approx(16 / 32)
     assert main(["stats", str(run), "--groups", "--annotation", "strict", "--format", "json"]) == 0
+    capsys.readouterr()
+    assert main(["stats", str(run), "--annotation", "strict", "--by", "stop_reason", "--format", "json"]) == 0
+    per_reason = {r["stop_reason"]: r["mean_reward"] for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert per_reason["done"] == 0.5
+    assert per_reason["length"] == per_reason["malformed_tool_call"] == 0.0
 
 
 def test_regrade_refuses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
