@@ -1,6 +1,6 @@
 """The environment interface: tasks, tools, and a grader.
 
-Tests: tests/envs/test_context.py, tests/envs/test_my_env.py.
+Tests: tests/envs/test_context.py, tests/envs/test_my_env.py, tests/analysis/test_regrade.py (`regrade`).
 
 An `Environment` lists `Task`s. For each episode the loop calls
 `Environment.start(task, context)` and gets a fresh `EpisodeWorld`: the tools bound to that
