@@ -43,6 +43,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from collector.analysis.committed import read_columns, read_committed, stored_columns
+from collector.analysis.regrade import annotated_table, apply_annotation, resolved_run_config
 from collector.analysis.stats import StatsFormat, format_rows, groupable_columns, sort_key, wilson_interval
 from collector.errors import ConfigError, OutputError
 from collector.stop import StopReason
@@ -64,24 +65,6 @@ __all__ = [
 INFRA_REASONS = frozenset({StopReason.ERROR.value, StopReason.TIMEOUT.value})
 #: Stop reasons of an episode a cut turn ended (reward 0 by the budget, not by the grader).
 CUT_REASONS = frozenset({StopReason.LENGTH.value, StopReason.CONTEXT_OVERFLOW.value})
-
-
-def resolved_run_config(run_dir: str | Path) -> dict[str, Any]:
-    """The run's resolved config (``config`` of `RESOLVED_CONFIG`); {} when the file is absent.
-
-    Raises OutputError (one line naming the file) when it exists but cannot be read.
-    """
-    path = Path(run_dir) / RESOLVED_CONFIG
-    try:
-        data = json.loads(path.read_text())
-        config = data["config"]
-        if not isinstance(config, dict):
-            raise TypeError("config is not an object")
-        return config
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise OutputError(f"{path}: unreadable ({e})") from e
 
 
 def _samples_per_task(run_dir: str | Path) -> int | None:
@@ -112,8 +95,6 @@ def _reward_table(run_dir: str | Path, columns: list[str], annotation: str | Non
     table = read_columns(run_dir, sorted(set(columns)))
     if annotation is None:
         return table
-    from collector.analysis.regrade import apply_annotation
-
     return apply_annotation(run_dir, table, annotation)
 
 
@@ -457,8 +438,6 @@ def stats_command(args: Any) -> int:
     if args.per == "turn":
         raise ConfigError("--annotation: the per-turn table has no reward; use --per episode")
     plain = compute_stats(args.run, by=by, target=args.target)  # the default grouping, decided once
-    from collector.analysis.regrade import annotated_table
-
     table = annotated_table(args.run, args.annotation, plain.by)
     print(format_stats(aggregate(table, plain.by, args.target), args.format))
     return 0

@@ -53,10 +53,10 @@ import pyarrow.ipc as ipc
 from collector.analysis.committed import read_columns, read_committed
 from collector.errors import ConfigError, OutputError
 from collector.stop import StopReason
-from collector.storage.manifest import META_DIR, fsync_dir
+from collector.storage.manifest import META_DIR, RESOLVED_CONFIG, fsync_dir
 
 __all__ = ["ANNOTATIONS_DIR", "ANNOTATION_SCHEMA", "RegradeResult", "annotated_table", "apply_annotation",
-           "read_annotation", "regrade_command", "regrade_run"]
+           "read_annotation", "regrade_command", "regrade_run", "resolved_run_config"]
 
 ANNOTATIONS_DIR = f"{META_DIR}/annotations"
 CHUNK_SUFFIX = ".annot"
@@ -73,6 +73,24 @@ ANNOTATION_SCHEMA = pa.schema([
 ])
 #: Seconds a replayed tool or an async grader may take (the loop's default tool timeout).
 TOOL_TIMEOUT_S = 30.0
+
+
+def resolved_run_config(run_dir: str | Path) -> dict[str, Any]:
+    """The run's resolved config (``config`` of `RESOLVED_CONFIG`); {} when the file is absent.
+
+    Raises OutputError (one line naming the file) when it exists but cannot be read.
+    """
+    path = Path(run_dir) / RESOLVED_CONFIG
+    try:
+        data = json.loads(path.read_text())
+        config = data["config"]
+        if not isinstance(config, dict):
+            raise TypeError("config is not an object")
+        return config
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise OutputError(f"{path}: unreadable ({e})") from e
 
 
 def _dir(run_dir: str | Path, name: str) -> Path:
@@ -227,8 +245,6 @@ def regrade_run(run_dir: str | Path, env: Regradable, spec: str, name: str = "re
     if not env.regradable:
         raise ConfigError(f"--env {spec}: environment {getattr(env, 'name', spec)!r} does not declare itself "
                           "regradable (Environment.regradable)")
-    from collector.analysis.health import resolved_run_config
-
     grader, version = _grader(env)
     folder = _dir(run_dir, name)
     folder.mkdir(parents=True, exist_ok=True)
@@ -280,8 +296,6 @@ def regrade_run(run_dir: str | Path, env: Regradable, spec: str, name: str = "re
 def regrade_command(args: Any, load_environment: Callable[[str, Any], Regradable]) -> int:
     """`collector regrade RUN --env SPEC [--out NAME]`; the CLI passes the environment loader
     (`collector.envs.loading.load_environment`: the layer above analysis)."""
-    from collector.analysis.health import resolved_run_config
-
     env_cfg = resolved_run_config(args.run).get("env") or {}
     # The run's own options when the spec is the run's environment; none for another one.
     options = env_cfg.get("options") if env_cfg.get("name") == args.env else None

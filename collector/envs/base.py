@@ -163,14 +163,12 @@ class Environment(ABC):
 
         `episode` holds the record's `EpisodeContext` fields (episode_id, run_id, task_id,
         model, provider, budget, sample, seed, env). A fresh world for `task` (`start_world`),
-        its tools run on `calls` (name, call id,
-        arguments JSON, turn index) in the recorded order, then `grade(final_text)`. Only
+        its tools run on `calls` (name, call id, arguments JSON, turn index) in the recorded
+        order, then `grade(final_text)`. Only
         called when `regradable` is true; an environment whose state cannot be rebuilt this
         way overrides it or leaves `regradable` false.
         """
         import json
-
-        from collector.envs.toolkit import run_tool  # toolkit imports this module
 
         context = EpisodeContext(**{f: episode[f] for f in EpisodeContext.__dataclass_fields__})
         world = start_world(self, task, context)
@@ -182,8 +180,8 @@ class Environment(ABC):
                 if tool is None:
                     raise ConfigError(f"episode {context.episode_id}: recorded call {call_id} names tool "
                                       f"{name!r}, which environment {self.name!r} does not offer")
-                await run_tool(tool, json.loads(arguments or "{}"), timeout_s,
-                               context=ToolCallContext(context, call_id, turn_index))
+                await _replay_call(tool, json.loads(arguments or "{}"), timeout_s,
+                                   ToolCallContext(context, call_id, turn_index))
             result = world.grade(final_text)
             if inspect.isawaitable(result):  # an async grader gets a tool's time, as in the loop
                 async with asyncio.timeout(timeout_s):
@@ -217,6 +215,27 @@ class Environment(ABC):
         episodes run (a value copied from the worker's environment is the worker's). The
         default holds none; an environment that hands its tools a secret overrides it."""
         return ()
+
+
+async def _replay_call(tool: Tool, arguments: JSONObject, timeout_s: float, context: ToolCallContext) -> None:
+    """Run one recorded call for its effect on the world's state (`Environment.regrade`).
+
+    Not `collector.envs.toolkit.run_tool`, which imports this module: the recorded calls
+    already passed validation once, so the validator only shapes the arguments here. What a
+    tool raises is its result, as in the episode (a recorded error replays as one).
+    """
+    try:
+        # A call that failed validation in the episode fails it again here and runs nothing.
+        args, kwargs = tool.validator(arguments) if tool.validator is not None else ((), dict(arguments))
+        if tool.context_parameter is not None:
+            kwargs[tool.context_parameter] = context
+        async with asyncio.timeout(tool.timeout_s if tool.timeout_s is not None else timeout_s):
+            result = tool.function(*args, **kwargs)
+            if inspect.isawaitable(result):
+                await result
+    # Broad on purpose: a tool's failure was a result for the model, never the episode's end.
+    except Exception:  # noqa: BLE001
+        pass
 
 
 def start_world(env: Environment, task: Task, context: EpisodeContext) -> EpisodeWorld:
