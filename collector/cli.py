@@ -113,6 +113,10 @@ def _cmd_stats(args: argparse.Namespace) -> int:
         turns = compute_turn_stats(args.run, by=_by(args.by), target=args.target)
         print(format_turn_stats(turns, args.format))
         return EXIT_OK
+    if args.groups or args.annotation:  # group health, and rewards from a regrade: analysis.health
+        from collector.analysis.health import stats_command
+
+        return stats_command(args)
     stats = compute_stats(args.run, by=_by(args.by), target=args.target)
     print(format_stats(stats, args.format))
     return EXIT_OK
@@ -173,6 +177,10 @@ def _cmd_check(args: argparse.Namespace) -> int:
     from collector.analysis.check import check_run
 
     report = check_run(args.run)
+    if args.health:
+        from collector.analysis.health import add_health
+
+        add_health(report, args.run, args.max_failure_share)
     for problem in report.problems:
         print(problem)
     for note in report.notes:  # not errors, but a user looking at the dir should know
@@ -182,6 +190,13 @@ def _cmd_check(args: argparse.Namespace) -> int:
         return EXIT_OK
     print(f"{args.run_dir}: {len(report.problems)} problem(s)", file=sys.stderr)
     return EXIT_PROBLEM
+
+
+def _cmd_regrade(args: argparse.Namespace) -> int:
+    from collector.analysis.regrade import regrade_command
+    from collector.envs.loading import load_environment
+
+    return regrade_command(args, load_environment)
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
@@ -313,6 +328,9 @@ def build_parser() -> argparse.ArgumentParser:
         default="episode",
         help="episode: share of episodes with a cut turn; turn: turns cut / turns, by turn index and kind",
     )
+    p.add_argument("--groups", action="store_true", help="group health: zero-variance groups per cell")
+    p.add_argument("--annotation", default=None, metavar="NAME",
+                   help="rewards from `collector regrade --out NAME`")
     p.set_defaults(func=_cmd_stats)
 
     p = sub.add_parser("episodes", help="list the committed episodes of a run directory (ids first)")
@@ -347,7 +365,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("check", help="verify every shard of a run directory")
     run_dir(p)
+    p.add_argument("--health", action="store_true", help="also look for hollow turns, identical samples, ...")
+    p.add_argument("--max-failure-share", type=_fraction, default=0.05, metavar="X",
+                   help="--health: name a cell whose error + timeout share is above X (default 0.05)")
     p.set_defaults(func=_cmd_check)
+
+    p = sub.add_parser("regrade", help="re-grade every committed episode with an environment's grader")
+    run_dir(p)
+    p.add_argument("--env", required=True, metavar="SPEC",
+                   help="the environment: a name or package.module:attr")
+    p.add_argument("--out", default="regrade", metavar="NAME", help="the annotation's name (default regrade)")
+    p.set_defaults(func=_cmd_regrade)
 
     p = sub.add_parser("schema", help="print the config's JSON Schema (for editors; see the README)")
     p.set_defaults(func=_cmd_schema)
@@ -360,7 +388,7 @@ def build_parser() -> argparse.ArgumentParser:
     run_dir(p)
     p.add_argument("out", metavar="OUT", help="the file to write")
     # Literal names here keep `collector export --help` free of imports; export.FORMATS is the truth.
-    p.add_argument("--format", default="chat-jsonl", help="chat-jsonl (messages + tools) or parquet")
+    p.add_argument("--format", default="chat-jsonl", help="chat-jsonl (messages + tools), parquet or atif")
     p.add_argument("--where", action="append", default=[], metavar="COL OP VALUE",
                    help="keep rows where e.g. stop_reason=done, trainable=true, budget>=64 (repeatable)")
     p.set_defaults(func=_cmd_export)

@@ -9,6 +9,8 @@ Formats (`FORMATS`, name -> writer; a new format is one function and one entry):
 - ``parquet``: every column of the shard schema, one file written with pyarrow (so Hugging
   Face sees plain strings, not pandas' large_string). Converts an Arrow IPC run for the
   readers that have no IPC reader (Ray Data, DuckDB without an extension).
+- ``atif``: one ATIF-v1.7 trajectory per line (`collector.analysis.atif`), for the agent
+  tooling that reads Harbor's trajectory format.
 
 Filters (`--where`, ANDed): ``COLUMN OP VALUE`` over `WHERE_COLUMNS`, OP one of ``= != > >=
 < <=``; ``=`` and ``!=`` take a comma list (``stop_reason=done,max_steps``). A filter that
@@ -41,6 +43,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from collector.analysis.atif import write_atif
 from collector.analysis.stats import read_committed
 from collector.errors import ConfigError, OutputError
 from collector.record.chat import template_messages, template_tools
@@ -124,6 +127,7 @@ Writer = Callable[[Path, "ds.Expression | None", BinaryIO], int]
 FORMATS: dict[str, Writer] = {
     "chat-jsonl": _write_chat_jsonl,
     "parquet": _write_parquet,
+    "atif": write_atif,  # Agent Trajectory Interchange Format, one trajectory a line (analysis.atif)
 }
 
 

@@ -1,6 +1,6 @@
 """The environment interface: tasks, tools, and a grader.
 
-Tests: tests/envs/test_context.py, tests/envs/test_my_env.py.
+Tests: tests/envs/test_context.py, tests/envs/test_my_env.py, tests/analysis/test_regrade.py (`regrade`).
 
 An `Environment` lists `Task`s. For each episode the loop calls
 `Environment.start(task, context)` and gets a fresh `EpisodeWorld`: the tools bound to that
@@ -32,6 +32,7 @@ that hands its tools a secret lists it in `Environment.credentials`, so no recor
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 from abc import ABC, abstractmethod
@@ -147,6 +148,47 @@ class EpisodeWorld(ABC):
 
 class Environment(ABC):
     name: str
+    regradable: bool = False
+    """`collector regrade` may rebuild this environment's worlds from a recorded episode (a
+    fresh `start`, its tools run on the recorded calls in order) and grade them again. Declare
+    it only when that replay is faithful: tools deterministic in their recorded (redacted)
+    arguments, no outside state. `collector regrade` refuses an environment without it."""
+    grader_version: str = "1"
+    """Stored with each regrade annotation: bump it when the grader changes meaning."""
+
+    async def regrade(self, task: Task, episode: Mapping[str, Any],
+                      calls: Sequence[tuple[str, str, str, int]], final_text: str | None,
+                      timeout_s: float = 30.0) -> float:
+        """The grader's reward for a recorded episode, without the model (`collector regrade`).
+
+        `episode` holds the record's `EpisodeContext` fields (episode_id, run_id, task_id,
+        model, provider, budget, sample, seed, env). A fresh world for `task` (`start_world`),
+        its tools run on `calls` (name, call id, arguments JSON, turn index) in the recorded
+        order, then `grade(final_text)`. Only
+        called when `regradable` is true; an environment whose state cannot be rebuilt this
+        way overrides it or leaves `regradable` false.
+        """
+        import json
+
+        context = EpisodeContext(**{f: episode[f] for f in EpisodeContext.__dataclass_fields__})
+        world = start_world(self, task, context)
+        await world.open()
+        try:
+            by_name = {t.name: t for t in world.tools}
+            for name, call_id, arguments, turn_index in calls:
+                tool = by_name.get(name)
+                if tool is None:
+                    raise ConfigError(f"episode {context.episode_id}: recorded call {call_id} names tool "
+                                      f"{name!r}, which environment {self.name!r} does not offer")
+                await _replay_call(tool, json.loads(arguments or "{}"), timeout_s,
+                                   ToolCallContext(context, call_id, turn_index))
+            result = world.grade(final_text)
+            if inspect.isawaitable(result):  # an async grader gets a tool's time, as in the loop
+                async with asyncio.timeout(timeout_s):
+                    result = await result
+            return float(result)
+        finally:
+            await world.close()
 
     @abstractmethod
     def tasks(self) -> Sequence[Task]: ...
@@ -173,6 +215,27 @@ class Environment(ABC):
         episodes run (a value copied from the worker's environment is the worker's). The
         default holds none; an environment that hands its tools a secret overrides it."""
         return ()
+
+
+async def _replay_call(tool: Tool, arguments: JSONObject, timeout_s: float, context: ToolCallContext) -> None:
+    """Run one recorded call for its effect on the world's state (`Environment.regrade`).
+
+    Not `collector.envs.toolkit.run_tool`, which imports this module: the recorded calls
+    already passed validation once, so the validator only shapes the arguments here. What a
+    tool raises is its result, as in the episode (a recorded error replays as one).
+    """
+    try:
+        # A call that failed validation in the episode fails it again here and runs nothing.
+        args, kwargs = tool.validator(arguments) if tool.validator is not None else ((), dict(arguments))
+        if tool.context_parameter is not None:
+            kwargs[tool.context_parameter] = context
+        async with asyncio.timeout(tool.timeout_s if tool.timeout_s is not None else timeout_s):
+            result = tool.function(*args, **kwargs)
+            if inspect.isawaitable(result):
+                await result
+    # Broad on purpose: a tool's failure was a result for the model, never the episode's end.
+    except Exception:  # noqa: BLE001
+        pass
 
 
 def start_world(env: Environment, task: Task, context: EpisodeContext) -> EpisodeWorld:

@@ -1,0 +1,189 @@
+"""`collector regrade` (collector.analysis.regrade): a changed grader, exactly once under SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from collector.analysis.regrade import read_annotation, regrade_run
+from collector.cli import main
+from collector.envs.arithmetic import ArithmeticEnv, ArithmeticWorld
+from collector.envs.base import EpisodeContext, Task
+from collector.errors import ConfigError
+from collector.stop import StopReason
+from collector.storage.local import RunStore
+from tests.analysis.test_health import sim_sweep
+from tests.record.factory import make_batch
+
+S = StopReason
+SPEC = "tests.analysis.test_regrade:StrictArithmetic"
+_graded = 0
+
+
+class StrictWorld(ArithmeticWorld):
+    def grade(self, final_text: str | None) -> float:
+        # The changed grader: half credit, and only when the replayed calculator really ran
+        # (so a regrade that skips the tools, or calls the model, is caught).
+        global _graded
+        _graded += 1
+        kill_at = int(os.environ.get("REGRADE_KILL_AT", "0"))
+        if kill_at and _graded == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)  # the fault: on the kill_at-th grade, not a timer
+        return 0.5 if self.calls and super().grade(final_text) == 1.0 else 0.0
+
+
+class StrictArithmetic(ArithmeticEnv):
+    """The factory's tasks t0..t39 (37 * 12 + 5), regradable, with the stricter grader."""
+
+    name = "arithmetic"
+    regradable = True
+    grader_version = "strict-2"
+
+    def tasks(self) -> Sequence[Task]:
+        return [Task(f"t{i}", "What is 37 * 12 + 5?", {"expression": "37 * 12 + 5"}) for i in range(40)]
+
+    def start(self, task: Task, context: EpisodeContext | None = None) -> StrictWorld:
+        return StrictWorld(449)
+
+
+STOPS = (S.DONE, S.DONE, S.LENGTH, S.MALFORMED_TOOL_CALL, S.ERROR)
+
+
+def make_run(root: Path) -> Path:
+    run = root / "run"
+    with RunStore.open(run, "fp", {"samples_per_task": 1}, "arrow", 8) as st:
+        st.commit(make_batch(40, model="m1", budget=64, stops=STOPS))
+    return run
+
+
+def test_regrade_exactly_once_under_sigkill(tmp_path: Path) -> None:
+    """Killed at random grades (three times), then run to the end: every episode once."""
+    run = make_run(tmp_path)
+    rng = random.Random(30)
+    code = ("import sys; from collector.analysis.regrade import regrade_run; "
+            "from tests.analysis.test_regrade import StrictArithmetic; "
+            f"regrade_run(sys.argv[1], StrictArithmetic(), {SPEC!r}, 'strict', batch=3)")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
+    kills = 0
+    for _ in range(3):
+        # 16 gradeable (done) episodes in all; each run kills before it reaches the end.
+        left = 16 - len([r for r in _rows(run) if r["graded"]]) if _has(run) else 16
+        if left <= 1:
+            break
+        proc = subprocess.run([sys.executable, "-c", code, str(run)], env={**env, "REGRADE_KILL_AT":
+                              str(rng.randint(1, left - 1))}, capture_output=True, check=False)
+        assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
+        kills += 1
+    assert kills >= 2
+    # And once in the narrowest window: the chunk renamed into place, its record not yet made
+    # (killed on the event of its first record's creation), which leaves an orphan chunk.
+    window = ("import os, signal, sys; import collector.analysis.regrade as rg\n"
+              "real = rg._create_only; n = [0]\n"
+              "def gate(path, payload):\n"
+              "    n[0] += path.name.startswith('commit-')\n"
+              "    if n[0] == 1: os.kill(os.getpid(), signal.SIGKILL)\n"
+              "    real(path, payload)\n"
+              "rg._create_only = gate\n" + code)
+    proc = subprocess.run([sys.executable, "-c", window, str(run)], env=env, capture_output=True, check=False)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
+    folder = run / ".collector" / "annotations" / "strict"
+    named = {json.loads(p.read_text())["chunk"] for p in folder.glob("commit-*.json")}
+    assert {p.name for p in folder.glob("chunk-*")} - named  # the orphan is there before the rerun
+    proc = subprocess.run([sys.executable, "-c", code, str(run)], env=env, capture_output=True, check=False)
+    assert proc.returncode == 0, proc.stderr.decode()
+    ids = [r["episode_id"] for r in _rows(run)]
+    assert len(ids) == len(set(ids)) == 40
+    folder = run / ".collector" / "annotations" / "strict"
+    assert not list(folder.glob("*.tmp"))
+    named = {json.loads(p.read_text())["chunk"] for p in folder.glob("commit-*.json")}
+    assert {p.name for p in folder.glob("chunk-*")} == named  # orphans of the kills were removed
+
+
+def _has(run: Path) -> bool:
+    return (run / ".collector" / "annotations" / "strict" / "meta.json").is_file()
+
+
+def _rows(run: Path) -> list[dict[str, object]]:
+    return read_annotation(run, "strict").to_pylist()
+
+
+def test_stats_annotation_shows_new_rewards(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = make_run(tmp_path)
+    result = regrade_run(run, StrictArithmetic(), SPEC, "strict")
+    assert (result.annotated, result.total) == (40, 40)
+    by_reason: dict[str, set[float]] = {}
+    stops = {e.episode_id: e.stop_reason.value for e in make_batch(40, model="m1", budget=64, stops=STOPS)}
+    for r in _rows(run):
+        by_reason.setdefault(stops[str(r["episode_id"])], set()).add(float(r["reward"]))  # type: ignore[arg-type]
+    assert by_reason == {"done": {0.5}, "length": {0.0}, "malformed_tool_call": {0.0}, "error": {0.0}}
+    assert regrade_run(run, StrictArithmetic(), SPEC, "strict").annotated == 0  # nothing left to do
+    assert main(["stats", str(run), "--annotation", "strict", "--format", "json"]) == 0
+    row = json.loads(capsys.readouterr().out)["rows"][0]
+    # 16 done at 0.5, 8 cut and 8 malformed at 0, over the 32 episodes that did not end in error.
+    assert row["mean_reward"] == pytest.approx(16 * 0.5 / 32)
+    assert main(["stats", str(run), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["rows"][0]["mean_reward"] == pytest.approx(16 / 32)
+    assert main(["stats", str(run), "--groups", "--annotation", "strict", "--format", "json"]) == 0
+    capsys.readouterr()
+    assert main(["stats", str(run), "--annotation", "strict", "--by", "stop_reason", "--format", "json"]) == 0
+    per_reason = {r["stop_reason"]: r["mean_reward"] for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert per_reason["done"] == 0.5
+    assert per_reason["length"] == per_reason["malformed_tool_call"] == 0.0
+
+
+def test_regrade_refuses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = make_run(tmp_path)
+    assert main(["regrade", str(run), "--env", "arithmetic"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "does not declare itself regradable" in err
+    regrade_run(run, StrictArithmetic(), SPEC, "strict", batch=5)
+    other = StrictArithmetic()
+    other.grader_version = "strict-3"
+    with pytest.raises(ConfigError, match="was begun with grader arithmetic strict-2"):
+        regrade_run(run, other, SPEC, "strict")
+    assert main(["stats", str(run), "--annotation", "nope"]) == 2
+
+
+class HalfArithmetic(ArithmeticEnv):
+    """The built-in arithmetic tasks with a changed grader: half credit for a right answer."""
+
+    regradable = True
+    grader_version = "half-1"
+
+    def start(self, task: Task, context: EpisodeContext | None = None) -> ArithmeticWorld:
+        world = super().start(task, context)
+        plain = world.grade
+        world.grade = lambda final_text: 0.5 * plain(final_text)  # type: ignore[method-assign]
+        return world
+
+
+@pytest.fixture(scope="module")
+def sim_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return sim_sweep(tmp_path_factory.mktemp("sim") / "run")
+
+
+def test_regrade_a_simulator_run(sim_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Regraded through the CLI; `stats --annotation` halves every cell's mean reward, and the
+    all-cut budget stays at 0 whatever the grader says."""
+    spec = "tests.analysis.test_regrade:HalfArithmetic"
+    assert main(["regrade", str(sim_run), "--env", spec, "--out", "half"]) == 0
+    assert "annotated now" in capsys.readouterr().out
+    assert main(["stats", str(sim_run), "--format", "json"]) == 0
+    before = {r["budget"]: r["mean_reward"] for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert main(["stats", str(sim_run), "--annotation", "half", "--format", "json"]) == 0
+    after = {r["budget"]: r["mean_reward"] for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert before[8] == after[8] == 0.0
+    assert before[512] > 0
+    assert after == {b: pytest.approx(v / 2) for b, v in before.items()}
+    rows = read_annotation(sim_run, "half").to_pylist()
+    assert len({r["episode_id"] for r in rows}) == len(rows) == 3 * 4 * 4
+    assert {r["grader_version"] for r in rows} == {"half-1"}
