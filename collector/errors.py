@@ -27,6 +27,7 @@ names its module (relative to `collector`)::
         ├── CommitIncomplete        storage.runstore: a commit left some episodes out (named)
         ├── LockLost                storage.runstore: the run's lock was taken mid-run
         ├── RecordInDoubt           storage.commit: a commit record may or may not have landed
+        ├── FollowError             analysis.follow: the run cannot be followed from this cursor
         └── PreconditionFailed      storage.s3client: S3 refused a conditional write (412/409)
 
 Outside the tree, each for a contract of its own (never recorded as an episode's error)::
@@ -35,7 +36,9 @@ Outside the tree, each for a contract of its own (never recorded as an episode's
     ToolArgumentError (ValueError)  envs.schemas: arguments do not match the tool's schema
     ToolSchemaError (ValueError)    envs.schemas: a tool's schema failed while checking a call
     ToolThreadsExhausted (RuntimeError) envs.toolkit: every tool thread is held by a stuck call
-    Interrupted (KeyboardInterrupt) run.job: SIGINT/SIGTERM during a run; unwinds like Ctrl-C
+    Interrupted (KeyboardInterrupt) run.signals: SIGINT/SIGTERM during a run; unwinds like Ctrl-C
+    WorkerFailed                    run.pool: our own code raised inside a worker (the driver's seam)
+    WorkerLost                      run.pool: a worker or its node is gone (the driver's seam)
     ReplacedNotDurable (OSError)    storage.manifest: a file was replaced, its fsync failed
     SimError                        sim.errors: a request the simulated server refuses
     Failure                         episode.state: internal; ends an episode as `error`
