@@ -62,16 +62,26 @@ def ray_cluster(s3_endpoint: str) -> Iterator[str]:  # noqa: F811 - the fixture,
     os.environ.update(session_env(s3_endpoint))
     os.environ["RAY_AUTH_MODE"] = "disabled"
     temp_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")
-    ray.init(
-        address="local",
-        num_cpus=2,
-        include_dashboard=False,
-        object_store_memory=256 * 1024 * 1024,
-        _temp_dir=temp_dir,
-        log_to_driver=False,
-        # Ray's INFO lines go to whatever stderr was at start-up, possibly a test's capture.
-        logging_level=logging.WARNING,
-    )
+    # Loopback only, like the collector's embedded cluster (collector.run.cluster): with Ray's
+    # defaults its servers listen on every interface of the machine. A driver a test starts
+    # in a subprocess to attach to it needs Ray's single-machine switch too (it then takes
+    # 127.0.0.1 as its node's address, the one this cluster has); a test of a user's own
+    # environment drops every RAY_ variable (tests/run/test_cli_process.py: user_env).
+    from collector.run.cluster import EMBEDDED_INIT, LOOPBACK, ray_constants
+
+    with ray_constants(**EMBEDDED_INIT):
+        ray.init(
+            address="local",
+            num_cpus=2,
+            include_dashboard=False,
+            object_store_memory=256 * 1024 * 1024,
+            _temp_dir=temp_dir,
+            log_to_driver=False,
+            # Ray's INFO lines go to whatever stderr was at start-up, possibly a test's capture.
+            logging_level=logging.WARNING,
+            _node_ip_address=LOOPBACK,
+        )
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     try:
         yield ray.get_runtime_context().gcs_address
     finally:

@@ -9,7 +9,7 @@ Address resolution: `--address`, else `ray.address` in the config, else `RAY_ADD
 else an embedded local cluster. If Ray is already initialised in this process (a test
 session, a notebook) that connection is used and left open. The embedded cluster listens on
 loopback only, and the driver keeps its SIGTERM handler through Ray's shutdown
-(`_DRIVER_INIT`, `_EMBEDDED_INIT`).
+(`DRIVER_INIT`, `EMBEDDED_INIT`).
 
 Tests: tests/run/test_loopback_cluster.py, tests/run/test_job.py, tests/run/test_ray_address.py.
 """
@@ -36,7 +36,10 @@ from collector.run.pool import Actor, Call, WorkerFailed, WorkerLost
 from collector.run.worker import EpisodeWorker, WorkerSetup
 from collector.run.worker_writes import WrittenBatch
 
-__all__ = ["OBJECT_STORE_BYTES", "RayPool", "ray_session", "ray_temp_dir", "resolve_address"]
+__all__ = [
+    "DRIVER_INIT", "EMBEDDED_INIT", "LOOPBACK", "OBJECT_STORE_BYTES", "RayPool", "ray_constants",
+    "ray_session", "ray_temp_dir", "resolve_address",
+]
 
 #: The embedded cluster's object store: episodes are small, and the machine is shared.
 OBJECT_STORE_BYTES = 256 * 1024 * 1024
@@ -99,7 +102,7 @@ LOOPBACK = "127.0.0.1"
 
 
 @contextlib.contextmanager
-def _ray_constants(**values: object) -> Iterator[None]:
+def ray_constants(**values: object) -> Iterator[None]:
     """Ray's module constants set to `values` while `ray.init` reads them (there is no public
     switch for either; an environment variable would reach every process Ray starts)."""
     constants: Any = ray._private.ray_constants
@@ -122,13 +125,13 @@ def _ray_constants(**values: object) -> Iterator[None]:
 #: all handled); blocking SIGTERM in the main thread is not enough (Ray's threads take it with
 #: the default action), and blocking it before `ray.init` is inherited by the cluster's
 #: processes (shutdown then took 6 s instead of 1.4 s). The workers keep their handler.
-_DRIVER_INIT = {"RAY_DISABLE_FAILURE_SIGNAL_HANDLER": True}
+DRIVER_INIT = {"RAY_DISABLE_FAILURE_SIGNAL_HANDLER": True}
 #: For the embedded cluster, also `ENABLE_RAY_CLUSTER` off: with it on (Linux's default) Ray
 #: rewrites a loopback node address to the machine's own, and its GCS, raylet, agents and
 #: workers listened on `*` and that address (10-12 sockets, none on loopback). With it off
 #: and the node address 127.0.0.1, every server of the tree listens on loopback (measured
 #: with psutil over the process tree; tests/run/test_loopback_cluster.py checks it).
-_EMBEDDED_INIT = {**_DRIVER_INIT, "ENABLE_RAY_CLUSTER": False}
+EMBEDDED_INIT = {**DRIVER_INIT, "ENABLE_RAY_CLUSTER": False}
 
 
 @contextlib.contextmanager
@@ -155,13 +158,13 @@ def ray_session(
 
 def _init(address: str | None, workers: int, temp_dir: str | None) -> None:
     if address is not None:
-        with _ray_constants(**_DRIVER_INIT):
+        with ray_constants(**DRIVER_INIT):
             ray.init(address=address, logging_level=logging.WARNING)
         return
     notice, quiet = logging.getLogger(_TOKEN_NOTICE_LOGGER), _LocalTokenNotice()
     notice.addFilter(quiet)
     try:
-        with _ray_constants(**_EMBEDDED_INIT):
+        with ray_constants(**EMBEDDED_INIT):
             ray.init(
                 address="local",  # a bare ray.init() silently joins any running cluster
                 num_cpus=max(workers, os.cpu_count() or 1),

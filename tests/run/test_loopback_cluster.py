@@ -53,3 +53,14 @@ def test_the_embedded_cluster_listens_on_loopback_only(tmp_path: Path) -> None:
     assert [s for s in sockets if s[1] not in LOOPBACK] == []
     assert process.returncode == 143, err
     assert set(committed_ids(run_dir).values()) == {1}
+
+
+@pytest.mark.ray
+def test_the_suites_own_cluster_listens_on_loopback_only(ray_cluster: str) -> None:
+    """The session's Ray cluster (tests/conftest.py) is as private as the collector's: every
+    socket its GCS, raylet and workers listen on is a loopback one."""
+    import os
+
+    sockets = [s for s in listening(os.getpid()) if s[0] != psutil.Process().name()]
+    assert {"gcs_server", "raylet"} <= {name for name, _, _ in sockets}, sockets
+    assert [s for s in sockets if s[1] not in LOOPBACK] == []
