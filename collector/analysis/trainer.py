@@ -248,14 +248,23 @@ _SUMMARY_KEYS = ("episodes", "turns", "turns_requested", "turns_with_ids", "turn
                  "prefix_consistent")
 
 
+_TOP_PAIRS = 5
+
+
 def token_summary(run_dir: str | Path) -> dict[str, Any]:
     """Token capture in numbers: turns asked / returned / withheld / miscounted, the share
     of multi-turn episodes with ids whose every turn is prefix-consistent, and per model
     (`by_model`): episodes with ids on every turn, `samples_per_episode` (the sequence-mode
-    rows such an episode becomes: 1 + its breaks) and `one_sequence_share`."""
+    rows such an episode becomes: 1 + its breaks) and `one_sequence_share`.
+
+    `drift`, per model with prompt ids on later turns: `rate_by_turn` (turn index -> share of
+    those turns whose prompt was re-rendered) and `top_pairs`, the most common first
+    differences as (expected id, found id, turns): decode them with the model's tokenizer
+    to see what the template changed (found None: the prompt ended there)."""
     table = read_committed(run_dir, ["model", "turns"])
     out: Counter[str] = Counter(dict.fromkeys(_SUMMARY_KEYS, 0))
     per_model: dict[str, Counter[str]] = {}
+    drift: dict[str, dict[str, Counter[Any]]] = {}
     models, all_turns = table.column("model").to_pylist(), table.column("turns").to_pylist()
     for model, turns in zip(models, all_turns, strict=True):
         out["episodes"] += 1
@@ -273,6 +282,14 @@ def token_summary(run_dir: str | Path) -> dict[str, Any]:
             out["multi_turn_with_prompt_ids"] += 1
             out["prefix_consistent"] += all(flags)
         m = per_model.setdefault(str(model), Counter())
+        d = drift.setdefault(str(model), {"turns": Counter(), "drifted": Counter(), "pairs": Counter()})
+        for t in turns[1:]:
+            if t.get("prefix_consistent") is None:
+                continue
+            d["turns"][t["index"]] += 1
+            if t.get("prefix_consistent") is False:
+                d["drifted"][t["index"]] += 1
+                d["pairs"][(t.get("drift_expected_id"), t.get("drift_found_id"))] += 1
         if turns and all(p is not None for p in full_prompts(turns)) and all(
                 t.get("output_token_ids") is not None for t in turns):
             samples = len(sequence_runs(turns))
@@ -287,6 +304,10 @@ def token_summary(run_dir: str | Path) -> dict[str, Any]:
                 "samples_per_episode": c["samples"] / n if n else None,
                 "one_sequence_share": c["one_sequence"] / n if n else None}
         for model, c in sorted(per_model.items())}
+    summary["drift"] = {
+        model: {"rate_by_turn": {k: d["drifted"][k] / n for k, n in sorted(d["turns"].items())},
+                "top_pairs": [(exp, found, n) for (exp, found), n in d["pairs"].most_common(_TOP_PAIRS)]}
+        for model, d in sorted(drift.items()) if d["turns"]}
     return summary
 
 
@@ -300,4 +321,8 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
         lines.append(f"  {model}: {m['episodes_with_ids']} episodes with ids, "
                      f"{m['samples_per_episode']:.2f} samples per episode, "
                      f"{m['one_sequence_share']:.0%} one sequence")
+    for model, d in summary["drift"].items():
+        rates = " ".join(f"t{k}={r:.0%}" for k, r in d["rate_by_turn"].items())
+        pairs = ", ".join(f"{e}->{f} x{n}" for e, f, n in d["top_pairs"]) or "none"
+        lines.append(f"  {model} drift by turn: {rates}; first differences (expected->found): {pairs}")
     return lines

@@ -9,7 +9,10 @@ and put whatever came back on the `Turn`. Here, per turn, at record time:
   prompt shares with the previous turn's prompt + output, `prompt_token_ids` the rest.
   `prefix_consistent` is true when the whole previous sequence is shared: the server
   rendered history exactly as it sampled it, so the episode can be trained as one
-  sequence. The full prompt of turn k is ``(prompt_k-1 + output_k-1)[:offset_k] + delta_k``
+  sequence. When it is false, `drift_offset`, `drift_expected_id` and `drift_found_id` say
+  where the re-rendered prompt first differs and which id it has there instead (the drift
+  report, `drift` in `collector.analysis.trainer.token_summary`, counts them). The full
+  prompt of turn k is ``(prompt_k-1 + output_k-1)[:offset_k] + delta_k``
   (`collector.analysis.trainer.full_prompts`).
 
 Redaction. Token ids decode back to whatever the model wrote, thought and was shown, a
@@ -75,6 +78,12 @@ class TokenTracker:
         if previous is not None:
             offset = common_prefix(previous, prompt)
             record.prefix_consistent = offset == len(previous)
+            if offset < len(previous):
+                # The drift diagnostic: the first id the server rendered differently. Ids
+                # only (no text), and `withhold` drops them with the rest.
+                record.drift_offset = offset
+                record.drift_expected_id = previous[offset]
+                record.drift_found_id = prompt[offset] if offset < len(prompt) else None
         else:
             offset = 0
         record.prompt_ids_offset = offset
@@ -111,4 +120,5 @@ def withhold(turns: Sequence[TurnRecord]) -> None:
         t.prompt_ids_offset = 0
         t.token_counts_ok = None
         t.prefix_consistent = None
+        t.drift_offset = t.drift_expected_id = t.drift_found_id = None
         t.tokens_withheld = True

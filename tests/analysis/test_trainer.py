@@ -34,6 +34,7 @@ from collector.providers import base_url_for, build_provider
 from collector.providers.base import Endpoint
 from collector.record.episode import Episode, TurnRecord
 from collector.record.shards import SCHEMA_VERSION_KEY, episodes_to_table, read_shard, write_shard
+from collector.sim import tokens as sim_tokens
 from collector.sim.app import create_app
 from collector.storage.local import RunStore
 from collector.storage.manifest import committed_shard_paths
@@ -264,6 +265,24 @@ def test_sequence_mode_has_one_row_per_consistent_episode(token_run: Path, tmp_p
         / (single + len(rerender)))
 
 
+def test_drift_report_per_model_and_turn(token_run: Path) -> None:
+    """The drift report: rate per turn index (re-rendering preset: every later turn; faithful: none)
+    and the first-difference pairs, all found ids being the template's inserted whitespace id."""
+    episodes = load_episodes(token_run)
+    drift = token_summary(token_run)["drift"]
+    for model in ("sim-terse", "sim-rerender"):
+        later = [t for e in episodes if e.model == model for t in e.turns[1:]]
+        assert set(drift[model]["rate_by_turn"]) == {t.index for t in later}
+    assert set(drift["sim-terse"]["rate_by_turn"].values()) == {0.0}
+    assert drift["sim-terse"]["top_pairs"] == []
+    assert set(drift["sim-rerender"]["rate_by_turn"].values()) == {1.0}
+    pairs = drift["sim-rerender"]["top_pairs"]
+    drifted = Counter((t.drift_expected_id, t.drift_found_id) for e in episodes for t in e.turns
+                      if t.prefix_consistent is False)
+    assert pairs == [(e, f, n) for (e, f), n in drifted.most_common(5)]
+    assert {f for _, f, _ in pairs} == {sim_tokens.SPACE}
+
+
 def write_view_path(run: Path, tmp: Path, mode: str) -> Path:
     out = tmp / f"{mode}.parquet"
     write_trainer_view(run, out, mode=mode)  # type: ignore[arg-type]
@@ -281,6 +300,7 @@ def test_cli_trainer_view(token_run: Path, tmp_path: Path, capsys: pytest.Captur
     multi = sum(1 for e in episodes if e.num_turns > 1)
     assert f"prefix-consistent: {faithful} of {multi} multi-turn" in err
     assert "sim-terse: 12 episodes with ids, 1.00 samples per episode, 100% one sequence" in err
+    assert "sim-rerender drift by turn: t1=100%" in err
     assert main(["trainer-view", str(tmp_path / "nope"), str(out)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
@@ -309,8 +329,8 @@ def _as_version_2(path: Path, fmt: str) -> None:
 def test_version_2_shards_stay_readable(tmp_path: Path, fmt: str) -> None:
     """A run written before token capture still loads, computes stats, and gives an empty trainer view."""
     # Version 3 added 4 per-turn truth fields (issue 15), 3 reasoning fields (16), 9 token fields
-    # (13), and `usage_known` (31).
-    assert len(_NEW_TURN_FIELDS) == 17
+    # (13), `usage_known` (31), and 3 drift fields (26).
+    assert len(_NEW_TURN_FIELDS) == 20
     run = tmp_path / "run"
     _commit(run, asyncio.run(_episodes([("sim-terse", 256, t, False, 0) for t in range(5)])), fmt)
     for path in committed_shard_paths(run):

@@ -8,13 +8,17 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
+from collector.analysis.trainer import full_prompts
 from collector.config import LoopConfig
 from collector.envs.support_desk import SupportDeskEnv
 from collector.episode.loop import EpisodeSpec, run_episode
+from collector.episode.tokens import common_prefix
 from collector.providers import base_url_for, build_provider
 from collector.providers.base import Endpoint
 from collector.providers.scripted import ScriptedProvider, call, calls, text
 from collector.record.episode import Episode
+from collector.record.shards import episodes_to_table
+from collector.sim import tokens as sim_tokens
 from collector.sim.app import create_app
 from collector.stop import StopReason
 from collector.turn import SamplingParams, Turn
@@ -73,10 +77,24 @@ async def test_prefix_consistency_faithful_versus_rerendering(client: httpx.Asyn
     assert all(t.prefix_consistent is True for t in later)
     assert all(t.prompt_ids_offset and t.prompt_ids_offset > 0 for t in later)
     assert all(ep.turns[0].prefix_consistent is None for ep in faithful)
+    assert all(t.drift_offset is None and t.drift_found_id is None for ep in faithful for t in ep.turns)
     rerendered = await collect(client, "sim-rerender", 256, stream)
     later = [t for ep in rerendered for t in ep.turns[1:]]
     assert later
     assert all(t.prefix_consistent is False for t in later)
+    for ep in rerendered:
+        rows = episodes_to_table([ep]).to_pylist()[0]["turns"]
+        prompts = full_prompts(rows)
+        for k, t in enumerate(ep.turns[1:], start=1):
+            # The diagnostic names the first differing position and both ids at it: the
+            # simulator's template inserts a whitespace id after a replayed assistant role.
+            previous, prompt = prompts[k - 1], prompts[k]
+            assert previous is not None
+            assert prompt is not None
+            before = previous + ep.turns[k - 1].output_token_ids  # type: ignore[operator]
+            assert t.drift_offset == t.prompt_ids_offset == common_prefix(before, prompt) < len(before)
+            assert t.drift_expected_id == before[t.drift_offset]
+            assert t.drift_found_id == prompt[t.drift_offset] == sim_tokens.SPACE
 
 
 async def test_dropped_stream_ids_are_recorded_as_asked_not_returned(client: httpx.AsyncClient) -> None:
