@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import AsyncIterator
 
 import httpx
 import pytest
 
-from collector.analysis.trainer import full_prompts
+from collector.analysis.trainer import full_prompts, trainer_rows
 from collector.config import LoopConfig
 from collector.envs.support_desk import SupportDeskEnv
 from collector.episode.loop import EpisodeSpec, run_episode
@@ -95,6 +96,24 @@ async def test_prefix_consistency_faithful_versus_rerendering(client: httpx.Asyn
             assert t.drift_offset == t.prompt_ids_offset == common_prefix(before, prompt) < len(before)
             assert t.drift_expected_id == before[t.drift_offset]
             assert t.drift_found_id == prompt[t.drift_offset] == sim_tokens.SPACE
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+async def test_real_template_drift_breaks_rerendered_episodes_into_pieces(client: httpx.AsyncClient,
+                                                                           stream: bool) -> None:
+    """sim-drift in re-render mode: later turns drift, so the trainer view has more than one
+    row per multi-turn episode, each drift diagnosed at the first differing id."""
+    episodes = await collect(client, "sim-drift", 256, stream)
+    multi = [ep for ep in episodes if ep.num_turns > 1]
+    assert multi
+    assert all(ep.stop_reason is not StopReason.ERROR for ep in episodes)
+    for ep in multi:
+        assert all(t.token_counts_ok is True for t in ep.turns)
+        assert all(t.prefix_consistent is False and t.drift_offset is not None for t in ep.turns[1:])
+    view = trainer_rows(episodes_to_table(episodes).to_pylist(), "sequence")
+    assert not view.skipped
+    rows = Counter(r["episode_id"] for r in view.rows)
+    assert all(rows[ep.episode_id] == ep.num_turns > 1 for ep in multi)
 
 
 async def test_dropped_stream_ids_are_recorded_as_asked_not_returned(client: httpx.AsyncClient) -> None:
