@@ -144,6 +144,10 @@ class TurnRecord:
     """The previous prompt + output's id at `drift_offset` (what a faithful server sends)."""
     drift_found_id: int | None = None
     """This prompt's id at `drift_offset`; None when the prompt ended there (it is shorter)."""
+    stop_tokens_uncounted: int | None = None
+    """Output tokens the server counted in usage but returned no ids for, accounted to the stop
+    string that ended the turn (llama.cpp counts a matched `stop` string and returns none of
+    its ids; `collector.episode.tokens`). None: no such shortfall."""
 
 
 @dataclass(slots=True)

@@ -281,3 +281,41 @@ async def test_a_turn_without_usable_usage_is_stored_as_unknown_not_as_a_mismatc
     assert [t.usage_known for t in ep.turns] == [False, True]
     assert [t.token_counts_ok for t in ep.turns] == [None, True]
     assert ep.turns[0].output_token_ids == [10, 11, 12]
+
+
+@pytest.mark.parametrize(
+    ("raw", "stop", "returned", "counted", "ok", "uncounted"),
+    [
+        # llama.cpp, measured: a call turn ended on "</tool_call>" counts 36, returns 31 ids.
+        ("tool_calls", ["</tool_call>"], 31, 36, True, 5),
+        ("stop", ["</tool_call>"], 31, 36, True, 5),
+        ("tool_calls", ["</tool_call>"], 31, 31 + 12, True, 12),  # the bound: 12 bytes
+        ("tool_calls", ["</tool_call>"], 31, 31 + 13, False, None),  # more than any tokenizer makes of it
+        ("tool_calls", None, 31, 36, False, None),  # no stop string asked: a real mismatch
+        ("length", ["</tool_call>"], 31, 36, False, None),  # a cap, not a stop string
+        ("tool_calls", ["</tool_call>"], 36, 36, True, None),
+    ],
+)
+async def test_stop_string_tokens_counted_but_not_returned(
+        raw: str, stop: list[str] | None, returned: int, counted: int, ok: bool, uncounted: int | None,
+) -> None:
+    """The stop-string rule: a turn that ended on a stop string the server counted and did not
+    return is counted ok, its shortfall stored; the trainer view keeps it, mask on its ids only."""
+    env = ToyEnv()
+    out = list(range(100, 100 + returned))
+    first = _with_ids(calls(call("refund", {"order_id": "A1", "amount": 5})), [1, 2, 3], out)
+    first = dataclasses.replace(first, raw_finish_reason=raw,
+                                usage=dataclasses.replace(first.usage, output_tokens=counted))
+    second = _with_ids(text("done"), [1, 2, 3, *out, 20], [30, 31])
+    spec = EpisodeSpec("run", "model", "scripted", 64, env.tasks()[0], env_name=env.name,
+                       sampling=SamplingParams(token_ids=True, stop=stop))
+    ep = await run_episode(spec, ScriptedProvider([first, second]), env, LoopConfig())
+    assert ep.turns[0].token_counts_ok is ok
+    assert ep.turns[0].stop_tokens_uncounted == uncounted
+    view = trainer_rows(episodes_to_table([ep]).to_pylist(), "sequence")
+    if not ok:
+        assert view.skipped == {"count_mismatch": 1}
+        return
+    (row,) = view.rows
+    assert row["input_ids"] == [1, 2, 3, *out, 20, 30, 31]
+    assert row["loss_mask"] == [0, 0, 0] + [1] * returned + [0, 1, 1]
