@@ -9,9 +9,9 @@ episode), the drift rate per turn index, and the most common first-difference pa
 
 Modes: ``rerender`` (the chat endpoint re-renders history from messages every turn). The
 token-in mode (`sampling.token_in`, issue 26 #4) is not implemented yet, so it is not run.
-llama.cpp's chat endpoint returns no prompt ids, so in this mode the trainer view leaves every
-episode out (`no_token_ids`) and no drift can be measured from what the server returns; what
-this run does show is the stop-string rule on every call turn (31 ids of 36 counted).
+llama.cpp's chat endpoint returns no prompt ids, so each turn's prompt ids are taken from the
+same server's `/apply-template` + `/tokenize` of the request's messages (`RenderedPrompts`):
+its own rendering of history. The run also shows the stop-string rule on every call turn.
 
     PID=$(bash ../shared/tools/real-llama/serve.sh 18082)
     PYTHONPATH=. .venv/bin/python scripts/real_llama/token_truth.py --root http://127.0.0.1:18082
@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import sys
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -42,6 +44,7 @@ from collector.envs.base import Environment, Task
 from collector.episode.loop import EpisodeSpec, run_episode
 from collector.providers import base_url_for, build_provider
 from collector.providers.base import Endpoint
+from collector.providers.chat import build_chat_body
 from collector.record.shards import episodes_to_table
 from collector.turn import (
     ArgStatus,
@@ -50,6 +53,8 @@ from collector.turn import (
     SamplingParams,
     ToolCall,
     ToolResultMessage,
+    Turn,
+    TurnRequest,
     UserMessage,
 )
 
@@ -90,15 +95,43 @@ async def _detok(client: httpx.AsyncClient, root: str, ids: list[int]) -> str:
     return str(r.json().get("content"))
 
 
+class RenderedPrompts:
+    """The chat adapter, with each turn's prompt ids as this server renders and tokenizes them.
+
+    llama.cpp's chat endpoint returns no prompt ids; it renders the messages with its template
+    and tokenizes the result. `/apply-template` + `/tokenize` (special tokens parsed, BOS
+    added) is that same rendering, asked separately: the ids the re-rendering server saw.
+    """
+
+    kind = "chat"
+
+    def __init__(self, inner: Any, client: httpx.AsyncClient, root: str) -> None:
+        self.inner, self.client, self.root = inner, client, root
+
+    async def complete(self, request: TurnRequest) -> Turn:
+        turn = await self.inner.complete(request)
+        body = build_chat_body(request, "max_tokens", False)
+        r = await self.client.post(self.root + "/apply-template",
+                                   json={"messages": body["messages"], "tools": body.get("tools")})
+        text = r.json()["prompt"]
+        r = await self.client.post(self.root + "/tokenize",
+                                   json={"content": text, "add_special": True, "parse_special": True})
+        return dataclasses.replace(turn, prompt_token_ids=[int(i) for i in r.json()["tokens"]])
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
 async def run(root: str, model: str, cap: int) -> int:
     env = ThreeCities()
     endpoint = Endpoint(base_url_for("chat", root), streaming=False, cap_field="max_tokens",
                         request_timeout_s=300.0)
     params = SamplingParams(temperature=0.0, stop=["</tool_call>"], token_ids=True)
     async with httpx.AsyncClient(timeout=300) as client:
-        provider = build_provider("chat", endpoint, client)
+        provider = RenderedPrompts(build_provider("chat", endpoint, client), client, root)
         episodes = [await run_episode(EpisodeSpec("token-truth", model, "chat", cap, task, sampling=params),
-                                      provider, env, LoopConfig(max_steps=6)) for task in env.tasks()]
+                                      provider, env, LoopConfig(max_steps=6))  # type: ignore[arg-type]
+                    for task in env.tasks()]
         rows = episodes_to_table(episodes).to_pylist()
         view = trainer_rows(rows, "sequence")
         per_turn: Counter[int] = Counter()
