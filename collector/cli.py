@@ -236,7 +236,7 @@ def _cmd_sim(args: argparse.Namespace) -> int:
 
 
 def _cmd_trainer_view(args: argparse.Namespace) -> int:
-    from collector.analysis.trainer import token_summary, trainer_table, write_view
+    from collector.analysis.trainer import summary_lines, token_summary, trainer_table, write_view
 
     view = trainer_table(args.run, args.mode)
     write_view(view, args.out)
@@ -248,6 +248,7 @@ def _cmd_trainer_view(args: argparse.Namespace) -> int:
           f"{t['turns_not_returned']} asked for and not returned, {t['turns_withheld']} withheld, "
           f"{t['turns_count_mismatch']} miscounted; prefix-consistent: {t['prefix_consistent']} "
           f"of {t['multi_turn_with_prompt_ids']} multi-turn episodes with prompt ids", file=sys.stderr)
+    print("\n".join(summary_lines(t)), file=sys.stderr)
     return EXIT_OK
 
 

@@ -12,7 +12,8 @@ Cases: ``json+tools`` (non-streaming, tools offered) and ``stream`` (streaming, 
 llama.cpp refuses logprobs on a streamed request with tools). Two more show what the server
 does and how the collector records it (not failures): ``json+tools+stop``, where a stop string
 ends the turn and llama.cpp counts its tokens in usage but leaves them out of the logprobs
-(the turn's `token_counts_ok` is then false, and the trainer view leaves the episode out),
+(the stop-string rule of `collector.episode.tokens` accounts for them: `token_counts_ok` true,
+`stop_tokens_uncounted` the shortfall, so the trainer view keeps the episode),
 and ``stream+tools``, refused with a 400, which the adapter answers by asking again without
 token capture (the turn: ids asked for, not returned).
 
@@ -37,8 +38,10 @@ if __package__ in (None, ""):
 
 import httpx
 
+from collector.episode.tokens import TokenTracker
 from collector.providers import build_provider
 from collector.providers.base import Endpoint
+from collector.record.episode import TurnRecord
 from collector.turn import (
     ArgStatus,
     AssistantMessage,
@@ -136,11 +139,16 @@ async def check(base_url: str, model: str, caps: list[int]) -> bool:
                 if required:
                     good = same and counted and aligned
                     verdict = "ok" if good else "MISMATCH"
-                elif stop:  # ids still equal the logprobs' ids; the count check flags the shortfall
-                    good = same and aligned
+                elif stop:  # ids still equal the logprobs' ids; the stop-string rule accounts for the rest
+                    record = TurnRecord(0, turn.raw_finish_reason, turn.finish_class.value, [], None,
+                                        turn.usage.output_tokens, 0, cap, 0.0, [], 0, 0, False)
+                    TokenTracker(True, 0.0, ["</tool_call>"]).fill(record, turn)
                     short = turn.usage.output_tokens - len(ids)
+                    good = same and aligned and record.token_counts_ok is True
                     verdict = (f"as documented: {short} stop-string tokens counted, not returned, "
-                               f"token_counts_ok={counted}") if good else "MISMATCH"
+                               f"token_counts_ok={record.token_counts_ok} "
+                               f"stop_tokens_uncounted={record.stop_tokens_uncounted}"
+                               ) if good else "MISMATCH"
                 else:  # refused, asked again without token capture
                     good = turn.token_ids is None
                     verdict = "as documented: refused, asked again, no ids" if good else "UNEXPECTED"

@@ -3,11 +3,12 @@
 From the committed episodes of a run directory (those collected with `sampling.token_ids`),
 each kept episode becomes either one sequence or one sample per turn:
 
-- ``sequence`` mode (the default): an episode whose every turn is prefix-consistent (each
-  turn's prompt ids start with the previous turn's prompt + output ids) is ONE row: the
-  last turn's prompt + output, holding every turn's sampled tokens at their own positions.
-  An episode that is not prefix-consistent (the server re-rendered history) falls back to
-  one row per turn, since its turns are not one sequence;
+- ``sequence`` mode (the default): the FEWEST sequences: one row per maximal run of
+  prefix-consistent turns (`sequence_runs`; each turn's prompt ids start with the previous
+  turn's prompt + output ids). A row is its run's last prompt + output, holding every
+  turn's sampled tokens of the run at their own positions; its `prompt_length` is the full
+  prompt of the run's first turn. A faithful episode is one row (`turn_index` null); each
+  turn where the server re-rendered history starts a new row (`turn_index`: that turn);
 - ``stepwise`` mode: always one row per turn: that turn's full prompt + its output.
 
 Columns (`TRAINER_SCHEMA`): `input_ids`; `loss_mask`, 1 on the sampled tokens of kept
@@ -48,6 +49,8 @@ __all__ = [
     "TrainerMode",
     "TrainerView",
     "full_prompts",
+    "sequence_runs",
+    "summary_lines",
     "token_summary",
     "trainer_rows",
     "trainer_table",
@@ -112,6 +115,25 @@ def full_prompts(turns: Sequence[dict[str, Any]]) -> list[list[int] | None]:
     return out
 
 
+def sequence_runs(turns: Sequence[dict[str, Any]]) -> list[tuple[int, int]]:
+    """The maximal runs of prefix-consistent turns, as (first, last) positions, inclusive.
+
+    A turn whose prompt does not start with the previous turn's prompt + output (the server
+    re-rendered history: `prefix_consistent` false) starts a new run; every other turn
+    extends the current one. So there are ``1 + breaks`` runs, the fewest sequences whose
+    tokens are each exactly what the server saw and sampled.
+    """
+    runs: list[tuple[int, int]] = []
+    first = 0
+    for k in range(1, len(turns)):
+        if turns[k].get("prefix_consistent") is not True:
+            runs.append((first, k - 1))
+            first = k
+    if turns:
+        runs.append((first, len(turns) - 1))
+    return runs
+
+
 def _group_id(ep: dict[str, Any]) -> str:
     key = "\x1f".join(str(ep[k]) for k in ("run_id", "provider", "model", "budget", "task_id"))
     return hashlib.blake2b(key.encode(), digest_size=8).hexdigest()
@@ -147,22 +169,26 @@ def _rows_of(ep: dict[str, Any], mode: TrainerMode) -> list[dict[str, Any]]:
         "group_id": _group_id(ep), "task_id": ep["task_id"], "sample": ep["sample"], "model": ep["model"],
         "budget": ep["budget"], "temperature": turns[0].get("temperature"),
     }
-    consistent = all(t.get("prefix_consistent") is True for t in turns[1:])
-    if mode == "sequence" and consistent:
-        last = turns[-1]
-        input_ids = prompts[-1] + list(last["output_token_ids"])
-        mask = [0] * len(input_ids)
-        logprobs = [0.0] * len(input_ids)
-        for t, prompt in zip(turns, prompts, strict=True):
-            out = t["output_token_ids"]
-            start = len(prompt)
-            keep = 0 if t["discarded"] else 1
-            lps = _logprobs(t, len(out))
-            for i in range(len(out)):
-                mask[start + i] = keep
-                logprobs[start + i] = lps[i]
-        return [{**common, "turn_index": None, "input_ids": input_ids, "loss_mask": mask,
-                 "logprobs": logprobs, "prompt_length": len(prompts[0])}]
+    if mode == "sequence":
+        runs = sequence_runs(turns)
+        whole = len(runs) == 1
+        rows = []
+        for first, last in runs:
+            input_ids = prompts[last] + list(turns[last]["output_token_ids"])
+            mask = [0] * len(input_ids)
+            logprobs = [0.0] * len(input_ids)
+            for t, prompt in zip(turns[first:last + 1], prompts[first:last + 1], strict=True):
+                out = t["output_token_ids"]
+                start = len(prompt)
+                keep = 0 if t["discarded"] else 1
+                mask[start:start + len(out)] = [keep] * len(out)
+                logprobs[start:start + len(out)] = _logprobs(t, len(out))
+            # A row that is the whole episode has no turn index; a piece of a broken
+            # episode names the turn it starts at, so the pieces stay ordered and findable.
+            rows.append({**common, "turn_index": None if whole else turns[first]["index"],
+                         "input_ids": input_ids, "loss_mask": mask, "logprobs": logprobs,
+                         "prompt_length": len(prompts[first])})
+        return rows
     rows = []
     for t, prompt in zip(turns, prompts, strict=True):
         out = list(t["output_token_ids"])
@@ -222,12 +248,25 @@ _SUMMARY_KEYS = ("episodes", "turns", "turns_requested", "turns_with_ids", "turn
                  "prefix_consistent")
 
 
+_TOP_PAIRS = 5
+
+
 def token_summary(run_dir: str | Path) -> dict[str, Any]:
-    """Token capture in numbers: turns asked / returned / withheld / miscounted, and the share
-    of multi-turn episodes with ids whose every turn is prefix-consistent."""
-    table = read_committed(run_dir, ["turns"])
+    """Token capture in numbers: turns asked / returned / withheld / miscounted, the share
+    of multi-turn episodes with ids whose every turn is prefix-consistent, and per model
+    (`by_model`): episodes with ids on every turn, `samples_per_episode` (the sequence-mode
+    rows such an episode becomes: 1 + its breaks) and `one_sequence_share`.
+
+    `drift`, per model with prompt ids on later turns: `rate_by_turn` (turn index -> share of
+    those turns whose prompt was re-rendered) and `top_pairs`, the most common first
+    differences as (expected id, found id, turns): decode them with the model's tokenizer
+    to see what the template changed (found None: the prompt ended there)."""
+    table = read_committed(run_dir, ["model", "turns"])
     out: Counter[str] = Counter(dict.fromkeys(_SUMMARY_KEYS, 0))
-    for turns in table.column("turns").to_pylist():
+    per_model: dict[str, Counter[str]] = {}
+    drift: dict[str, dict[str, Counter[Any]]] = {}
+    models, all_turns = table.column("model").to_pylist(), table.column("turns").to_pylist()
+    for model, turns in zip(models, all_turns, strict=True):
         out["episodes"] += 1
         for t in turns:
             out["turns"] += 1
@@ -242,7 +281,48 @@ def token_summary(run_dir: str | Path) -> dict[str, Any]:
         if flags and all(f is not None for f in flags):
             out["multi_turn_with_prompt_ids"] += 1
             out["prefix_consistent"] += all(flags)
+        m = per_model.setdefault(str(model), Counter())
+        d = drift.setdefault(str(model), {"turns": Counter(), "drifted": Counter(), "pairs": Counter()})
+        for t in turns[1:]:
+            if t.get("prefix_consistent") is None:
+                continue
+            d["turns"][t["index"]] += 1
+            if t.get("prefix_consistent") is False:
+                d["drifted"][t["index"]] += 1
+                d["pairs"][(t.get("drift_expected_id"), t.get("drift_found_id"))] += 1
+        if turns and all(p is not None for p in full_prompts(turns)) and all(
+                t.get("output_token_ids") is not None for t in turns):
+            samples = len(sequence_runs(turns))
+            m["episodes_with_ids"] += 1
+            m["samples"] += samples
+            m["one_sequence"] += samples == 1
     summary: dict[str, Any] = dict(out)
     known = out["multi_turn_with_prompt_ids"]
     summary["prefix_consistent_share"] = out["prefix_consistent"] / known if known else None
+    summary["by_model"] = {
+        model: {"episodes_with_ids": (n := c["episodes_with_ids"]),
+                "samples_per_episode": c["samples"] / n if n else None,
+                "one_sequence_share": c["one_sequence"] / n if n else None}
+        for model, c in sorted(per_model.items())}
+    summary["drift"] = {
+        model: {"rate_by_turn": {k: d["drifted"][k] / n for k, n in sorted(d["turns"].items())},
+                "top_pairs": [(exp, found, n) for (exp, found), n in d["pairs"].most_common(_TOP_PAIRS)]}
+        for model, d in sorted(drift.items()) if d["turns"]}
     return summary
+
+
+def summary_lines(summary: dict[str, Any]) -> list[str]:
+    """The per-model part of `token_summary` as lines for `collector trainer-view`'s stderr."""
+    lines = []
+    for model, m in summary["by_model"].items():
+        if not m["episodes_with_ids"]:
+            lines.append(f"  {model}: no episode with ids on every turn")
+            continue
+        lines.append(f"  {model}: {m['episodes_with_ids']} episodes with ids, "
+                     f"{m['samples_per_episode']:.2f} samples per episode, "
+                     f"{m['one_sequence_share']:.0%} one sequence")
+    for model, d in summary["drift"].items():
+        rates = " ".join(f"t{k}={r:.0%}" for k, r in d["rate_by_turn"].items())
+        pairs = ", ".join(f"{e}->{f} x{n}" for e, f, n in d["top_pairs"]) or "none"
+        lines.append(f"  {model} drift by turn: {rates}; first differences (expected->found): {pairs}")
+    return lines

@@ -341,7 +341,7 @@ async def run_episode(
     params = spec.sampling
     if params.seed is None:
         params = dataclasses.replace(params, seed=spec.seed)
-    run.tokens = TokenTracker(params.token_ids, params.temperature)
+    run.tokens = TokenTracker(params.token_ids, params.temperature, params.stop)
     error: EpisodeError | None = None
     reward, graded = 0.0, None
     offered = "[]"  # the tools column: none were offered when the environment failed to start

@@ -4,12 +4,22 @@ With `sampling.token_ids` the adapters ask each server for its ids (`collector.p
 and put whatever came back on the `Turn`. Here, per turn, at record time:
 
 - the output ids and logprobs are stored as returned, and `token_counts_ok` says whether
-  they are as many as the server's own output-token count (and each other);
+  they are as many as the server's own output-token count (and each other). The one
+  accepted shortfall is the stop-string rule: llama.cpp counts a matched `sampling.stop`
+  string in usage and returns none of its ids. A turn whose finish is `stop` or `tool_calls`
+  (not a cap), asked with
+  stop strings, and short by at most the longest stop string's UTF-8 byte length (a bound
+  any tokenizer respects: a token is at least one byte) is counted ok, the shortfall stored
+  as `stop_tokens_uncounted`. Its sequence ends before the stop string: the ids are exactly
+  what was sampled and returned, so the loss mask covers them and nothing else;
 - the prompt ids are stored as a delta: `prompt_ids_offset` is how many leading ids the
   prompt shares with the previous turn's prompt + output, `prompt_token_ids` the rest.
   `prefix_consistent` is true when the whole previous sequence is shared: the server
   rendered history exactly as it sampled it, so the episode can be trained as one
-  sequence. The full prompt of turn k is ``(prompt_k-1 + output_k-1)[:offset_k] + delta_k``
+  sequence. When it is false, `drift_offset`, `drift_expected_id` and `drift_found_id` say
+  where the re-rendered prompt first differs and which id it has there instead (the drift
+  report, `drift` in `collector.analysis.trainer.token_summary`, counts them). The full
+  prompt of turn k is ``(prompt_k-1 + output_k-1)[:offset_k] + delta_k``
   (`collector.analysis.trainer.full_prompts`).
 
 Redaction. Token ids decode back to whatever the model wrote, thought and was shown, a
@@ -35,6 +45,11 @@ from collector.turn import AssistantMessage, Message, SystemMessage, ToolResultM
 __all__ = ["TokenTracker", "common_prefix", "holds_secret", "withhold"]
 
 
+_STOPPED = ("stop", "tool_calls")
+"""Finish reasons of a turn that ended by itself (a stop string, or EOG): never a cap. A call
+turn ended on a stop string is `tool_calls` on llama.cpp (measured: 31 ids of 36 counted)."""
+
+
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     """How many leading items `a` and `b` share."""
     n = min(len(a), len(b))
@@ -47,11 +62,13 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 class TokenTracker:
     """Per episode: the previous turn's full sequence, to store prompts as deltas."""
 
-    __slots__ = ("previous", "requested", "temperature")
+    __slots__ = ("previous", "requested", "stop_bytes", "temperature")
 
-    def __init__(self, requested: bool, temperature: float | None) -> None:
+    def __init__(self, requested: bool, temperature: float | None, stop: Sequence[str] | None = None) -> None:
         self.requested = requested
         self.temperature = temperature
+        self.stop_bytes = max((len(s.encode()) for s in stop or ()), default=0)
+        """The longest stop string in UTF-8 bytes: no tokenizer makes it more tokens than that."""
         self.previous: list[int] | None = None
         """The previous turn's prompt + output ids (None: unknown, no delta possible)."""
 
@@ -65,9 +82,13 @@ class TokenTracker:
         if ids is not None and turn.usage.known:
             # With no usable count from the server there is nothing to compare the ids with:
             # None ("not known"), never a mismatch that would drop the episode from training.
-            record.token_counts_ok = len(ids) == turn.usage.output_tokens and (
-                logprobs is None or len(logprobs) == len(ids)
-            )
+            missing = turn.usage.output_tokens - len(ids)
+            if 0 < missing <= self.stop_bytes and turn.raw_finish_reason in _STOPPED:
+                # The stop-string rule: the turn ended on a stop string the server counted but
+                # returned no ids for; the ids end before it, so nothing sampled is missing.
+                record.stop_tokens_uncounted = missing
+                missing = 0
+            record.token_counts_ok = missing == 0 and (logprobs is None or len(logprobs) == len(ids))
         previous = self.previous
         if prompt is None:
             self.previous = None
@@ -75,6 +96,12 @@ class TokenTracker:
         if previous is not None:
             offset = common_prefix(previous, prompt)
             record.prefix_consistent = offset == len(previous)
+            if offset < len(previous):
+                # The drift diagnostic: the first id the server rendered differently. Ids
+                # only (no text), and `withhold` drops them with the rest.
+                record.drift_offset = offset
+                record.drift_expected_id = previous[offset]
+                record.drift_found_id = prompt[offset] if offset < len(prompt) else None
         else:
             offset = 0
         record.prompt_ids_offset = offset
@@ -111,4 +138,5 @@ def withhold(turns: Sequence[TurnRecord]) -> None:
         t.prompt_ids_offset = 0
         t.token_counts_ok = None
         t.prefix_consistent = None
+        t.drift_offset = t.drift_expected_id = t.drift_found_id = t.stop_tokens_uncounted = None
         t.tokens_withheld = True

@@ -135,6 +135,19 @@ class TurnRecord:
     `output_tokens` / `input_tokens` are then 0 for "unknown", not measured, and the cap
     rule (`cap_reached`) could not be checked (`collector.providers.common`). None in a
     shard written before the field existed."""
+    # --- issue 26: where a re-rendered prompt first disagrees (still schema version 3) ---
+    drift_offset: int | None = None
+    """On a turn that is not prefix-consistent: the position of the first id where this
+    prompt differs from the previous turn's prompt + output (== `prompt_ids_offset`). None:
+    consistent, unknown, or a shard written before the field existed."""
+    drift_expected_id: int | None = None
+    """The previous prompt + output's id at `drift_offset` (what a faithful server sends)."""
+    drift_found_id: int | None = None
+    """This prompt's id at `drift_offset`; None when the prompt ended there (it is shorter)."""
+    stop_tokens_uncounted: int | None = None
+    """Output tokens the server counted in usage but returned no ids for, accounted to the stop
+    string that ended the turn (llama.cpp counts a matched `stop` string and returns none of
+    its ids; `collector.episode.tokens`). None: no such shortfall."""
 
 
 @dataclass(slots=True)

@@ -186,8 +186,10 @@ def render(req: ParsedRequest, gen: Generation) -> dict[str, Any]:
 
 
 def _prompt_ids(req: ParsedRequest) -> list[int]:
-    rerender = req.preset is not None and req.preset.rerender_history
-    return prompt_ids(req.raw_messages or [], req.tool_names, rerender)
+    preset = req.preset
+    rerender = preset is not None and preset.rerender_history
+    drift = preset is not None and preset.template_drift
+    return prompt_ids(req.raw_messages or [], req.tool_names, rerender, drift)
 
 
 def render_stream(req: ParsedRequest, gen: Generation) -> list[str]:
@@ -224,6 +226,8 @@ def render_stream(req: ParsedRequest, gen: Generation) -> list[str]:
     first_extra = ""
     if with_ids:
         first_extra = '"prompt_token_ids":' + json.dumps(_prompt_ids(req)) + ","
+    # The reasoning ids ride on the first chunk, so a stream's ids are in the JSON reply's order.
+    pending = list(out.reasoning) if out else []
     chunk({"role": "assistant", "content": "", "refusal": None}, extra=first_extra)
     for i in range(0, len(gen.reasoning_text), PIECE):
         chunk({gen.reasoning_field: gen.reasoning_text[i:i + PIECE]})

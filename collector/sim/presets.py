@@ -156,6 +156,10 @@ class ModelPreset:
     rerender_history: bool = False
     """The template re-renders replayed assistant turns (a whitespace token, re-serialized
     arguments), so a turn's prompt ids do not start with the previous prompt + output."""
+    template_drift: bool = False
+    """The template re-renders history the way real ones drift (`collector.sim.tokens`):
+    `tojson`-re-serialized arguments and a content/newline seam merge; with `thinking`, the
+    replayed turns' reasoning is gone too. Token-in prompts (ids sent) are untouched."""
     stream_drops_token_ids: bool = False
     """Streams carry no `token_ids` (vLLM with a tool parser: vllm #27482, #28256)."""
     thinking: LengthDist | None = None
@@ -266,6 +270,14 @@ PRESETS: dict[str, ModelPreset] = {
             "sim-rerender",
             "Like sim-terse, but the chat template re-renders history: prefix consistency fails.",
             rerender_history=True,
+        ),
+        _like_terse(
+            "sim-drift",
+            "A thinking model behind a template that drifts like real ones: reasoning stripped "
+            "from history, tojson-re-serialized arguments, a seam merge after content.",
+            preamble=LengthDist(zero_prob=0.3, median=6.0, sigma=0.8),
+            thinking=LengthDist(zero_prob=0.0, median=20.0, sigma=0.5, max_tokens=256),
+            template_drift=True,
         ),
         _like_terse(
             "sim-stream-no-ids",

@@ -13,6 +13,16 @@ and the assistant role id last (the generation prompt). A faithful server's next
 therefore starts with this prompt + this output; a preset with `rerender_history` inserts a
 whitespace id after a replayed assistant role and re-serializes the arguments, as templates
 that re-render tool calls do, and the prefix breaks.
+
+A thinking model's output ids start with its reasoning tokens; the prompt renders only a
+replayed message's content, so its reasoning block is stripped from history, as Qwen3- and
+DeepSeek-style templates do. `template_drift` (preset `sim-drift`) adds the other two drifts
+measured on real templates: arguments re-serialized the way Jinja ``tojson`` does (a
+compact ``{"a":1}`` comes back ``{"a": 1}``), and a seam merge (a newline after the content
+re-tokenized into its last piece). Only the re-rendering changes; the ids of a token prompt
+sent by the client (token-in) are taken as given.
+
+Tests: tests/sim/test_tokens.py.
 """
 
 from __future__ import annotations
@@ -28,10 +38,10 @@ from collector.sim.tokenizer import CHARS_PER_TOKEN
 Tok = tuple[int, str]
 """(id, text) of one token."""
 
-BEGIN, SYSTEM, USER, ASSISTANT, TOOL, END, CALL_OPEN, CALL_CLOSE, TOOL_DEF, SPACE = range(1, 11)
+BEGIN, SYSTEM, USER, ASSISTANT, TOOL, END, CALL_OPEN, CALL_CLOSE, TOOL_DEF, SPACE, THINK = range(1, 12)
 _SPECIAL = {BEGIN: "<|begin|>", SYSTEM: "<|system|>", USER: "<|user|>", ASSISTANT: "<|assistant|>",
             TOOL: "<|tool|>", END: "<|end|>", CALL_OPEN: "<tool_call>", CALL_CLOSE: "</tool_call>",
-            TOOL_DEF: "<|tool_def|>", SPACE: "\n"}
+            TOOL_DEF: "<|tool_def|>", SPACE: "\n", THINK: " "}
 _ROLES = {"system": SYSTEM, "developer": SYSTEM, "user": USER, "assistant": ASSISTANT, "tool": TOOL}
 _VOCAB = 100_000
 _FIRST_PIECE_ID = 1000
@@ -65,10 +75,15 @@ def _name(name: str) -> Tok:
 class OutputTokens:
     """A turn's output tokens by where they sit: text, then per call head, arguments, tail."""
 
-    __slots__ = ("calls", "stray", "text")
+    __slots__ = ("calls", "reasoning", "stray", "text")
 
     def __init__(self, gen: Generation) -> None:
         self.stray: list[Tok] = []
+        # The thought comes first and costs exactly `reasoning_tokens` (the count it was cut
+        # by); its text may be a few characters short of that (trailing space stripped), so
+        # it is padded with the think-filler id rather than miscounted.
+        thought = _pieces(gen.reasoning_text)[: gen.reasoning_tokens]
+        self.reasoning = thought + [(THINK, " ")] * (gen.reasoning_tokens - len(thought))
         self.text = _pieces(gen.text)
         self.calls: list[tuple[list[Tok], list[Tok], list[Tok]]] = []
         for c in gen.calls:
@@ -80,13 +95,14 @@ class OutputTokens:
         assert len(self.flat()) == gen.output_tokens, "sim token layout disagrees with its count"
 
     def flat(self) -> list[Tok]:
-        out = list(self.text)
+        out = self.reasoning + self.text
         for head, args, tail in self.calls:
             out += head + args + tail
         return out + self.stray
 
 
-def prompt_ids(raw_messages: list[Any], tool_names: tuple[str, ...], rerender: bool) -> list[int]:
+def prompt_ids(raw_messages: list[Any], tool_names: tuple[str, ...], rerender: bool,
+               template_drift: bool = False) -> list[int]:
     """The prompt as this simulated template renders it (see the module docstring)."""
     ids = [BEGIN]
     for name in tool_names:
@@ -96,16 +112,31 @@ def prompt_ids(raw_messages: list[Any], tool_names: tuple[str, ...], rerender: b
         ids.append(_ROLES.get(role, USER))
         if role == "assistant" and rerender:
             ids.append(SPACE)
-        ids += [t for t, _ in _pieces(_text(msg.get("content")))]
+        text = _text(msg.get("content"))
+        if role == "assistant" and template_drift and text:
+            # Seam merge: the template writes a newline after the content and the tokenizer
+            # merges it into the content's last piece (or adds a piece) on re-tokenizing.
+            text += "\n"
+        ids += [t for t, _ in _pieces(text)]
         for call in (msg.get("tool_calls") or []) if role == "assistant" else ():
             fn = call.get("function") or {}
             args = fn.get("arguments") or ""
             if rerender:
                 args = json.dumps(json.loads(args), sort_keys=True)
+            elif template_drift:
+                args = _tojson(args)
             ids += [CALL_OPEN, _name(str(fn.get("name")))[0]] + [t for t, _ in _pieces(args)] + [CALL_CLOSE]
         ids.append(END)
     ids.append(ASSISTANT)
     return ids
+
+
+def _tojson(args: str) -> str:
+    """Arguments as a Jinja ``tojson`` re-serializes them: parsed, then dumped with spaces."""
+    try:
+        return json.dumps(json.loads(args))
+    except ValueError:
+        return args  # not JSON: a template passes the string through
 
 
 def _text(content: Any) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -16,15 +17,24 @@ from hypothesis import strategies as st
 
 from collector.analysis import load_episodes, load_run
 from collector.analysis.stats import compute_stats
-from collector.analysis.trainer import TRAINER_SCHEMA, full_prompts, trainer_rows, write_trainer_view
+from collector.analysis.trainer import (
+    TRAINER_SCHEMA,
+    full_prompts,
+    sequence_runs,
+    token_summary,
+    trainer_rows,
+    write_trainer_view,
+)
 from collector.cli import main
 from collector.config import LoopConfig
 from collector.envs.support_desk import SupportDeskEnv
 from collector.episode.loop import EpisodeSpec, run_episode
+from collector.episode.tokens import common_prefix
 from collector.providers import base_url_for, build_provider
 from collector.providers.base import Endpoint
 from collector.record.episode import Episode, TurnRecord
 from collector.record.shards import SCHEMA_VERSION_KEY, episodes_to_table, read_shard, write_shard
+from collector.sim import tokens as sim_tokens
 from collector.sim.app import create_app
 from collector.storage.local import RunStore
 from collector.storage.manifest import committed_shard_paths
@@ -55,25 +65,29 @@ def _rows(episodes: list[Episode]) -> list[dict[str, Any]]:
     return episodes_to_table(episodes).to_pylist()
 
 
-def _assert_masks(episode: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+def _assert_masks(episode: dict[str, Any], rows: list[dict[str, Any]], mode: str) -> None:
     """Mask 1 exactly on the sampled tokens of kept turns, 0 on prompts and on discarded turns."""
     turns = episode["turns"]
     prompts = full_prompts(turns)
-    if len(rows) == 1 and rows[0]["turn_index"] is None:
-        (row,) = rows
-        ones = 0
-        expected_logprobs = [0.0] * len(row["input_ids"])
-        for t, prompt in zip(turns, prompts, strict=True):
-            assert prompt is not None
-            start, out = len(prompt), t["output_token_ids"]
-            keep = 0 if t["discarded"] else 1
-            assert row["input_ids"][start:start + len(out)] == out
-            assert row["loss_mask"][start:start + len(out)] == [keep] * len(out)
-            expected_logprobs[start:start + len(out)] = t["output_logprobs"]
-            ones += keep * len(out)
-        assert sum(row["loss_mask"]) == ones
-        assert row["logprobs"] == pytest.approx(expected_logprobs, abs=1e-6)
-        assert row["prompt_length"] == len(prompts[0] or [])
+    if mode == "sequence":
+        runs = sequence_runs(turns)
+        assert len(rows) == len(runs) == 1 + sum(not t["prefix_consistent"] for t in turns[1:])
+        for (first, last), row in zip(runs, rows, strict=True):
+            assert row["turn_index"] == (None if len(runs) == 1 else turns[first]["index"])
+            ones = 0
+            expected_logprobs = [0.0] * len(row["input_ids"])
+            for t, prompt in zip(turns[first:last + 1], prompts[first:last + 1], strict=True):
+                assert prompt is not None
+                start, out = len(prompt), t["output_token_ids"]
+                keep = 0 if t["discarded"] else 1
+                assert row["input_ids"][:start] == prompt  # each turn saw exactly this prefix
+                assert row["input_ids"][start:start + len(out)] == out
+                assert row["loss_mask"][start:start + len(out)] == [keep] * len(out)
+                expected_logprobs[start:start + len(out)] = t["output_logprobs"]
+                ones += keep * len(out)
+            assert sum(row["loss_mask"]) == ones
+            assert row["logprobs"] == pytest.approx(expected_logprobs, abs=1e-6)
+            assert row["prompt_length"] == len(prompts[first] or [])
         return
     assert [r["turn_index"] for r in rows] == [t["index"] for t in turns]
     for t, prompt, row in zip(turns, prompts, rows, strict=True):
@@ -83,6 +97,60 @@ def _assert_masks(episode: dict[str, Any], rows: list[dict[str, Any]]) -> None:
         assert row["loss_mask"] == [0] * len(prompt) + [keep] * len(t["output_token_ids"])
         assert row["logprobs"][: len(prompt)] == [0.0] * len(prompt)
         assert row["prompt_length"] == len(prompt)
+
+
+def _drifting_episode(outputs: list[list[int]], suffixes: list[list[int]], drifts: dict[int, int]
+                      ) -> dict[str, Any]:
+    """A stored episode whose turn k re-renders history at position ``drifts[k]`` (mod its length).
+
+    Built the way `TokenTracker` stores it: full prompts, then deltas from the common prefix.
+    """
+    turns = []
+    previous: list[int] | None = None
+    for k, (out, suffix) in enumerate(zip(outputs, suffixes, strict=True)):
+        if previous is None:
+            prompt = [1, *suffix]
+        else:
+            prompt = previous + suffix
+            if k in drifts:
+                at = drifts[k] % len(previous)
+                prompt = [*previous[:at], -1 - k, *previous[at + 1:], *suffix]  # an id never sampled
+        offset = common_prefix(previous, prompt) if previous is not None else 0
+        turns.append({"index": k, "output_token_ids": out, "output_logprobs": [-0.5] * len(out),
+                      "prompt_token_ids": prompt[offset:], "prompt_ids_offset": offset,
+                      "prefix_consistent": None if previous is None else offset == len(previous),
+                      "token_counts_ok": True, "tokens_withheld": False, "discarded": False,
+                      "temperature": 1.0, "full": prompt})
+        previous = prompt + out
+    return {"episode_id": "e", "run_id": "r", "provider": "p", "model": "m", "budget": 8, "task_id": "t",
+            "sample": 0, "stop_reason": "done", "trainable": True, "reward": 1.0, "turns": turns}
+
+
+_IDS = st.lists(st.integers(100, 50_000), min_size=1, max_size=6)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data(), n=st.integers(1, 8))
+def test_fewest_sequences_over_random_drift_points(data: st.DataObject, n: int) -> None:
+    """Random drift points: rows = 1 + breaks, each row starts with its first turn's full prompt,
+    and the rows' trainable tokens are every turn's output ids, once each, in order."""
+    outputs = [data.draw(_IDS) for _ in range(n)]
+    suffixes = [data.draw(_IDS) for _ in range(n)]
+    drifts = data.draw(st.dictionaries(st.integers(1, max(1, n - 1)), st.integers(0, 10_000)))
+    drifts = {k: v for k, v in drifts.items() if k < n}
+    ep = _drifting_episode(outputs, suffixes, drifts)
+    assert full_prompts(ep["turns"]) == [t["full"] for t in ep["turns"]]
+    rows = trainer_rows([ep], "sequence").rows
+    assert len(rows) == 1 + len(drifts)
+    starts = [0, *sorted(drifts)]
+    for row, first in zip(rows, starts, strict=True):
+        p = row["prompt_length"]
+        assert row["input_ids"][:p] == ep["turns"][first]["full"]
+        assert row["loss_mask"][:p] == [0] * p
+    trained = [i for row in rows for i, m in zip(row["input_ids"], row["loss_mask"], strict=True) if m]
+    assert trained == [i for out in outputs for i in out]
+    assert [r["turn_index"] for r in rows] == ([None] if not drifts else starts)
+    _assert_masks(ep, rows, "sequence")
 
 
 _EPISODE = st.tuples(st.sampled_from(MODELS), st.integers(4, 160), st.integers(0, 11), st.booleans(),
@@ -104,9 +172,7 @@ def test_loss_mask_is_zero_on_every_discarded_turn(specs: list[tuple[str, int, i
         by_episode.setdefault(row["episode_id"], []).append(row)
     for ep in episodes:
         rows = by_episode[ep["episode_id"]]
-        consistent = all(t["prefix_consistent"] for t in ep["turns"][1:])
-        assert (len(rows) == 1 and rows[0]["turn_index"] is None) == (mode == "sequence" and consistent)
-        _assert_masks(ep, rows)
+        _assert_masks(ep, rows, mode)
 
 
 async def test_a_discarded_turn_mid_sequence_is_masked() -> None:
@@ -173,18 +239,48 @@ def test_written_view_loads_with_datasets(token_run: Path, tmp_path: Path,
 
 
 def test_sequence_mode_has_one_row_per_consistent_episode(token_run: Path, tmp_path: Path) -> None:
-    """Faithful episodes are one row each; re-rendered ones fall back to one row per turn."""
+    """Faithful episodes are one row each; a re-rendered one is one row per run of consistent turns."""
     table = pq.read_table(write_view_path(token_run, tmp_path, "sequence"))
     episodes = load_episodes(token_run)
     terse = [e for e in episodes if e.model == "sim-terse"]
     rerender = [e for e in episodes if e.model == "sim-rerender" and e.num_turns > 1]
     rows = table.to_pylist()
+    per_episode = Counter(r["episode_id"] for r in rows)
     seq = {r["episode_id"] for r in rows if r["turn_index"] is None}
     assert {e.episode_id for e in terse} <= seq
     assert rerender
     assert not {e.episode_id for e in rerender} & seq
+    for e in episodes:
+        assert per_episode[e.episode_id] == 1 + sum(t.prefix_consistent is False for t in e.turns)
+    assert any(per_episode[e.episode_id] > 1 for e in rerender)
     step = pq.read_table(write_view_path(token_run, tmp_path, "stepwise"))
     assert step.num_rows == sum(e.num_turns for e in episodes)
+    by_model = token_summary(token_run)["by_model"]
+    assert by_model["sim-terse"]["samples_per_episode"] == 1.0
+    assert by_model["sim-terse"]["one_sequence_share"] == 1.0
+    single = sum(e.num_turns == 1 for e in episodes if e.model == "sim-rerender")
+    assert by_model["sim-rerender"]["one_sequence_share"] == single / (single + len(rerender))
+    assert by_model["sim-rerender"]["samples_per_episode"] == pytest.approx(
+        sum(per_episode[e.episode_id] for e in episodes if e.model == "sim-rerender")
+        / (single + len(rerender)))
+
+
+def test_drift_report_per_model_and_turn(token_run: Path) -> None:
+    """The drift report: rate per turn index (re-rendering preset: every later turn; faithful: none)
+    and the first-difference pairs, all found ids being the template's inserted whitespace id."""
+    episodes = load_episodes(token_run)
+    drift = token_summary(token_run)["drift"]
+    for model in ("sim-terse", "sim-rerender"):
+        later = [t for e in episodes if e.model == model for t in e.turns[1:]]
+        assert set(drift[model]["rate_by_turn"]) == {t.index for t in later}
+    assert set(drift["sim-terse"]["rate_by_turn"].values()) == {0.0}
+    assert drift["sim-terse"]["top_pairs"] == []
+    assert set(drift["sim-rerender"]["rate_by_turn"].values()) == {1.0}
+    pairs = drift["sim-rerender"]["top_pairs"]
+    drifted = Counter((t.drift_expected_id, t.drift_found_id) for e in episodes for t in e.turns
+                      if t.prefix_consistent is False)
+    assert pairs == [(e, f, n) for (e, f), n in drifted.most_common(5)]
+    assert {f for _, f, _ in pairs} == {sim_tokens.SPACE}
 
 
 def write_view_path(run: Path, tmp: Path, mode: str) -> Path:
@@ -203,6 +299,8 @@ def test_cli_trainer_view(token_run: Path, tmp_path: Path, capsys: pytest.Captur
     faithful = sum(1 for e in episodes if e.model == "sim-terse" and e.num_turns > 1)
     multi = sum(1 for e in episodes if e.num_turns > 1)
     assert f"prefix-consistent: {faithful} of {multi} multi-turn" in err
+    assert "sim-terse: 12 episodes with ids, 1.00 samples per episode, 100% one sequence" in err
+    assert "sim-rerender drift by turn: t1=100%" in err
     assert main(["trainer-view", str(tmp_path / "nope"), str(out)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
@@ -231,8 +329,8 @@ def _as_version_2(path: Path, fmt: str) -> None:
 def test_version_2_shards_stay_readable(tmp_path: Path, fmt: str) -> None:
     """A run written before token capture still loads, computes stats, and gives an empty trainer view."""
     # Version 3 added 4 per-turn truth fields (issue 15), 3 reasoning fields (16), 9 token fields
-    # (13), and `usage_known` (31).
-    assert len(_NEW_TURN_FIELDS) == 17
+    # (13), `usage_known` (31), 3 drift fields and `stop_tokens_uncounted` (26).
+    assert len(_NEW_TURN_FIELDS) == 21
     run = tmp_path / "run"
     _commit(run, asyncio.run(_episodes([("sim-terse", 256, t, False, 0) for t in range(5)])), fmt)
     for path in committed_shard_paths(run):

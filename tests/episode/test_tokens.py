@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import AsyncIterator
 
 import httpx
 import pytest
 
+from collector.analysis.trainer import full_prompts, trainer_rows
 from collector.config import LoopConfig
 from collector.envs.support_desk import SupportDeskEnv
 from collector.episode.loop import EpisodeSpec, run_episode
+from collector.episode.tokens import common_prefix
 from collector.providers import base_url_for, build_provider
 from collector.providers.base import Endpoint
 from collector.providers.scripted import ScriptedProvider, call, calls, text
 from collector.record.episode import Episode
+from collector.record.shards import episodes_to_table
+from collector.sim import tokens as sim_tokens
 from collector.sim.app import create_app
 from collector.stop import StopReason
 from collector.turn import SamplingParams, Turn
@@ -73,10 +78,42 @@ async def test_prefix_consistency_faithful_versus_rerendering(client: httpx.Asyn
     assert all(t.prefix_consistent is True for t in later)
     assert all(t.prompt_ids_offset and t.prompt_ids_offset > 0 for t in later)
     assert all(ep.turns[0].prefix_consistent is None for ep in faithful)
+    assert all(t.drift_offset is None and t.drift_found_id is None for ep in faithful for t in ep.turns)
     rerendered = await collect(client, "sim-rerender", 256, stream)
     later = [t for ep in rerendered for t in ep.turns[1:]]
     assert later
     assert all(t.prefix_consistent is False for t in later)
+    for ep in rerendered:
+        rows = episodes_to_table([ep]).to_pylist()[0]["turns"]
+        prompts = full_prompts(rows)
+        for k, t in enumerate(ep.turns[1:], start=1):
+            # The diagnostic names the first differing position and both ids at it: the
+            # simulator's template inserts a whitespace id after a replayed assistant role.
+            previous, prompt = prompts[k - 1], prompts[k]
+            assert previous is not None
+            assert prompt is not None
+            before = previous + ep.turns[k - 1].output_token_ids  # type: ignore[operator]
+            assert t.drift_offset == t.prompt_ids_offset == common_prefix(before, prompt) < len(before)
+            assert t.drift_expected_id == before[t.drift_offset]
+            assert t.drift_found_id == prompt[t.drift_offset] == sim_tokens.SPACE
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+async def test_real_template_drift_breaks_rerendered_episodes_into_pieces(client: httpx.AsyncClient,
+                                                                           stream: bool) -> None:
+    """sim-drift in re-render mode: later turns drift, so the trainer view has more than one
+    row per multi-turn episode, each drift diagnosed at the first differing id."""
+    episodes = await collect(client, "sim-drift", 256, stream)
+    multi = [ep for ep in episodes if ep.num_turns > 1]
+    assert multi
+    assert all(ep.stop_reason is not StopReason.ERROR for ep in episodes)
+    for ep in multi:
+        assert all(t.token_counts_ok is True for t in ep.turns)
+        assert all(t.prefix_consistent is False and t.drift_offset is not None for t in ep.turns[1:])
+    view = trainer_rows(episodes_to_table(episodes).to_pylist(), "sequence")
+    assert not view.skipped
+    rows = Counter(r["episode_id"] for r in view.rows)
+    assert all(rows[ep.episode_id] == ep.num_turns > 1 for ep in multi)
 
 
 async def test_dropped_stream_ids_are_recorded_as_asked_not_returned(client: httpx.AsyncClient) -> None:
@@ -244,3 +281,41 @@ async def test_a_turn_without_usable_usage_is_stored_as_unknown_not_as_a_mismatc
     assert [t.usage_known for t in ep.turns] == [False, True]
     assert [t.token_counts_ok for t in ep.turns] == [None, True]
     assert ep.turns[0].output_token_ids == [10, 11, 12]
+
+
+@pytest.mark.parametrize(
+    ("raw", "stop", "returned", "counted", "ok", "uncounted"),
+    [
+        # llama.cpp, measured: a call turn ended on "</tool_call>" counts 36, returns 31 ids.
+        ("tool_calls", ["</tool_call>"], 31, 36, True, 5),
+        ("stop", ["</tool_call>"], 31, 36, True, 5),
+        ("tool_calls", ["</tool_call>"], 31, 31 + 12, True, 12),  # the bound: 12 bytes
+        ("tool_calls", ["</tool_call>"], 31, 31 + 13, False, None),  # more than any tokenizer makes of it
+        ("tool_calls", None, 31, 36, False, None),  # no stop string asked: a real mismatch
+        ("length", ["</tool_call>"], 31, 36, False, None),  # a cap, not a stop string
+        ("tool_calls", ["</tool_call>"], 36, 36, True, None),
+    ],
+)
+async def test_stop_string_tokens_counted_but_not_returned(
+        raw: str, stop: list[str] | None, returned: int, counted: int, ok: bool, uncounted: int | None,
+) -> None:
+    """The stop-string rule: a turn that ended on a stop string the server counted and did not
+    return is counted ok, its shortfall stored; the trainer view keeps it, mask on its ids only."""
+    env = ToyEnv()
+    out = list(range(100, 100 + returned))
+    first = _with_ids(calls(call("refund", {"order_id": "A1", "amount": 5})), [1, 2, 3], out)
+    first = dataclasses.replace(first, raw_finish_reason=raw,
+                                usage=dataclasses.replace(first.usage, output_tokens=counted))
+    second = _with_ids(text("done"), [1, 2, 3, *out, 20], [30, 31])
+    spec = EpisodeSpec("run", "model", "scripted", 64, env.tasks()[0], env_name=env.name,
+                       sampling=SamplingParams(token_ids=True, stop=stop))
+    ep = await run_episode(spec, ScriptedProvider([first, second]), env, LoopConfig())
+    assert ep.turns[0].token_counts_ok is ok
+    assert ep.turns[0].stop_tokens_uncounted == uncounted
+    view = trainer_rows(episodes_to_table([ep]).to_pylist(), "sequence")
+    if not ok:
+        assert view.skipped == {"count_mismatch": 1}
+        return
+    (row,) = view.rows
+    assert row["input_ids"] == [1, 2, 3, *out, 20, 30, 31]
+    assert row["loss_mask"] == [0, 0, 0] + [1] * returned + [0, 1, 1]

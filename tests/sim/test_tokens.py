@@ -8,6 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
+from collector.sim import tokens as sim_tokens
 from tests.sim.conftest import ARITH, REFUND, chat_body
 
 VLLM = {"return_token_ids": True, "logprobs": True}
@@ -78,6 +79,39 @@ async def test_faithful_prompt_starts_with_previous_prompt_and_output(client: ht
     assert second["prompt_token_ids"][: len(head)] == head
     rerendered = await _post(client, {**chat_body("sim-rerender", ARITH, 256, **VLLM), "messages": messages})
     assert rerendered["prompt_token_ids"][: len(head)] != head
+
+
+async def test_drift_preset_rerenders_like_real_templates(client: httpx.AsyncClient) -> None:
+    """sim-drift: the thought leads the output ids and is gone from the replayed prompt, the
+    arguments come back `tojson`-spaced, and the content's last piece merges with a newline."""
+    body = chat_body("sim-drift", ARITH, 256, **VLLM)
+    tools = tuple(t["function"]["name"] for t in body["tools"])
+    first = await _post(client, body)
+    message = first["choices"][0]["message"]
+    call = message["tool_calls"][0]
+    ids = first["choices"][0]["token_ids"]
+    think = first["usage"]["completion_tokens_details"]["reasoning_tokens"]
+    assert message["reasoning"]
+    assert think > 0
+    assert len(ids) == first["usage"]["completion_tokens"]
+    assert ids[0] == sim_tokens.piece_id(message["reasoning"][:4])  # the thought comes first
+    compact = call["function"]["arguments"]
+    assert ": " not in compact
+    replay = [{"role": "user", "content": ARITH},
+              {"role": "assistant", "content": message["content"], "tool_calls": [call]},
+              {"role": "tool", "tool_call_id": call["id"], "content": "449"}]
+    second = await _post(client, {**body, "messages": replay})
+    prompt = second["prompt_token_ids"]
+    assert prompt == sim_tokens.prompt_ids(replay, tools, rerender=False, template_drift=True)
+    assert prompt != sim_tokens.prompt_ids(replay, tools, rerender=False)
+    spaced = json.dumps(json.loads(compact))
+    assert spaced != compact
+    args_ids = [sim_tokens.piece_id(spaced[i:i + 4]) for i in range(0, len(spaced), 4)]
+    assert any(prompt[i:i + len(args_ids)] == args_ids for i in range(len(prompt)))
+    assert not set(ids[:think]) & set(prompt[len(first["prompt_token_ids"]):])  # thought stripped
+    head = first["prompt_token_ids"] + ids
+    assert prompt[: len(head)] != head
+    assert prompt[: len(first["prompt_token_ids"])] == first["prompt_token_ids"]  # history before is kept
 
 
 async def test_sglang_ids_are_per_choice_and_absent_from_streams(client: httpx.AsyncClient) -> None:
