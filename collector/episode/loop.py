@@ -217,10 +217,10 @@ def _over_limits(turn: Turn, settings: LoopConfig) -> str | None:
 
 
 async def _drive(
-    spec: EpisodeSpec, provider: Provider, tools: Sequence[Tool], run: EpisodeState, params: SamplingParams
+    spec: EpisodeSpec, provider: Provider, tools: Sequence[Tool], state: EpisodeState, params: SamplingParams
 ) -> StopReason:
     """Turns until a stop reason; the numbered steps are those of the module docstring."""
-    settings = run.settings
+    settings = state.settings
     stop_on = settings.stop_on
     max_faults = settings.max_consecutive_faults
     budget = settings.episode_output_budget
@@ -231,32 +231,32 @@ async def _drive(
     for _ in range(settings.max_steps):
         cap = spec.budget
         if budget is not None:  # 0
-            remaining = budget - run.output_used
+            remaining = budget - state.output_used
             if remaining <= 0:
                 return StopReason.LENGTH
             cap = min(cap, remaining)
         if spec.context_window is not None:  # 0b
-            room = spec.context_window - run.prompt_estimate() - schema_tokens
+            room = spec.context_window - state.prompt_estimate() - schema_tokens
             if room < 1:
                 return StopReason.CONTEXT_OVERFLOW
             cap = min(cap, room)
-        request = TurnRequest(spec.model, run.history, specs, cap, params, run.wire_cache)
+        request = TurnRequest(spec.model, state.history, specs, cap, params, state.wire_cache)
         try:  # 1
             turn = await provider.complete(request)
         except ContextOverflow as exc:
-            run.retries.extend(exc.retries)
+            state.retries.extend(exc.retries)
             return StopReason.CONTEXT_OVERFLOW
         except ProviderError as exc:
-            run.retries.extend(exc.retries)
+            state.retries.extend(exc.retries)
             raise Failure(EpisodeError(type(exc).__name__, str(exc))) from exc
         # Broad on purpose: an adapter bug must cost one episode, not a worker's whole batch.
         except Exception as exc:
             raise Failure(EpisodeError(type(exc).__name__, "unexpected exception in the provider")) from exc
         over = _over_limits(turn, settings)
         if over is not None:
-            raise Failure(EpisodeError(ProtocolViolation.__name__, f"turn {len(run.turns)}: {over}"))
-        record = run.add_turn(turn, cap, bool(specs))
-        calls = run.open_calls  # the turn's calls, repeated ids renamed
+            raise Failure(EpisodeError(ProtocolViolation.__name__, f"turn {len(state.turns)}: {over}"))
+        record = state.add_turn(turn, cap, bool(specs))
+        calls = state.open_calls  # the turn's calls, repeated ids renamed
 
         if turn.is_length:  # 2
             cut_streak += 1
@@ -268,11 +268,11 @@ async def _drive(
                 or cut_streak >= max_faults
                 or (cut_answer and not settings.retry_cut_answers)
             )
-            run.settle(CUT if ending else CUT_RETRY)
+            state.settle(CUT if ending else CUT_RETRY)
             if ending:
                 return StopReason.LENGTH
             if not calls:
-                run.notice(CUT_TEXT_NOTICE)
+                state.notice(CUT_TEXT_NOTICE)
             continue
         cut_streak = 0
 
@@ -283,43 +283,43 @@ async def _drive(
                 record.discarded = True
                 for call in calls:
                     bad = call.status is ArgStatus.MALFORMED
-                    run.answer(call, MALFORMED_END if bad else SIBLING_END, True)
-                run.settle(SIBLING_END)
+                    state.answer(call, MALFORMED_END if bad else SIBLING_END, True)
+                state.settle(SIBLING_END)
                 return StopReason.MALFORMED_TOOL_CALL
             if not calls:
-                run.notice(INVISIBLE_NOTICE if invisible else UNPARSED_NOTICE)
+                state.notice(INVISIBLE_NOTICE if invisible else UNPARSED_NOTICE)
                 continue
         else:
             bad_streak = 0
 
         if not calls:  # 6
-            run.final_text = turn.text
+            state.final_text = turn.text
             return StopReason.DONE
-        await run.dispatch(calls, by_name)  # 3 (continuing), 4, 5
-        run.settle(TIMED_OUT)
+        await state.dispatch(calls, by_name)  # 3 (continuing), 4, 5
+        state.settle(TIMED_OUT)
     return StopReason.MAX_STEPS
 
 
-async def _reward(reason: StopReason, world: EpisodeWorld, run: EpisodeState) -> tuple[float, float | None]:
+async def _reward(reason: StopReason, world: EpisodeWorld, state: EpisodeState) -> tuple[float, float | None]:
     """(reward, graded_reward) under the policy of the module docstring."""
-    policy = run.settings.reward
+    policy = state.settings.reward
     if reason is StopReason.DONE or (reason is StopReason.MAX_STEPS and policy.grade_max_steps):
-        graded = await _grade(world, run.final_text if reason is StopReason.DONE else None, run)
+        graded = await _grade(world, state.final_text if reason is StopReason.DONE else None, state)
         return graded, graded
     if reason in (StopReason.LENGTH, StopReason.MALFORMED_TOOL_CALL, StopReason.CONTEXT_OVERFLOW):
         clamp = policy.policy == "grade_then_clamp"
         if clamp or policy.grade_cut_episodes:
-            graded = await _grade(world, None, run)
+            graded = await _grade(world, None, state)
             return (min(graded, 0.0) if clamp else 0.0), (graded if policy.grade_cut_episodes else None)
     return 0.0, None
 
 
-async def _grade(world: EpisodeWorld, final_text: str | None, run: EpisodeState) -> float:
-    redactor = run.redactor
+async def _grade(world: EpisodeWorld, final_text: str | None, state: EpisodeState) -> float:
+    redactor = state.redactor
     try:
         result = world.grade(final_text)
         if inspect.isawaitable(result):  # an async grader (one asking a server) gets a tool's time
-            async with asyncio.timeout(run.settings.tool_timeout_s):
+            async with asyncio.timeout(state.settings.tool_timeout_s):
                 result = await result
         value = float(result)
     # Broad on purpose: a grader crash is the environment's failure, an `error` episode.
@@ -337,19 +337,19 @@ async def run_episode(
     """Run one episode to its end and return its record. See the module docstring."""
     started = time.perf_counter()
     redactor = redactor_for(settings.redaction, spec.credentials)
-    run = EpisodeState(spec.task, settings, redactor)
+    state = EpisodeState(spec.task, settings, redactor)
     params = spec.sampling
     if params.seed is None:
         params = dataclasses.replace(params, seed=spec.seed)
-    run.tokens = TokenTracker(params.token_ids, params.temperature, params.stop)
+    state.tokens = TokenTracker(params.token_ids, params.temperature, params.stop)
     error: EpisodeError | None = None
     reward, graded = 0.0, None
     offered = "[]"  # the tools column: none were offered when the environment failed to start
-    run.context = spec.context(env.name)
+    state.context = spec.context(env.name)
     world: EpisodeWorld | None = None
     try:
         try:
-            world = start_world(env, spec.task, run.context)
+            world = start_world(env, spec.task, state.context)
             async with asyncio.timeout(settings.episode_timeout_s):  # a world that never opens
                 await world.open()
             tools = list(world.tools)
@@ -360,15 +360,15 @@ async def run_episode(
         deadline = asyncio.timeout(settings.episode_timeout_s)
         try:
             async with deadline:
-                reason = await _drive(spec, provider, tools, run, params)
+                reason = await _drive(spec, provider, tools, state, params)
         except TimeoutError:
             if not deadline.expired():
                 raise
-            run.settle(TIMED_OUT)
+            state.settle(TIMED_OUT)
             reason = StopReason.TIMEOUT
-        reward, graded = await _reward(reason, world, run)
+        reward, graded = await _reward(reason, world, state)
     except Failure as failure:
-        run.settle(ENV_FAILED)  # a tool's world broke mid-turn: its calls are settled once
+        state.settle(ENV_FAILED)  # a tool's world broke mid-turn: its calls are settled once
         reason, error, reward, graded = StopReason.ERROR, failure.error, 0.0, None
     finally:
         if world is not None:
@@ -391,23 +391,23 @@ async def run_episode(
         reward=reward,
         graded_reward=graded,
         duration_s=time.perf_counter() - started,
-        turns=run.turns,
-        messages=run.records,
-        executed_tool_calls=run.executed,
-        tool_errors=run.tool_errors,
+        turns=state.turns,
+        messages=state.records,
+        executed_tool_calls=state.executed,
+        tool_errors=state.tool_errors,
         error=error,
-        system_prompt=system_prompt(run.records),
-        chat=chat_messages(run.records),
+        system_prompt=system_prompt(state.records),
+        chat=chat_messages(state.records),
         tools=offered,
         reasoning=spec.reasoning,
-        retries=run.retries,
+        retries=state.retries,
     )
     # No credential the run was given anywhere in the record, and no value redaction hid in
     # the history left in the stored reasoning.
-    scrubbed = redactor.scrub(episode, run.history)
-    captured = any(t.output_token_ids is not None or t.prompt_token_ids is not None for t in run.turns)
-    if captured and (scrubbed or run.scrubbed or holds_secret(redactor, run.history)):
+    scrubbed = redactor.scrub(episode, state.history)
+    captured = any(t.output_token_ids is not None or t.prompt_token_ids is not None for t in state.turns)
+    if captured and (scrubbed or state.scrubbed or holds_secret(redactor, state.history)):
         # Token ids decode to the text as sampled: an episode whose record lost anything to
         # redaction (tokens.py) keeps none.
-        withhold(run.turns)
+        withhold(state.turns)
     return episode
