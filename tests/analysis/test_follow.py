@@ -29,6 +29,7 @@ from collector.stop import StopReason
 from collector.storage.opening import open_run_store
 from tests.checking import assert_run_checked
 from tests.record.factory import make_episode
+from tests.run.test_cli_process import user_env
 from tests.s3server import S3Bucket
 
 REPO = Path(__file__).resolve().parents[2]
@@ -519,12 +520,6 @@ path = "{run_dir}"
 rows_per_shard = 3
 commit_interval_s = 0.3
 """
-
-
-def user_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    env["PYTHONPATH"] = str(REPO)
-    return env
 
 
 def follow_until(run: str, since: str | None, kill_after: int | None, env: dict[str, str],
