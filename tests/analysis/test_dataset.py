@@ -240,4 +240,4 @@ def test_export_parquet_converts_an_arrow_run_for_every_parquet_reader(
 
 def test_export_formats_are_a_mapping() -> None:
     """The export formats are one mapping of name to writer, so a new format is one entry."""
-    assert set(FORMATS) == {"chat-jsonl", "parquet"}
+    assert set(FORMATS) == {"chat-jsonl", "parquet", "atif"}
