@@ -108,18 +108,19 @@ import pyarrow.compute as pc
 from collector.errors import OutputError
 from collector.record.episode import Episode
 from collector.record.shards import ShardError, episodes_from_table, read_shard
+from collector.storage.manifest import (
+    LOCK,
+    MANIFEST,
+    RESOLVED_CONFIG,
+    NotARunDirectory,
+    commit_record_path,
+    pending_path,
+)
 
 __all__ = ["Batch", "Cursor", "FollowError", "Follower", "follow"]
 
 Groups = Literal["all", "complete"]
 
-# The on-disk format (collector.storage.manifest's docstring), restated here so that the
-# follower depends on the files, not on the storage modules' names.
-_META = ".collector"
-_MANIFEST = f"{_META}/manifest.json"
-_CONFIG = f"{_META}/config.resolved.json"
-_LOCK = f"{_META}/run.lock"
-_TMP = f"{_META}/tmp"
 #: Columns that tell two cells apart besides task, model and budget, where the run has them.
 _GROUP_AXES = ("task_id", "provider", "model", "budget", "reasoning")
 #: How often one poll reads again when the base changed under it (a compaction in between).
@@ -267,8 +268,7 @@ class Follower:
         there is no run there yet."""
         if not self._object:
             root = Path(self.run)
-            return root if (root / _MANIFEST).is_file() else None
-        from collector.storage.manifest import NotARunDirectory
+            return root if (root / MANIFEST).is_file() else None
         from collector.storage.mirror import resolve_run  # lazy: boto3 only for s3:// runs
 
         try:
@@ -277,7 +277,7 @@ class Follower:
             return None
 
     def _writer_present(self, root: Path) -> bool:
-        lock = root / _LOCK
+        lock = root / LOCK
         if self._object:
             token = _read_json(lock) if lock.exists() else None
             if token is None:
@@ -303,15 +303,15 @@ class Follower:
     # --- reading the log ---------------------------------------------------------------
 
     def _base(self, root: Path) -> dict[str, Any]:
-        base = _read_json(root / _MANIFEST)
+        base = _read_json(root / MANIFEST)
         through = base.get("log_through", 0) if isinstance(base, dict) else None
         if (not isinstance(base, dict) or not isinstance(base.get("shards"), list)
                 or not isinstance(through, int) or through < 0):
-            raise FollowError(f"{root / _MANIFEST} is not a collector manifest")
+            raise FollowError(f"{root / MANIFEST} is not a collector manifest")
         return base
 
     def _record(self, root: Path, seq: int) -> dict[str, Any] | None:
-        record = _read_json(root / f"{_META}/commit-{seq:09d}.json")
+        record = _read_json(commit_record_path(root, seq))
         if record is None:
             return None
         if (not isinstance(record, dict) or record.get("seq") != seq
@@ -397,7 +397,7 @@ class Follower:
         """A committed shard: in data/, or still pending in .collector/tmp/ (between a commit
         record and the move, or until the next open after a crash there)."""
         rel = str(entry["path"])
-        final, pending = root / rel, root / _TMP / (rel.rsplit("/", 1)[-1] + ".tmp")
+        final, pending = root / rel, pending_path(root, rel)
         for path in (final, pending, final):  # the move may happen between two looks
             if path.exists():
                 try:
@@ -467,14 +467,16 @@ class Follower:
             if root is not None:
                 return root
             if not self.forever:
-                raise FollowError(f"{self.run} is not a run (no {_MANIFEST}); --forever waits for one")
+                raise FollowError(f"{self.run} is not a run (no {MANIFEST}); --forever waits for one")
             self._sleep(self.poll_s)
 
     def _group_size(self, root: Path) -> int:
-        resolved = _read_json(root / _CONFIG)
+        resolved = _read_json(root / RESOLVED_CONFIG)
         size = resolved.get("config", {}).get("samples_per_task", 1) if isinstance(resolved, dict) else None
         if not isinstance(size, int) or size < 1:
-            raise FollowError(f"{self.run}: no samples_per_task in {_CONFIG}: groups cannot be completed")
+            raise FollowError(
+                f"{self.run}: no samples_per_task in {RESOLVED_CONFIG}: groups cannot be completed"
+            )
         return size
 
     def _chunks(self, root: Path, step: _Step, grouper: _Grouper | None
