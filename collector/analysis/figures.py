@@ -26,23 +26,8 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullLocator
 
-from collector.stop import StopReason
+from collector.analysis.colours import MODEL_COLOURS, STOP_COLOURS, stop_colour
 
-#: One colour per stop reason, fixed: outcomes green/blue, the stop_on reasons warm, failures grey.
-STOP_COLOURS: dict[str, str] = {
-    StopReason.DONE.value: "#2ca02c",
-    StopReason.MAX_STEPS.value: "#1f77b4",
-    StopReason.LENGTH.value: "#ff7f0e",
-    StopReason.CONTEXT_OVERFLOW.value: "#e377c2",
-    StopReason.MALFORMED_TOOL_CALL.value: "#d62728",
-    StopReason.TIMEOUT.value: "#9467bd",
-    StopReason.ERROR.value: "#7f7f7f",
-}
-#: Reasons not in the enum (a newer collector's): drawn in this colour, after the known ones.
-OTHER_COLOUR = "#17becf"
-#: Models take matplotlib's tab10 colours in name order (fixed within a run).
-_MODEL_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
-                  "#7f7f7f", "#bcbd22", "#17becf")
 #: One marker per reasoning setting, in the settings' sorted order (the first is the marker
 #: of a run without settings).
 SETTING_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
@@ -66,10 +51,6 @@ def series(frame: Frame) -> list[tuple[str, str, str, Frame]]:
     return out
 
 
-def stop_colour(reason: str) -> str:
-    return STOP_COLOURS.get(reason, OTHER_COLOUR)
-
-
 def ordered_reasons(reasons: Iterable[str]) -> list[str]:
     """Known reasons in the enum's order, then any others sorted."""
     present = set(reasons)
@@ -77,7 +58,7 @@ def ordered_reasons(reasons: Iterable[str]) -> list[str]:
 
 
 def model_colours(models: Sequence[str]) -> dict[str, str]:
-    return {m: _MODEL_COLOURS[i % len(_MODEL_COLOURS)] for i, m in enumerate(sorted(models))}
+    return {m: MODEL_COLOURS[i % len(MODEL_COLOURS)] for i, m in enumerate(sorted(models))}
 
 
 def budget_axis(ax: Axes, budgets: Iterable[int]) -> None:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import html
 import json
 import math
 import sys
@@ -35,18 +34,11 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from collector.analysis.colours import MODEL_COLOURS, stop_colour
 from collector.analysis.export import write_output
 from collector.analysis.report_data import DEFAULT_TARGET, PER_CELL, ReportData, collect
 from collector.analysis.stats import RETRY_CAUSES
-from collector.analysis.svgplot import (
-    DASHES,
-    MODEL_COLOURS,
-    Bar,
-    Line,
-    bar_chart,
-    line_chart,
-    stop_colour,
-)
+from collector.analysis.svgplot import DASHES, Bar, Line, bar_chart, esc, line_chart
 from collector.analysis.turnstats import TurnStatsResult
 from collector.record.chat import chat_messages
 from collector.record.episode import ChatMessage, Episode, MessageRecord, TurnRecord
@@ -61,10 +53,6 @@ MAX_TOKENS_SHOWN = 300
 MAX_TEXT = 4000
 
 _REASONS = [r.value for r in StopReason]
-
-
-def esc(value: object) -> str:
-    return html.escape(str(value), quote=True)
 
 
 def _clean(value: Any) -> Any:

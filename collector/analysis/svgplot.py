@@ -4,7 +4,7 @@ Why not matplotlib: the report must be one self-contained page written in second
 base install (matplotlib is the `analysis` extra and takes longer to import than the whole
 report takes to build). The conventions are those of `collector.analysis.figures`: the
 budget axis is log2 with a labelled tick at every budget swept and no other; a stop reason
-has one colour everywhere (`STOP_COLOURS`, the same values as the notebook's figures).
+has one colour everywhere (`collector.analysis.colours`, shared with the notebook's figures).
 
 Every data mark is a ``<path class="data">`` (the browser test counts them); every label
 passes through `html.escape`, since model names and error types come from the run.
@@ -19,31 +19,15 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["MODEL_COLOURS", "STOP_COLOURS", "Bar", "Line", "bar_chart", "line_chart", "stop_colour"]
+from collector.analysis.colours import MODEL_COLOURS, STOP_COLOURS, stop_colour
 
-#: One colour per stop reason, equal to `collector.analysis.figures.STOP_COLOURS` (a test
-#: holds them equal; that module imports matplotlib at load, so it is not imported here).
-STOP_COLOURS: dict[str, str] = {
-    "done": "#2ca02c",
-    "max_steps": "#1f77b4",
-    "length": "#ff7f0e",
-    "context_overflow": "#e377c2",
-    "malformed_tool_call": "#d62728",
-    "timeout": "#9467bd",
-    "error": "#7f7f7f",
-}
-OTHER_COLOUR = "#17becf"
-MODEL_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
-                 "#7f7f7f", "#bcbd22", "#17becf")
+__all__ = ["MODEL_COLOURS", "STOP_COLOURS", "Bar", "Line", "bar_chart", "esc", "line_chart", "stop_colour"]
+
 #: Stroke patterns that tell apart the lines of one model (settings, turn kinds).
 DASHES = ("", "6 3", "2 3", "8 3 2 3")
 
 _W, _H = 420, 240
 _LEFT, _RIGHT, _TOP, _BOTTOM = 52, 12, 26, 58
-
-
-def stop_colour(reason: str) -> str:
-    return STOP_COLOURS.get(reason, OTHER_COLOUR)
 
 
 def esc(value: object) -> str:
