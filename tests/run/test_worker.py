@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from collector.config import ProviderConfig
+from collector.config import ProviderConfig, RunConfig
 from collector.errors import ConfigError
 from collector.record.episode import Episode
 from collector.run.endpoints import read_api_key, safe_url
@@ -28,6 +28,21 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
     return port
+
+
+def run_plan(cfg: RunConfig) -> list[Episode]:
+    """Every work item of `cfg`'s plan, run by one worker in this process (no Ray)."""
+    plan = plan_work(cfg)
+
+    async def run() -> list[Episode]:
+        with provider_urls(plan.providers, cfg.seed) as urls:
+            worker = EpisodeWorker(WorkerSetup(cfg, plan.run_id, urls, "w"))
+            try:
+                return await worker.run_batch(plan.items)
+            finally:
+                await worker.close()
+
+    return asyncio.run(run())
 
 
 def test_missing_key_variable_is_named_not_valued(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -200,17 +215,7 @@ def test_samples_of_one_task_differ_on_every_simulated_wire(
         env={"name": "arithmetic", "tasks": 1},
         samples_per_task=8,
     )
-    plan = plan_work(cfg)
-
-    async def run() -> list[Episode]:
-        with provider_urls(plan.providers, cfg.seed) as urls:
-            worker = EpisodeWorker(WorkerSetup(cfg, plan.run_id, urls, "w"))
-            try:
-                return await worker.run_batch(plan.items)
-            finally:
-                await worker.close()
-
-    episodes = asyncio.run(run())
+    episodes = run_plan(cfg)
     assert StopReason.ERROR not in {e.stop_reason for e in episodes}  # the header is accepted
     # sim-verbose draws the length of the text before each call: 8 identical replies would
     # mean the samples were one sample written eight times.
@@ -265,17 +270,7 @@ def test_each_provider_of_a_sweep_sends_its_own_extra_fields(tmp_path: Path) -> 
             ]},
             env={"name": "arithmetic", "tasks": 1},
         )
-        plan = plan_work(cfg)
-
-        async def run() -> list[Episode]:
-            urls = tuple(p.base_url or "" for p in plan.providers)
-            worker = EpisodeWorker(WorkerSetup(cfg, plan.run_id, urls, "w"))
-            try:
-                return await worker.run_batch(plan.items)
-            finally:
-                await worker.close()
-
-        episodes = asyncio.run(run())
+        episodes = run_plan(cfg)
     assert StopReason.ERROR not in {e.stop_reason for e in episodes}
     assert seen["a"]
     assert seen["b"]
