@@ -84,6 +84,8 @@ class EpisodeWorker:
         self._providers: dict[tuple[int, int], Provider] = {}
         self._endpoints: list[Endpoint] = []
         self._credentials: tuple[str, ...] = ()
+        self._extra_bodies: list[dict[str, object]] = []
+        """Per provider: `sampling.extra_body` with its own `extra_body` over it (merged once)."""
         self._slots: asyncio.Queue[int] | None = None
         self.episodes_run = 0
         self.finished: Counter[str] = Counter()
@@ -111,6 +113,7 @@ class EpisodeWorker:
         # Any credential of the run, not only the episode's own provider's, is kept out of
         # every record.
         self._credentials = tuple(dict.fromkeys(c for e in self._endpoints for c in e.credentials))
+        self._extra_bodies = [p.request_extra_body(cfg.sampling.extra_body) for p in providers]
         await check_providers(providers, self.setup.base_urls, cfg.sweep.models, where,
                               served_models=self.setup.check_models)
         if self.setup.sink is not None and not self.setup.sink.reachable():
@@ -168,10 +171,7 @@ class EpisodeWorker:
         providers = cfg.sweep.providers or [cfg.provider]
         sampling = sampling_params(cfg)
         # Each provider of a sweep may send request fields of its own (`provider.extra_body`).
-        provider_cfg = providers[item.provider_index]
-        sampling = dataclasses.replace(
-            sampling, extra_body=provider_cfg.request_extra_body(cfg.sampling.extra_body)
-        )
+        sampling = dataclasses.replace(sampling, extra_body=self._extra_bodies[item.provider_index])
         if providers[item.provider_index].kind == "sim":
             # The simulator's reply is a pure function of the request body, and Anthropic and
             # Responses bodies carry no seed: the sample's seed travels in a header it reads.
