@@ -46,11 +46,11 @@ FP = "bench-commits"
 
 def _build(run: Path, shards: int) -> None:
     """A run dir with `shards` committed 1-row shards (the real store writes the first)."""
-    from collector.storage.local import RunStore
+    from collector.storage.local import LocalRunStore
     from collector.storage.manifest import DATA_DIR, MANIFEST
     from tests.record.factory import make_batch
 
-    with RunStore.open(run, FP, {}, "arrow", 1) as st:
+    with LocalRunStore.open(run, FP, {}, "arrow", 1) as st:
         st.commit(make_batch(1, start=10_000_000))
     manifest = json.loads((run / MANIFEST).read_text())
     first = manifest["shards"][0]
@@ -70,10 +70,10 @@ def _build_s3(client: Any, bucket: str, uri: str, shards: int) -> None:
     """The same in a bucket: one real shard committed, then copied server-side `shards` times
     and named in the base manifest."""
     from collector.storage.manifest import DATA_DIR, MANIFEST
-    from collector.storage.s3store import ObjectRunStore
+    from collector.storage.s3store import S3RunStore
     from tests.record.factory import make_batch
 
-    with ObjectRunStore.open(uri, FP, {}, "arrow", 1) as st:
+    with S3RunStore.open(uri, FP, {}, "arrow", 1) as st:
         st.commit(make_batch(1, start=10_000_000))
     key = f"run/{MANIFEST}"
     manifest = json.loads(client.get_object(Bucket=bucket, Key=key)["Body"].read())
@@ -119,8 +119,8 @@ def _measure(shards: int, commits: int, s3: _S3Server | None = None) -> dict[str
     # The old names (aliases now) and both homes of the threshold: `--collector-from` measures
     # checkouts from before the commit protocol moved into collector.storage.commit too.
     from collector.storage import local as store_mod
-    from collector.storage.local import RunStore
-    from collector.storage.s3store import ObjectRunStore
+    from collector.storage.local import LocalRunStore
+    from collector.storage.s3store import S3RunStore
 
     with contextlib.suppress(ImportError):
         from collector.storage import commit as store_mod  # type: ignore[no-redef]
@@ -135,12 +135,12 @@ def _measure(shards: int, commits: int, s3: _S3Server | None = None) -> dict[str
             if shards:
                 _build_s3(s3.client, bucket, uri, shards)
             started = time.perf_counter()
-            st = ObjectRunStore.open(uri, FP, {}, "arrow", 1)
+            st = S3RunStore.open(uri, FP, {}, "arrow", 1)
         else:
             if shards:
                 _build(run, shards)
             started = time.perf_counter()
-            st = RunStore.open(run, FP, {}, "arrow", 1)
+            st = LocalRunStore.open(run, FP, {}, "arrow", 1)
         open_s = time.perf_counter() - started
         work = make_batch(commits, start=20_000_000)
         latencies = []

@@ -4,7 +4,7 @@ Issue 6, item 1d. A run directory of `--rows` synthetic episodes is made once an
 (bench/results/stats-run-<rows>-<rows_per_shard>/): real episodes from the simulator are
 the template, tiled to the row count with their scalar columns redrawn (4 models x 6
 budgets; stop reasons, truncation, rewards and token counts drawn per budget), and
-committed through the collector's own `RunStore` (manifest, partitions, shards of the
+committed through the collector's own `LocalRunStore` (manifest, partitions, shards of the
 collector's default 512 rows), so `collector stats` reads exactly what a real run leaves.
 
 Then, interleaved:
@@ -43,7 +43,7 @@ from bench.workload import make_config
 from collector.analysis.stats import compute_stats, format_stats
 from collector.config import config_fingerprint, resolved_config
 from collector.record.shards import SCHEMA, episodes_to_table
-from collector.storage.local import RunStore
+from collector.storage.local import LocalRunStore
 from collector.storage.manifest import committed_shard_paths
 
 NAME = "stats"
@@ -53,7 +53,7 @@ BUDGETS = [32, 64, 96, 128, 192, 256]
 
 @dataclasses.dataclass(slots=True)
 class _Key:
-    """What `RunStore.commit` reads off an episode to group and dedupe it."""
+    """What `LocalRunStore.commit` reads off an episode to group and dedupe it."""
 
     episode_id: str
     model: str
@@ -117,7 +117,7 @@ def make_run(rows: int, rows_per_shard: int) -> Path:
             for i in range(rows)]
     fake = mock.patch("collector.record.shards.episodes_to_table",
                       lambda chunk: _tiled(template, list(chunk), 7))
-    with fake, RunStore.open(run_dir, config_fingerprint(cfg), resolved_config(cfg), "arrow",
+    with fake, LocalRunStore.open(run_dir, config_fingerprint(cfg), resolved_config(cfg), "arrow",
                              rows_per_shard) as store:
         for start in range(0, rows, 100_000):
             store.commit(keys[start:start + 100_000])  # type: ignore[arg-type]

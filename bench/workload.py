@@ -30,7 +30,7 @@ from collector.providers.transport import fast_client
 from collector.record.episode import Episode
 from collector.run.plan import WorkItem, load_env, plan_work
 from collector.run.worker import EpisodeWorker, WorkerSetup, endpoint_for, sampling_params
-from collector.storage.local import RunStore
+from collector.storage.local import LocalRunStore
 
 BUDGET = 256
 #: The layout the worker used before StreamTransport: many small httpcore clients of this
@@ -88,8 +88,8 @@ async def record_bodies(cfg: RunConfig, items: Sequence[WorkItem], sim_root: str
 
 def commit(cfg: RunConfig, episodes: Sequence[Episode], tmp: str) -> None:
     """What the driver does with returned episodes: one transaction of shards into a run dir."""
-    with RunStore.open(Path(tmp) / "run", config_fingerprint(cfg), resolved_config(cfg), cfg.output.format,
-                       cfg.output.rows_per_shard) as store:
+    with LocalRunStore.open(Path(tmp) / "run", config_fingerprint(cfg), resolved_config(cfg),
+                            cfg.output.format, cfg.output.rows_per_shard) as store:
         store.commit(episodes)
 
 

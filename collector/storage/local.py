@@ -9,7 +9,7 @@ Layout (``RUN_DIR``, names and why in `collector.storage.manifest`)::
     .collector/manifest.json          the committed shards as of its `log_through` (the base)
     .collector/commit-000000043.json  one record per commit since (the log): base + log = the truth
     .collector/config.resolved.json   the resolved config the run was started with, and its fingerprint
-    .collector/run.lock               held (flock) while a RunStore is open: one writer per run dir
+    .collector/run.lock               held (flock) while a LocalRunStore is open: one writer per run dir
     .collector/tmp/                   shards being written (and committed ones not yet moved)
     .collector/quarantine/            shards found corrupt on open, moved aside (never deleted)
 
@@ -43,7 +43,7 @@ difference: the driver runs every id not in `committed_ids()`; an id that is alr
 committed, or repeated inside one commit (a late duplicate from a worker presumed dead), is
 dropped at commit. Nothing is ever committed twice, and nothing committed is ever lost.
 
-Forgetting. `RunStore.forget` takes committed episodes out again (`collector run
+Forgetting. `LocalRunStore.forget` takes committed episodes out again (`collector run
 --retry-errors` uses it to re-collect `error` episodes): each shard holding one is
 replaced by a new shard without those rows, written to ``.collector/tmp/`` as a commit
 writes; the old files are then moved out of ``data/`` into ``.collector/tmp/`` (so no glob
@@ -68,15 +68,15 @@ reading only the `episode_id` column would miss damage inside any other column, 
 then surfaces as a failed `collector stats` while the episodes are never run again. A shard
 named in the manifest that fails this (missing, wrong size or checksum, unreadable, wrong
 schema version, wrong row count) is moved to ``.collector/quarantine/``, dropped from the manifest
-and reported in `RunStore.warnings` (one line naming the file): its episodes count as not
+and reported in `LocalRunStore.warnings` (one line naming the file): its episodes count as not
 committed and run again, so a damaged file never stops a resume. Entries of older manifests
 without size and checksum get a full decode and validation of the shard instead. A
 manifest entry that is malformed itself (no path, a path outside the run dir) makes the
 manifest untrusted: `read_manifest` refuses it in one line.
 
-Files are written by the driver, which alone holds a RunStore: workers on other nodes
+Files are written by the driver, which alone holds a LocalRunStore: workers on other nodes
 return episodes to it, so nodes need not share a disk. With worker-side writes
-(`output.worker_writes` on a shared filesystem) workers write shards through `RunStore.sink`
+(`output.worker_writes` on a shared filesystem) workers write shards through `LocalRunStore.sink`
 (a `LocalSink`) into ``.collector/tmp/`` only, and the driver's `commit_pending` names them
 in a commit record and moves them into ``data/``: the same record, lock checks and crash
 states as `commit` (`_swap_in`), so every rule above holds. A worker's file is never visible
@@ -144,8 +144,8 @@ except ImportError:  # pragma: no cover - not on the platforms we run on
 
 # CommitIncomplete, LockLost, StoreState, fresh_by_cell and verified_ids live in
 # `collector.storage.runstore`; they stay importable from here for the callers that name
-# them so, and `RunStore` stays this store's old name.
-__all__ = ["CommitIncomplete", "LocalRunStore", "LocalSink", "LockLost", "RunStore", "StoreState",
+# them so.
+__all__ = ["CommitIncomplete", "LocalRunStore", "LocalSink", "LockLost", "StoreState",
            "fresh_by_cell", "verified_ids"]
 
 
@@ -457,9 +457,6 @@ class LocalRunStore(CommitStore):
     def _release(self) -> None:
         self._finalizer()
         self._lock_fd = None
-
-
-RunStore = LocalRunStore
 
 
 def _write_pending_file(root: Path, rel: str, table: pa.Table, fmt: ShardFormat) -> tuple[int, str]:

@@ -1,6 +1,6 @@
 """The run directory's files: their names, the manifest's format, atomic JSON writes.
 
-`collector.storage.local.RunStore` is the one writer of a run directory; this module is what a
+`collector.storage.local.LocalRunStore` is the one writer of a run directory; this module is what a
 reader needs to find the committed data without it (`committed_shard_paths`,
 `read_manifest`), and the file-level primitives the store builds its commits from.
 
@@ -12,7 +12,7 @@ datasets and Ray Data)::
     .collector/manifest.json             the committed shards as of its `log_through` (the base)
     .collector/commit-000000043.json     one record per commit since then (append-only log)
     .collector/config.resolved.json      the resolved config and its fingerprint
-    .collector/run.lock                  held (flock) while a RunStore is open
+    .collector/run.lock                  held (flock) while a LocalRunStore is open
     .collector/tmp/part-...arrow.tmp     shards being written, and committed ones not yet moved
     .collector/quarantine/part-...arrow.quarantined   corrupt or stray files, moved aside
 

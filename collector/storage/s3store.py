@@ -88,7 +88,7 @@ from collector.storage.s3client import PreconditionFailed, S3Bucket
 from collector.storage.s3lease import LEASE_S, PROBE_PREFIX, Lease, probe_conditional_writes
 from collector.storage.s3objects import S3Sink, digest, encode_shard, json_bytes, pending_rel, table_of
 
-__all__ = ["LEASE_S", "ObjectRunStore", "S3RunStore", "S3Sink", "pending_rel", "record_rel"]
+__all__ = ["LEASE_S", "S3RunStore", "S3Sink", "pending_rel", "record_rel"]
 
 #: Shards copied into data/ at once after a commit record (each copy + delete is two requests).
 _PUBLISH_THREADS = 8
@@ -244,7 +244,7 @@ class S3RunStore(CommitStore):
 
     def _recover(self) -> None:
         """Finish interrupted copies; verify every committed shard; quarantine bad ones; remove
-        orphan tmp keys and probes; move strays in data/ to quarantine (as RunStore._recover)."""
+        orphan tmp keys and probes; move strays in data/ to quarantine (as LocalRunStore._recover)."""
         rels = self._rels(self.bucket, self.location)
         entries, repeated = unique_entries(self._manifest["shards"])
         for rel in dict.fromkeys(repeated):
@@ -461,6 +461,3 @@ class S3RunStore(CommitStore):
     def _release(self) -> None:
         if self._lock_lost is None:
             self._lease.release()
-
-
-ObjectRunStore = S3RunStore

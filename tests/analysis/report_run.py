@@ -2,7 +2,7 @@
 error and done episodes, retries, captured tokens (one turn discarded), a reasoning sweep with
 thinking cuts, and model output that tries to run a script (`HOSTILE`).
 
-Built in-process from `tests.record.factory` and committed through the real `RunStore`, so
+Built in-process from `tests.record.factory` and committed through the real `LocalRunStore`, so
 every reader sees what a collector run leaves (no Ray, under a second).
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path
 from collector.record.chat import chat_messages
 from collector.record.episode import Episode
 from collector.stop import StopReason
-from collector.storage.local import RunStore
+from collector.storage.local import LocalRunStore
 from tests.record.factory import make_episode
 
 S = StopReason
@@ -66,7 +66,7 @@ def _decorate(ep: Episode, i: int) -> Episode:
 
 def build_run(path: Path) -> Path:
     """The run directory at `path` (created)."""
-    with RunStore.open(path, "fp-report-test", {"name": "report-test"}, "arrow", 16) as store:
+    with LocalRunStore.open(path, "fp-report-test", {"name": "report-test"}, "arrow", 16) as store:
         for model in MODELS:
             for budget in BUDGETS:
                 stops = _mix(budget)

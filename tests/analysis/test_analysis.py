@@ -19,7 +19,7 @@ from collector.record import shards
 from collector.stop import StopReason
 from collector.storage import local as store
 from collector.storage import manifest
-from collector.storage.local import RunStore
+from collector.storage.local import LocalRunStore
 from collector.storage.manifest import committed_shard_paths
 from tests.record.factory import make_batch, make_episode
 
@@ -33,7 +33,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out = {}
     for fmt in ("arrow", "parquet"):
         run = tmp_path_factory.mktemp(fmt) / "run"
-        with RunStore.open(run, "fp", {}, fmt, 7) as st:  # type: ignore[arg-type]
+        with LocalRunStore.open(run, "fp", {}, fmt, 7) as st:  # type: ignore[arg-type]
             st.commit(make_batch(20, model="m1", budget=64, stops=MIX))
             st.commit(make_batch(20, model="m2", budget=256, stops=(S.DONE, S.LENGTH, S.DONE, S.DONE)))
         out[fmt] = run
@@ -109,7 +109,7 @@ def test_render_episode_shows_the_cut_and_what_ran(tmp_path: Path) -> None:
     """`show` prints the stop reason, the cut turn, which calls ran, and never an unparsed fragment."""
     ep = make_episode(S.LENGTH, budget=64)
     ep.messages[4].tool_calls[0].raw_fragment = '{"expression": "37 *'
-    with RunStore.open(tmp_path / "run", "fp", {}, "arrow", 10) as st:
+    with LocalRunStore.open(tmp_path / "run", "fp", {}, "arrow", 10) as st:
         st.commit([ep, *make_batch(3, start=10)])
     text = analysis.render_episode(tmp_path / "run", ep.episode_id)
     assert f"episode {ep.episode_id}" in text
@@ -142,7 +142,7 @@ def test_public_names(module: ModuleType) -> None:
     assert module.__all__
     assert all(hasattr(module, name) for name in module.__all__)
     assert {"load_run", "truncation_table", "render_episode"} <= set(analysis.__all__)
-    assert {"RunStore"} <= set(store.__all__)
+    assert {"LocalRunStore"} <= set(store.__all__)
     assert {"committed_shard_paths", "read_manifest"} <= set(manifest.__all__)
     assert {"check_run", "CheckReport"} <= set(check.__all__)
     assert {"compute_stats", "format_stats"} <= set(stats.__all__)

@@ -11,7 +11,7 @@ from collector.analysis.atif import ATIF_VERSION, read_atif, trajectory_messages
 from collector.analysis.committed import read_committed
 from collector.cli import main
 from collector.stop import StopReason
-from collector.storage.local import RunStore
+from collector.storage.local import LocalRunStore
 from tests.record.factory import make_batch
 
 S = StopReason
@@ -23,7 +23,7 @@ _CALL_KEYS = ("id", "name", "arguments_json", "status", "unparsed_chars")
 def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("atif")
     run = root / "run"
-    with RunStore.open(run, "fp", {}, "arrow", 8) as st:
+    with LocalRunStore.open(run, "fp", {}, "arrow", 8) as st:
         st.commit(make_batch(10, stops=(S.DONE, S.LENGTH, S.MALFORMED_TOOL_CALL, S.ERROR, S.MAX_STEPS)))
     out = root / "episodes.atif.jsonl"
     assert main(["export", str(run), str(out), "--format", "atif"]) == 0

@@ -15,7 +15,7 @@ from collector.analysis.check import MAX_PROBLEMS, check_run
 from collector.record import shards
 from collector.record.episode import Episode, ExecutedToolCall, MessageRecord
 from collector.stop import StopReason
-from collector.storage.local import RunStore
+from collector.storage.local import LocalRunStore
 from collector.storage.manifest import MANIFEST, TMP_DIR, NotARunDirectory
 from tests.record.factory import make_batch, make_episode
 
@@ -24,7 +24,7 @@ BOTH = {"loop": {"stop_on": ["length", "malformed_tool_call"], "reward": {"polic
 
 
 def commit(run: Path, episodes: list[Episode], config: dict[str, Any] | None = None) -> Path:
-    with RunStore.open(run, "fp", BOTH if config is None else config, "arrow", 100) as st:
+    with LocalRunStore.open(run, "fp", BOTH if config is None else config, "arrow", 100) as st:
         st.commit(episodes)
     return run
 

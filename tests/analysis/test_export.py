@@ -17,7 +17,7 @@ from collector.analysis.export import export_run
 from collector.analysis.trainer import trainer_rows, write_view
 from collector.cli import main
 from collector.errors import OutputError
-from collector.storage.local import RunStore
+from collector.storage.local import LocalRunStore
 from tests.record.factory import make_batch
 
 
@@ -25,7 +25,7 @@ from tests.record.factory import make_batch
 def run(tmp_path: Path) -> Path:
     """A committed run of 3 episodes."""
     path = tmp_path / "run"
-    with RunStore.open(path, "fp", {}, "arrow", 10) as st:
+    with LocalRunStore.open(path, "fp", {}, "arrow", 10) as st:
         st.commit(make_batch(3))
     return path
 
@@ -112,7 +112,7 @@ def test_an_out_inside_a_run_directory_is_refused(
     """An OUT under the run's data/ (or any run dir, or reached through a symlink into one) is one
     line, exit 2, and nothing is written: readers of the run would count its episodes twice."""
     other = tmp_path / "other"
-    RunStore.open(other, "fp", {}, "arrow", 10).close()
+    LocalRunStore.open(other, "fp", {}, "arrow", 10).close()
     (tmp_path / "sneaky.parquet").symlink_to(run / "data" / "x.parquet")
     for out in (run / "data" / "x.parquet", run / "x.jsonl", other / "data" / "y.parquet",
                 tmp_path / "sneaky.parquet"):

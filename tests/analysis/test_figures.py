@@ -24,7 +24,7 @@ from collector.analysis import (
     turn_truncation_table,
 )
 from collector.stop import StopReason
-from collector.storage.local import RunStore
+from collector.storage.local import LocalRunStore
 from tests.record.factory import make_batch
 
 S = StopReason
@@ -32,7 +32,7 @@ BUDGETS = [64, 96, 192]
 
 
 def run_with(path: Path, mixes: dict[int, tuple[StopReason, ...]], model: str = "sim-perfect") -> Path:
-    with RunStore.open(path, "fp", {}, "arrow", 64) as store:
+    with LocalRunStore.open(path, "fp", {}, "arrow", 64) as store:
         for budget, stops in mixes.items():
             store.commit(make_batch(20, model=model, budget=budget, stops=stops))
     return path
@@ -129,7 +129,7 @@ SETTINGS = {
 def reasoning_run(path: Path) -> Path:
     """One model, two reasoning settings x budgets 64 and 128 (20 episodes a cell): every cut
     turn of effort=high spent its cap on thinking, none of effort=low's did."""
-    with RunStore.open(path, "fp", {}, "arrow", 64) as store:
+    with LocalRunStore.open(path, "fp", {}, "arrow", 64) as store:
         for n, (setting, mixes) in enumerate(SETTINGS.items()):
             for budget, stops in mixes.items():
                 batch = make_batch(20, model="sim-thinker", budget=budget, stops=stops, start=100 * n)

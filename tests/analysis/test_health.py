@@ -12,7 +12,7 @@ from collector.analysis.health import compute_group_health, format_group_health,
 from collector.cli import main
 from collector.record.episode import Episode
 from collector.stop import StopReason
-from collector.storage.local import RunStore
+from collector.storage.local import LocalRunStore
 from collector.storage.manifest import committed_shard_paths
 from tests.record.factory import make_episode
 
@@ -33,7 +33,7 @@ def sample(stop: StopReason, task: str, s: int, budget: int, reward: float | Non
 
 
 def commit(run: Path, episodes: list[Episode], samples: int = SAMPLES) -> Path:
-    with RunStore.open(run, "fp", {"samples_per_task": samples}, "arrow", 8) as st:
+    with LocalRunStore.open(run, "fp", {"samples_per_task": samples}, "arrow", 8) as st:
         st.commit(episodes)
     return run
 
@@ -212,7 +212,7 @@ def sim_sweep(run: Path) -> Path:
     with SimServer(seed=0) as sim:
         episodes = asyncio.run(collect(sim.base_url))
     config = {"samples_per_task": SAMPLES, "env": {"name": "arithmetic", "options": {"num_tasks": SIM_TASKS}}}
-    with RunStore.open(run, "fp", config, "arrow", 16) as st:
+    with LocalRunStore.open(run, "fp", config, "arrow", 16) as st:
         st.commit(episodes)
     return run
 

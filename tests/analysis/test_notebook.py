@@ -16,7 +16,7 @@ import pytest
 from nbclient import NotebookClient
 
 from collector.stop import StopReason
-from collector.storage.local import RunStore
+from collector.storage.local import LocalRunStore
 from tests.analysis.test_figures import reasoning_run
 from tests.record.factory import make_batch
 from tests.s3server import S3Bucket
@@ -33,7 +33,7 @@ def small_run(run: Path) -> None:
         128: (S.LENGTH, S.DONE, S.DONE, S.DONE, S.MAX_STEPS),
         256: (S.DONE, S.DONE, S.DONE, S.DONE, S.LENGTH, S.DONE, S.DONE, S.DONE, S.DONE, S.TIMEOUT),
     }
-    with RunStore.open(run, "fp", {}, "arrow", 64) as st:
+    with LocalRunStore.open(run, "fp", {}, "arrow", 64) as st:
         for model in ("sim-perfect", "sim-sloppy"):
             for budget, stops in mixes.items():
                 extra = (S.LENGTH,) if model == "sim-sloppy" else ()  # the sloppy model is cut more often

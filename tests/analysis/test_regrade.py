@@ -19,7 +19,7 @@ from collector.envs.arithmetic import ArithmeticEnv, ArithmeticWorld
 from collector.envs.base import EpisodeContext, Task
 from collector.errors import ConfigError
 from collector.stop import StopReason
-from collector.storage.local import RunStore
+from collector.storage.local import LocalRunStore
 from tests.analysis.test_health import sim_sweep
 from tests.record.factory import make_batch
 
@@ -59,7 +59,7 @@ STOPS = (S.DONE, S.DONE, S.LENGTH, S.MALFORMED_TOOL_CALL, S.ERROR)
 
 def make_run(root: Path) -> Path:
     run = root / "run"
-    with RunStore.open(run, "fp", {"samples_per_task": 1}, "arrow", 8) as st:
+    with LocalRunStore.open(run, "fp", {"samples_per_task": 1}, "arrow", 8) as st:
         st.commit(make_batch(40, model="m1", budget=64, stops=STOPS))
     return run
 

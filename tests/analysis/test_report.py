@@ -21,7 +21,7 @@ import pytest
 from collector import cli
 from collector.analysis import report, svgplot
 from collector.analysis.episodes import load_episodes
-from collector.storage.local import RunStore
+from collector.storage.local import LocalRunStore
 from tests.analysis.cdp import Browser, ensure_chromium
 from tests.analysis.report_run import HOSTILE, build_run
 from tests.s3server import S3Bucket
@@ -222,7 +222,7 @@ def test_budget_axis_ticks_exactly_the_budgets_and_draws_bands() -> None:
 
 def test_an_empty_run_still_has_a_page(tmp_path: Path) -> None:
     """A run with nothing committed yet: identity and verdict, no rows, no figures, no crash."""
-    with RunStore.open(tmp_path / "empty", "fp-empty", {}, "arrow", 16):
+    with LocalRunStore.open(tmp_path / "empty", "fp-empty", {}, "arrow", 16):
         pass
     text = report.build_report(tmp_path / "empty")
     assert "fp-empty" in text

@@ -15,7 +15,7 @@ from collector.analysis.stats import compute_stats, format_stats, wilson_interva
 from collector.errors import ConfigError, OutputError
 from collector.record.episode import Episode
 from collector.stop import StopReason
-from collector.storage.local import RunStore
+from collector.storage.local import LocalRunStore
 from tests.record.factory import make_batch, make_episode
 
 S = StopReason
@@ -48,7 +48,7 @@ def _hand_run(tmp_path: Path, fmt: str = "arrow") -> Path:
     a64 += [make_episode(S.DONE, model="a", budget=64, task=f"d{i}") for i in range(2)]
     a64 += [_cut_then_done("c0")]
     a64 += [make_episode(S.ERROR, model="a", budget=64, task=f"e{i}") for i in range(2)]
-    with RunStore.open(run, "fp", {}, fmt, 3) as st:  # type: ignore[arg-type]
+    with LocalRunStore.open(run, "fp", {}, fmt, 3) as st:  # type: ignore[arg-type]
         st.commit(a64)
         st.commit(make_batch(10, model="a", budget=256))
         st.commit(make_batch(5, model="b", budget=64))
@@ -147,7 +147,7 @@ def test_formats(tmp_path: Path) -> None:
 
 def test_empty_run(tmp_path: Path) -> None:
     """A run with nothing committed gives an empty table, not an error."""
-    RunStore.open(tmp_path / "run", "fp", {}, "arrow", 3).close()
+    LocalRunStore.open(tmp_path / "run", "fp", {}, "arrow", 3).close()
     result = compute_stats(tmp_path / "run", target=0.1)
     assert result.groups == []
     assert "0 episodes" in format_stats(result)

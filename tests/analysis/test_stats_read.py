@@ -8,7 +8,7 @@ import pyarrow as pa
 
 from collector.analysis.committed import _read_ipc, read_columns, run_dataset
 from collector.stop import StopReason
-from collector.storage.local import RunStore
+from collector.storage.local import LocalRunStore
 from collector.storage.manifest import committed_shard_paths
 from tests.record.factory import make_batch
 
@@ -19,7 +19,7 @@ COLUMNS = ["budget", "is_truncated", "model", "output_tokens", "reward", "stop_r
 def _run(tmp_path: Path) -> Path:
     run = tmp_path / "run"
     stops = (StopReason.DONE, StopReason.LENGTH, StopReason.MALFORMED_TOOL_CALL, StopReason.ERROR)
-    with RunStore.open(run, "fp", {}, "arrow", 3) as store:
+    with LocalRunStore.open(run, "fp", {}, "arrow", 3) as store:
         store.commit(make_batch(10, model="m-a", budget=32, stops=stops))
         store.commit(make_batch(7, model="m-b", budget=64, stops=stops, start=10))
     return run

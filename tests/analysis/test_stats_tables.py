@@ -14,14 +14,14 @@ from collector.analysis import truncation_table, turn_truncation_table
 from collector.cli import main
 from collector.record.episode import Episode
 from collector.stop import StopReason
-from collector.storage.local import RunStore
+from collector.storage.local import LocalRunStore
 from tests.record.factory import make_episode
 
 S = StopReason
 
 
 def _store(run: Path, episodes: list[Episode]) -> Path:
-    with RunStore.open(run, "fp", {}, "arrow", 64) as st:
+    with LocalRunStore.open(run, "fp", {}, "arrow", 64) as st:
         st.commit(episodes)
     return run
 
@@ -145,7 +145,7 @@ def test_a_parquet_run_without_the_retries_column_still_reads(tmp_path: Path) ->
     from collector.storage.manifest import committed_shard_paths
 
     run = tmp_path / "run"
-    with RunStore.open(run, "fp", {}, "parquet", 64) as st:
+    with LocalRunStore.open(run, "fp", {}, "parquet", 64) as st:
         st.commit([make_episode(S.DONE, model="m", budget=64, task=f"t{i}") for i in range(3)])
     for path in committed_shard_paths(run):
         pq.write_table(pq.read_table(path).drop_columns(["retries"]), path)

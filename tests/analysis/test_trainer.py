@@ -36,7 +36,7 @@ from collector.record.episode import Episode, TurnRecord
 from collector.record.shards import SCHEMA_VERSION_KEY, episodes_to_table, read_shard, write_shard
 from collector.sim import tokens as sim_tokens
 from collector.sim.app import create_app
-from collector.storage.local import RunStore
+from collector.storage.local import LocalRunStore
 from collector.storage.manifest import committed_shard_paths
 from collector.turn import SamplingParams
 
@@ -206,7 +206,7 @@ async def test_withheld_episodes_are_left_out_and_named() -> None:
 
 
 def _commit(run: Path, episodes: list[Episode], fmt: str = "arrow") -> None:
-    with RunStore.open(run, "fp", {}, fmt, 7) as store:  # type: ignore[arg-type]
+    with LocalRunStore.open(run, "fp", {}, fmt, 7) as store:  # type: ignore[arg-type]
         store.commit(episodes)
 
 

@@ -21,7 +21,7 @@ from collector.record.episode import Episode
 from collector.sim.app import create_app
 from collector.sim.presets import PRESETS
 from collector.stop import StopReason
-from collector.storage.local import RunStore
+from collector.storage.local import LocalRunStore
 from collector.turn import Turn, TurnRequest
 from tests.episode.test_sim_e2e import APPROVAL
 from tests.record.factory import make_episode
@@ -113,7 +113,7 @@ def test_stats_give_context_overflow_its_own_column(
     """`collector stats` shows a context_overflow column (table) and rate (json) when it occurs."""
     eps = [make_episode(StopReason.DONE, model="m", budget=64, task=f"t{i}") for i in range(3)]
     eps.append(make_episode(StopReason.CONTEXT_OVERFLOW, model="m", budget=64, task="long"))
-    with RunStore.open(tmp_path / "run", "fp", {}, "arrow", 64) as st:
+    with LocalRunStore.open(tmp_path / "run", "fp", {}, "arrow", 64) as st:
         st.commit(eps)
     assert main(["stats", str(tmp_path / "run")]) == 0
     header = capsys.readouterr().out.splitlines()[0]
@@ -130,7 +130,7 @@ def test_stats_count_thinking_cuts_beside_truncation(
     shown as a "thinking cut" column, inside the truncation rate."""
     eps = [make_episode(StopReason.LENGTH, model="m", budget=64, task=f"t{i}") for i in range(4)]
     eps[0].turns[-1].length_signals = ["finish_reason", "cap_reached", "reasoning"]
-    with RunStore.open(tmp_path / "run", "fp", {}, "arrow", 64) as st:
+    with LocalRunStore.open(tmp_path / "run", "fp", {}, "arrow", 64) as st:
         st.commit(eps)
     assert main(["stats", str(tmp_path / "run")]) == 0
     assert "thinking cut" in capsys.readouterr().out.splitlines()[0]

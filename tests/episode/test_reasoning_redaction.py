@@ -12,7 +12,7 @@ from collector.config import LoopConfig
 from collector.episode.loop import EpisodeSpec, run_episode
 from collector.episode.redact import REDACTED_ITEM_KEY, Redactor
 from collector.providers.scripted import ScriptedProvider, call, calls, text
-from collector.storage.local import RunStore
+from collector.storage.local import LocalRunStore
 from collector.turn import AssistantMessage, ToolResultMessage, Turn, UserMessage
 from tests.faults.secret_env import SecretEnv
 from tests.faults.secret_scan import leaks_in
@@ -52,7 +52,7 @@ async def test_thinking_that_repeats_a_secret_argument_stores_no_secret(tmp_path
     episode = await run_episode(spec, provider, env, LoopConfig.model_validate({}))
     assert episode.num_turns == 2, episode.error
     run = tmp_path / "run"
-    with RunStore.open(run, "fp", {}, "arrow", 64) as store:
+    with LocalRunStore.open(run, "fp", {}, "arrow", 64) as store:
         store.commit([episode])
 
     assert leaks_in(run, [PASSWORD, TOKEN, CREDENTIAL]) == []

@@ -36,7 +36,7 @@ from collector.providers.base import Endpoint, RetryPolicy
 from collector.record.episode import Episode
 from collector.record.shards import episodes_to_table
 from collector.stop import StopReason
-from collector.storage.local import RunStore
+from collector.storage.local import LocalRunStore
 from tests.checking import assert_run_checked
 
 WIRE = Path(__file__).resolve().parents[1] / "providers" / "wire"
@@ -244,6 +244,6 @@ def test_arbitrary_replies_never_break_the_loop(kind: str, streaming: bool, tmp_
     cfg = RunConfig.model_validate(
         {"sweep": {"models": ["fuzz-model"], "budgets": [64]}, "loop": {"max_steps": 3}}
     )
-    with RunStore.open(tmp_path / "run", config_fingerprint(cfg), resolved_config(cfg)) as store:
+    with LocalRunStore.open(tmp_path / "run", config_fingerprint(cfg), resolved_config(cfg)) as store:
         assert store.commit(episodes) == len(episodes)
     assert_run_checked(tmp_path / "run", allow_notes=False)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.storage.s3store import ObjectRunStore
+from collector.storage.s3store import S3RunStore
 from tests.faults.secret_scan import leaks_in
 from tests.s3server import REGION, SECRET_ACCESS_KEY, S3Bucket
 
@@ -71,7 +71,7 @@ def test_collector_run_into_s3_commits_every_episode_once_and_resumes(
     second = run_collector(config, s3_bucket.env())
     assert second.returncode == 0, second.stderr
     assert "12/12 episodes committed; 12 from earlier runs; 0 new" in second.stderr
-    with ObjectRunStore.open(s3_bucket.uri(), _fingerprint(s3_bucket), {}, "arrow", 4) as st:
+    with S3RunStore.open(s3_bucket.uri(), _fingerprint(s3_bucket), {}, "arrow", 4) as st:
         assert len(st.committed_ids()) == 12
         ids = [i for entry in st.shards
                for i in st.read_shard(entry, ["episode_id"]).column("episode_id").to_pylist()]
@@ -123,7 +123,7 @@ def test_a_wrong_secret_key_is_one_line_and_exit_2_without_the_secret(
             "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"]}
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", good["AWS_ACCESS_KEY_ID"])
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", good["AWS_SECRET_ACCESS_KEY"])
-    ObjectRunStore.open(s3_bucket.uri("control"), "fp", {}).close()  # the right secret is accepted
+    S3RunStore.open(s3_bucket.uri("control"), "fp", {}).close()  # the right secret is accepted
     wrong = "wrong-secret-7f3a9c1e2b4d6f8a0c2e4a6b8d0f"
     proc = run_collector(config, {**good, "AWS_SECRET_ACCESS_KEY": wrong})
     assert proc.returncode == 2
@@ -142,7 +142,7 @@ def test_retry_errors_finds_the_error_episodes_of_a_run_in_s3(s3_bucket: S3Bucke
     from tests.record.factory import make_batch
 
     work = make_batch(6, stops=(StopReason.DONE, StopReason.ERROR))
-    with ObjectRunStore.open(s3_bucket.uri(), "fp", {}, "arrow", 4) as st:
+    with S3RunStore.open(s3_bucket.uri(), "fp", {}, "arrow", 4) as st:
         st.commit(work)
         errors = committed_error_ids(st)
         assert errors == {e.episode_id for e in work if e.stop_reason is StopReason.ERROR}

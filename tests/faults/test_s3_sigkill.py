@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from collector.storage.manifest import fold_records
-from collector.storage.s3store import ObjectRunStore
+from collector.storage.s3store import S3RunStore
 from tests.record.factory import make_batch
 from tests.s3server import S3Bucket
 
@@ -83,7 +83,7 @@ _KILLER = textwrap.dedent(
     real = s3client.make_client
     s3client.make_client = lambda: Killing(real())
     work = make_batch(count, start=first)
-    st = objectstore.ObjectRunStore.open(uri, "fp", {}, "arrow", 3)
+    st = objectstore.S3RunStore.open(uri, "fp", {}, "arrow", 3)
     done = st.committed_ids()
     for i in range(0, len(work), 7):  # overlapping batches: many commits, late duplicates among them
         st.commit([e for e in work[max(0, i - 3):i + 7] if e.episode_id not in done])
@@ -164,7 +164,7 @@ def test_sigkill_at_any_s3_request_never_loses_or_duplicates(s3_bucket: S3Bucket
         seen = _glob_ids(s3_bucket)
         assert len(seen) == len(set(seen)), f"data/ counts a row twice after a kill at {kind} #{n} {when}"
         named = _committed_paths(s3_bucket)
-        with ObjectRunStore.open(uri, "fp", {}, "arrow", 3) as st:
+        with S3RunStore.open(uri, "fp", {}, "arrow", 3) as st:
             committed = st.committed_ids()
             assert set(seen) <= committed, "a plain reader saw a row the resume collects again"
             assert named <= {e["path"] for e in st.shards}, f"a committed shard was lost ({kind} #{n} {when})"
@@ -174,7 +174,7 @@ def test_sigkill_at_any_s3_request_never_loses_or_duplicates(s3_bucket: S3Bucket
             assert set(rows) == committed
             assert not s3_bucket.keys("run/.collector/tmp/")
     work = make_batch(_KILLS[-1][0] + count + 5)
-    with ObjectRunStore.open(uri, "fp", {}, "arrow", 3) as st:
+    with S3RunStore.open(uri, "fp", {}, "arrow", 3) as st:
         assert 0 < len(st.committed_ids()) < len(work)  # the kills landed mid-run
         st.commit(work)
     assert sorted(_glob_ids(s3_bucket)) == sorted(e.episode_id for e in work)

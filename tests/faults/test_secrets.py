@@ -313,7 +313,7 @@ def test_the_scan_finds_a_secret_inside_compressed_shards_and_json(tmp_path: Pat
 def test_credentials_in_base_url_are_not_saved(tmp_path: Path) -> None:
     """User info and query string of a base_url (credentials) never reach config.resolved.json."""
     from collector.config import RunConfig, config_fingerprint, resolved_config
-    from collector.storage.local import RunStore
+    from collector.storage.local import LocalRunStore
 
     cfg = RunConfig.model_validate({
         "name": "urls",
@@ -328,7 +328,7 @@ def test_credentials_in_base_url_are_not_saved(tmp_path: Path) -> None:
         },
         "output": {"path": str(tmp_path / "run")},
     })
-    with RunStore.open(tmp_path / "run", config_fingerprint(cfg), resolved_config(cfg)):
+    with LocalRunStore.open(tmp_path / "run", config_fingerprint(cfg), resolved_config(cfg)):
         pass
     assert not leaks_in(tmp_path / "run", SECRETS)
     saved = json.loads((tmp_path / "run" / RESOLVED_CONFIG).read_text())["config"]

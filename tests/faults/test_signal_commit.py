@@ -20,9 +20,9 @@ import pytest
 
 from collector.run.job import Interrupted, run_job
 from collector.run.plan import plan_work
-from collector.storage.local import RunStore
+from collector.storage.local import LocalRunStore
 from collector.storage.mirror import resolve_run
-from collector.storage.s3store import ObjectRunStore
+from collector.storage.s3store import S3RunStore
 from tests.run.helpers import committed_id_counts, small_config
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_cluster"), pytest.mark.timeout(240)]
@@ -49,11 +49,11 @@ def test_sigterm_during_an_in_loop_commit_keeps_that_commits_episodes(
     """The interrupted run raises `Interrupted` (SIGTERM) with every episode of the signalled
     commit committed exactly once; the rerun collects only the rest."""
     run: Path | str = tmp_path / "run"
-    store: type[RunStore] | type[ObjectRunStore] = RunStore
+    store: type[LocalRunStore] | type[S3RunStore] = LocalRunStore
     if where == "s3":
         run = request.getfixturevalue("s3_bucket").uri("run")
         monkeypatch.setenv("COLLECTOR_CACHE_DIR", str(tmp_path / "cache"))
-        store = ObjectRunStore
+        store = S3RunStore
     cfg = small_config(run, output__worker_writes=where != "dir-driver-writes",  # type: ignore[arg-type]
                        output__commit_interval_s=600.0, sweep__models=["sim-slow"])
     taken: list[str] = []

@@ -22,10 +22,10 @@ import pytest
 from collector.config import RunConfig
 from collector.run.job import JobResult, run_job
 from collector.run.plan import plan_work
-from collector.storage.local import RunStore
+from collector.storage.local import LocalRunStore
 from collector.storage.manifest import TMP_DIR
 from collector.storage.mirror import resolve_run
-from collector.storage.s3store import ObjectRunStore
+from collector.storage.s3store import S3RunStore
 from tests.checking import assert_run_checked
 from tests.faults.gated_sink import GatedS3Sink, GatedSink, pid_at_gate
 from tests.run.helpers import committed_id_counts, shards_written_by, small_config
@@ -85,7 +85,7 @@ def test_worker_killed_mid_write_leaves_nothing_visible_and_its_batch_runs_again
     run_dir = tmp_path / "run"
     cfg = small_config(run_dir, output__worker_writes=True, ray__batch_size=2, ray__episodes_in_flight=2)
     gated = lambda self: GatedSink(str(self.root.absolute()), self.fmt, str(gate))  # noqa: E731
-    monkeypatch.setattr(RunStore, "sink", gated)
+    monkeypatch.setattr(LocalRunStore, "sink", gated)
     result = run_killing_the_gated_writer(cfg, gate, lambda: run_dir)
     planned = {item.episode_id for item in plan_work(cfg).items}
     # The killed worker held its batches (at most two of two episodes here): run again once.
@@ -112,7 +112,7 @@ def test_a_worker_killed_holding_its_pending_object_in_a_bucket_costs_only_a_rer
     uri = s3_bucket.uri("run")
     cfg = small_config(uri, ray__batch_size=2, ray__episodes_in_flight=2)  # type: ignore[arg-type]  # a URI
     gated = lambda self: GatedS3Sink(self.location, self.fmt, str(gate))  # noqa: E731
-    monkeypatch.setattr(ObjectRunStore, "sink", gated)
+    monkeypatch.setattr(S3RunStore, "sink", gated)
     run_killing_the_gated_writer(cfg, gate, lambda: resolve_run(uri))
     planned = {item.episode_id for item in plan_work(cfg).items}
     assert s3_bucket.keys("run/.collector/tmp/")  # the killed worker's orphan, hidden from readers

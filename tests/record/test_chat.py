@@ -13,7 +13,7 @@ from collector.cli import main
 from collector.record import shards
 from collector.record.chat import chat_messages, system_prompt, template_messages, tools_json
 from collector.stop import StopReason
-from collector.storage.local import RunStore
+from collector.storage.local import LocalRunStore
 from collector.turn import ToolSpec
 from tests.record.factory import make_batch, make_episode
 
@@ -67,7 +67,7 @@ def test_version_2_shards_stay_readable(tmp_path: Path) -> None:
     from collector.analysis.check import check_run
 
     run = tmp_path / "run"
-    with RunStore.open(run, "fp", {}, "arrow", 10) as st:
+    with LocalRunStore.open(run, "fp", {}, "arrow", 10) as st:
         st.commit(make_batch(4))
         entry = st.shards[0]
     path = run / entry["path"]
@@ -90,7 +90,7 @@ def test_export_refuses_a_bad_filter_in_one_line(tmp_path: Path, where: str,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     """A --where that does not parse, names an unknown column or a bad value: one line, exit 2, no file."""
     run = tmp_path / "run"
-    with RunStore.open(run, "fp", {}, "arrow", 10) as st:
+    with LocalRunStore.open(run, "fp", {}, "arrow", 10) as st:
         st.commit(make_batch(2))
     out = tmp_path / "out.jsonl"
     assert main(["export", str(run), str(out), "--where", where]) == 2
@@ -103,7 +103,7 @@ def test_export_refuses_a_bad_filter_in_one_line(tmp_path: Path, where: str,
 def test_export_refuses_an_unknown_format(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """An unknown --format is one line naming the formats there are."""
     run = tmp_path / "run"
-    RunStore.open(run, "fp", {}, "arrow", 10).close()
+    LocalRunStore.open(run, "fp", {}, "arrow", 10).close()
     assert main(["export", str(run), str(tmp_path / "x"), "--format", "csv"]) == 2
     assert "chat-jsonl, parquet" in capsys.readouterr().err
 
@@ -116,7 +116,7 @@ def test_a_run_dir_of_the_earlier_layout_is_read_not_continued(tmp_path: Path) -
     from collector.storage.manifest import partition_dir
 
     run = tmp_path / "run"
-    with RunStore.open(run, "fp", {}, "parquet", 3) as st:
+    with LocalRunStore.open(run, "fp", {}, "parquet", 3) as st:
         st.commit(make_batch(4) + make_batch(2, budget=64, start=4))
     manifest = json.loads((run / ".collector" / "manifest.json").read_text())
     for entry in manifest["shards"]:  # rebuild what the earlier layout wrote
@@ -138,4 +138,4 @@ def test_a_run_dir_of_the_earlier_layout_is_read_not_continued(tmp_path: Path) -
     assert any("old run-dir layout" in n for n in report.notes)
     assert export_run(run, tmp_path / "all.parquet", "parquet") == 6
     with pytest.raises(OutputError, match="earlier run-dir layout"):
-        RunStore.open(run, "fp", {}, "parquet", 3)
+        LocalRunStore.open(run, "fp", {}, "parquet", 3)

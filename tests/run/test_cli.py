@@ -256,11 +256,11 @@ def test_schema_prints_the_config_json_schema(capsys: pytest.CaptureFixture[str]
 def listed_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A run of 30 synthetic episodes: two models x two budgets, some cut by the cap."""
     from collector.stop import StopReason as S
-    from collector.storage.local import RunStore
+    from collector.storage.local import LocalRunStore
     from tests.record.factory import make_batch
 
     run = tmp_path_factory.mktemp("listed") / "run"
-    with RunStore.open(run, "fp", {}, "arrow", 8) as store:
+    with LocalRunStore.open(run, "fp", {}, "arrow", 8) as store:
         store.commit(make_batch(10, model="m1", budget=64, stops=(S.DONE, S.LENGTH)))
         store.commit(make_batch(10, model="m1", budget=256, stops=(S.DONE,)))
         store.commit(make_batch(10, model="m2", budget=64, stops=(S.DONE, S.DONE, S.MALFORMED_TOOL_CALL)))
@@ -351,7 +351,7 @@ def test_show_labels_few_shot_calls_as_part_of_the_prompt(
 ) -> None:
     """A few-shot tool call of the prompt is shown as part of the prompt, not as a call never executed."""
     from collector.record.episode import MessageRecord, ToolCallRecord
-    from collector.storage.local import RunStore
+    from collector.storage.local import LocalRunStore
     from tests.record.factory import make_episode
 
     episode = make_episode()
@@ -364,7 +364,7 @@ def test_show_labels_few_shot_calls_as_part_of_the_prompt(
         MessageRecord(role="assistant", text="2"),
     ]
     run = tmp_path / "run"
-    with RunStore.open(run, "fp", {}, "arrow", 8) as store:
+    with LocalRunStore.open(run, "fp", {}, "arrow", 8) as store:
         store.commit([episode])
     assert main(["show", str(run), episode.episode_id]) == 0
     out = capsys.readouterr().out

@@ -89,11 +89,11 @@ def test_python_m_collector_prints_the_version() -> None:
 
 def test_closed_stdout_ends_quietly(tmp_path: Path) -> None:
     """`collector stats RUN | head`: a reader that went away ends the command with 141 and no message."""
-    from collector.storage.local import RunStore
+    from collector.storage.local import LocalRunStore
     from tests.record.factory import make_batch
 
     run = tmp_path / "run"
-    with RunStore.open(run, "fp", {}, "arrow", 8) as store:
+    with LocalRunStore.open(run, "fp", {}, "arrow", 8) as store:
         store.commit(make_batch(40, model="m1", budget=64))
     read_end, write_end = os.pipe()
     os.close(read_end)  # the reader is gone before the first byte: every write fails

@@ -13,14 +13,14 @@ from collector.record.episode import Episode, EpisodeError
 from collector.run.driver import Driver
 from collector.run.worker_writes import write_kept
 from collector.stop import StopReason
-from collector.storage.local import RunStore
+from collector.storage.local import LocalRunStore
 from collector.storage.manifest import TMP_DIR
 from tests.record.factory import make_batch
 from tests.run.fakepool import FakePool, deliver, fake_driver
 from tests.run.helpers import committed_id_counts, small_config
 
 
-def writing_driver(tmp_path: Path, store: RunStore, **output: Any) -> tuple[Driver, FakePool]:
+def writing_driver(tmp_path: Path, store: LocalRunStore, **output: Any) -> tuple[Driver, FakePool]:
     overrides = {f"output__{k}": v for k, v in {"commit_interval_s": 3600.0, **output}.items()}
     cfg = small_config(tmp_path / "run", output__worker_writes=True, ray__batch_size=1, **overrides)
     pool = FakePool()
@@ -30,7 +30,7 @@ def writing_driver(tmp_path: Path, store: RunStore, **output: Any) -> tuple[Driv
 def test_a_batch_that_comes_back_twice_is_committed_once(tmp_path: Path) -> None:
     """A shard of seen ids is discarded, a partly seen one (split differently) filtered: each id once."""
     work = make_batch(6)
-    with RunStore.open(tmp_path / "run", "fp", {}, "arrow", 512) as store:
+    with LocalRunStore.open(tmp_path / "run", "fp", {}, "arrow", 512) as store:
         d, pool = writing_driver(tmp_path, store)
         sink = store.sink()
         first, again, overlap = (write_kept(sink, work[:4]), write_kept(sink, work[:4]),
@@ -49,7 +49,7 @@ def test_a_batch_that_comes_back_twice_is_committed_once(tmp_path: Path) -> None
 def test_pending_shards_are_committed_on_the_driver_side_cadence(tmp_path: Path) -> None:
     """A cell is committed once its pending rows reach rows_per_shard; past max_buffered_rows the
     largest cells go first; the rest waits for the interval or the end."""
-    with RunStore.open(tmp_path / "run", "fp", {}, "arrow", 512) as store:
+    with LocalRunStore.open(tmp_path / "run", "fp", {}, "arrow", 512) as store:
         d, pool = writing_driver(tmp_path, store, rows_per_shard=4, max_buffered_rows=10)
         sink = store.sink()
         batches = [write_kept(sink, make_batch(n, model=m, budget=64, start=i * 100))
@@ -76,7 +76,7 @@ def test_a_quota_episode_stops_the_run_and_is_never_committed(tmp_path: Path) ->
     work: list[Episode] = make_batch(3)
     quota = dataclasses.replace(work[1], stop_reason=StopReason.ERROR,
                                 error=EpisodeError("QuotaExhausted", "insufficient_quota"))
-    with RunStore.open(tmp_path / "run", "fp", {}, "arrow", 512) as store:
+    with LocalRunStore.open(tmp_path / "run", "fp", {}, "arrow", 512) as store:
         d, pool = writing_driver(tmp_path, store)
         deliver(d, pool, [write_kept(store.sink(), [work[0], quota, work[2]])])
         d.commit(force=True)

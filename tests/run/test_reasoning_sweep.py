@@ -17,7 +17,7 @@ from collector.run.plan import plan_work
 from collector.run.simlaunch import provider_urls
 from collector.run.worker import EpisodeWorker, WorkerSetup
 from collector.sim.truth import binomial_interval, thinking_fills_cap_probability
-from collector.storage.local import RunStore
+from collector.storage.local import LocalRunStore
 from tests.run.helpers import small_config
 
 SETTINGS = [{"effort": "low"}, {"thinking_budget": 16}]
@@ -98,7 +98,7 @@ def test_a_budget_by_reasoning_sweep_shows_thinking_cuts_per_cell_at_their_truth
     assert by_cell[(24, "effort=low")] > 0.5  # median thinking 60 tokens fills a 24-token cap
     assert by_cell[(24, "budget=16")] < by_cell[(24, "effort=low")]
     assert by_cell[(120, "budget=16")] == 0.0
-    with RunStore.open(tmp_path / "out", "fp", {}, "arrow", 64) as st:
+    with LocalRunStore.open(tmp_path / "out", "fp", {}, "arrow", 64) as st:
         st.commit(episodes)
     assert main(["stats", str(tmp_path / "out")]) == 0
     header = capsys.readouterr().out.splitlines()[0].split()

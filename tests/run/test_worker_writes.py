@@ -18,15 +18,15 @@ from collector.run.simlaunch import provider_urls
 from collector.run.worker import EpisodeWorker, WorkerSetup
 from collector.run.worker_writes import WrittenBatch, without_seen, write_kept, writes_on_workers
 from collector.stop import StopReason
-from collector.storage.local import LocalSink, RunStore
+from collector.storage.local import LocalRunStore, LocalSink
 from collector.storage.manifest import DATA_DIR, TMP_DIR, pending_path
 from collector.storage.pending import PendingShard
 from tests.record.factory import make_batch
 from tests.run.helpers import small_config
 
 
-def open_store(run: Path) -> RunStore:
-    return RunStore.open(run, "fp-written", {}, "arrow", 4)
+def open_store(run: Path) -> LocalRunStore:
+    return LocalRunStore.open(run, "fp-written", {}, "arrow", 4)
 
 
 def shard_ids(run: Path, batch: WrittenBatch) -> list[set[str]]:

@@ -28,7 +28,7 @@ from collector.record.episode import MAX_TOKEN_COUNT, Episode
 from collector.record.shards import read_shard
 from collector.storage import local as store_mod
 from collector.storage import manifest as manifest_mod
-from collector.storage.local import CommitIncomplete, LockLost, RunStore
+from collector.storage.local import CommitIncomplete, LocalRunStore, LockLost
 from collector.storage.manifest import (
     DATA_DIR,
     LOCK,
@@ -42,8 +42,8 @@ from tests.record.factory import make_batch, make_episode
 FP = "fingerprint-faults"
 
 
-def open_store(run_dir: Path, rows: int = 4) -> RunStore:
-    return RunStore.open(run_dir, FP, {}, "arrow", rows)
+def open_store(run_dir: Path, rows: int = 4) -> LocalRunStore:
+    return LocalRunStore.open(run_dir, FP, {}, "arrow", rows)
 
 
 def stored_ids(run_dir: Path) -> list[str]:

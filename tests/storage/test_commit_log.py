@@ -24,7 +24,7 @@ from collector.record.shards import read_shard
 from collector.storage import commit as commit_mod
 from collector.storage import local as store_mod
 from collector.storage import manifest as manifest_mod
-from collector.storage.local import RunStore
+from collector.storage.local import LocalRunStore
 from collector.storage.manifest import (
     DATA_DIR,
     LOCK,
@@ -40,8 +40,8 @@ FP = "fingerprint-log"
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def open_store(run_dir: Path, rows: int = 4) -> RunStore:
-    return RunStore.open(run_dir, FP, {}, "arrow", rows)
+def open_store(run_dir: Path, rows: int = 4) -> LocalRunStore:
+    return LocalRunStore.open(run_dir, FP, {}, "arrow", rows)
 
 
 def manifest_ids(run_dir: Path) -> list[str]:
@@ -135,10 +135,10 @@ def test_a_crash_between_compaction_steps_loses_nothing(
     st.commit(work[:4])
     st.commit(work[4:8])
 
-    def die(self: RunStore) -> None:
+    def die(self: LocalRunStore) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(RunStore, "_drop_folded_records", die)
+    monkeypatch.setattr(LocalRunStore, "_drop_folded_records", die)
     with pytest.raises(KeyboardInterrupt):
         st._compact("compaction")
     monkeypatch.undo()
@@ -185,14 +185,14 @@ def test_a_writer_that_lost_the_lock_never_compacts(tmp_path: Path, monkeypatch:
     st = open_store(run)
     st.commit(work[:4])
     base = (run / MANIFEST).read_bytes()
-    real_publish = RunStore._publish
+    real_publish = LocalRunStore._publish
 
-    def publish_then_lose_the_lock(self: RunStore, entries: list[dict[str, object]]) -> None:
+    def publish_then_lose_the_lock(self: LocalRunStore, entries: list[dict[str, object]]) -> None:
         real_publish(self, entries)
         (run / LOCK).unlink()
         (run / LOCK).touch()
 
-    monkeypatch.setattr(RunStore, "_publish", publish_then_lose_the_lock)
+    monkeypatch.setattr(LocalRunStore, "_publish", publish_then_lose_the_lock)
     assert st.commit(work[4:]) == 4  # committed (its record is in), then the lock went
     assert (run / MANIFEST).read_bytes() == base
     assert commit_record_seqs(run) == [1, 2]
@@ -244,7 +244,7 @@ _KILLER = textwrap.dedent(
     """
     import os, signal, sys
     from collector.storage import commit as commit_mod
-    from collector.storage.local import RunStore
+    from collector.storage.local import LocalRunStore
     from tests.record.factory import make_batch
 
     commit_mod._COMPACT_MIN_RECORDS = 2  # a compaction every other commit: kills land in them too
@@ -264,7 +264,7 @@ _KILLER = textwrap.dedent(
 
     os.replace, os.fsync, os.unlink = hooked("replace"), hooked("fsync"), hooked("unlink")
     work = make_batch(30, start=first)
-    st = RunStore.open(run, "fp", {}, "arrow", 3)
+    st = LocalRunStore.open(run, "fp", {}, "arrow", 3)
     done = st.committed_ids()
     for i in range(0, len(work), 4):
         st.commit([e for e in work[i:i + 4] if e.episode_id not in done])
@@ -294,7 +294,7 @@ def test_sigkill_anywhere_in_commits_forgets_and_compactions(tmp_path: Path) -> 
         assert proc.returncode in (-signal.SIGKILL, 3)
         seen = glob_ids(run) if (run / DATA_DIR).exists() else []
         assert len(seen) == len(set(seen)), f"a glob counts a row twice after a kill at {kill_at}"
-        with RunStore.open(run, "fp", {}, "arrow", 3) as st:
+        with LocalRunStore.open(run, "fp", {}, "arrow", 3) as st:
             committed = st.committed_ids()
             assert set(seen) <= committed, f"a glob saw a row the resume runs again (kill at {kill_at})"
             rows = manifest_ids(run)
@@ -304,6 +304,6 @@ def test_sigkill_anywhere_in_commits_forgets_and_compactions(tmp_path: Path) -> 
             assert not list(run.rglob("*.tmp"))
         assert check_run(run).ok
     work = make_batch(55)
-    with RunStore.open(run, "fp", {}, "arrow", 3) as st:
+    with LocalRunStore.open(run, "fp", {}, "arrow", 3) as st:
         st.commit(work)
     assert sorted(manifest_ids(run)) == sorted(e.episode_id for e in work)

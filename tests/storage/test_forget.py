@@ -1,4 +1,4 @@
-"""`RunStore.forget`: committed episodes removed exactly once, crash-safe like a commit."""
+"""`LocalRunStore.forget`: committed episodes removed exactly once, crash-safe like a commit."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from collector.errors import OutputError
 from collector.record.shards import read_shard
 from collector.storage import local as store_mod
-from collector.storage.local import RunStore
+from collector.storage.local import LocalRunStore
 from collector.storage.manifest import TMP_DIR, committed_shard_paths, read_manifest
 from tests.record.factory import make_batch
 
@@ -22,8 +22,8 @@ class Killed(BaseException):
     """Stands in for the process dying: nothing of ours runs after it."""
 
 
-def open_store(run_dir: Path, fmt: str = "arrow", rows: int = 4) -> RunStore:
-    return RunStore.open(run_dir, FP, CFG, fmt, rows)  # type: ignore[arg-type]
+def open_store(run_dir: Path, fmt: str = "arrow", rows: int = 4) -> LocalRunStore:
+    return LocalRunStore.open(run_dir, FP, CFG, fmt, rows)  # type: ignore[arg-type]
 
 
 def committed_rows(run_dir: Path) -> list[str]:

@@ -16,7 +16,7 @@ from collector.analysis.check import check_run
 from collector.errors import OutputError
 from collector.record.shards import ShardError
 from collector.stop import StopReason
-from collector.storage.local import RunStore
+from collector.storage.local import LocalRunStore
 from collector.storage.manifest import MANIFEST, QUARANTINE, read_manifest
 from tests.record.factory import make_batch
 
@@ -27,7 +27,7 @@ def _run(tmp_path: Path) -> tuple[Path, list[Any]]:
     """A run of two shards (8 episodes each) in one partition; returns it and the episodes."""
     run = tmp_path / "run"
     work = make_batch(16, stops=STOPS)
-    with RunStore.open(run, "fp", {}, "arrow", 8) as st:
+    with LocalRunStore.open(run, "fp", {}, "arrow", 8) as st:
         st.commit(work[:8])
         st.commit(work[8:])
     return run, work
@@ -63,7 +63,7 @@ def test_one_damaged_byte_mid_shard_is_quarantined_on_open(tmp_path: Path) -> No
     run, work = _run(tmp_path)
     victim = _shard(run)
     _flip_middle_byte(victim)
-    with RunStore.open(run, "fp", {}, "arrow", 8) as st:
+    with LocalRunStore.open(run, "fp", {}, "arrow", 8) as st:
         assert len(st.warnings) == 1
         assert victim.name in st.warnings[0]
         assert "checksum" in st.warnings[0]
@@ -80,7 +80,7 @@ def test_a_size_mismatch_is_quarantined(tmp_path: Path) -> None:
     victim = _shard(run, 1)
     with victim.open("ab") as f:
         f.write(b"\0")
-    with RunStore.open(run, "fp", {}, "arrow", 8) as st:
+    with LocalRunStore.open(run, "fp", {}, "arrow", 8) as st:
         assert len(st.warnings) == 1
         assert "bytes, the manifest says" in st.warnings[0]
         assert st.committed_ids() == {e.episode_id for e in work[:8]}
@@ -95,12 +95,12 @@ def test_old_manifest_without_checksums_falls_back_to_a_full_decode(tmp_path: Pa
 
     run, work = _run(tmp_path)
     _edit_manifest(run, strip)
-    with RunStore.open(run, "fp", {}, "arrow", 8) as st:
+    with LocalRunStore.open(run, "fp", {}, "arrow", 8) as st:
         assert st.warnings == []
         assert st.committed_ids() == {e.episode_id for e in work}
     victim = _shard(run)
     _flip_middle_byte(victim)
-    with RunStore.open(run, "fp", {}, "arrow", 8) as st:
+    with LocalRunStore.open(run, "fp", {}, "arrow", 8) as st:
         assert len(st.warnings) == 1
         assert victim.name in st.warnings[0]
         assert st.committed_ids() == {e.episode_id for e in work[8:]}
@@ -203,7 +203,7 @@ def test_read_manifest_refuses_a_bad_entry_in_one_line(tmp_path: Path, entry: An
     assert why in message
     assert "\n" not in message
     with pytest.raises(OutputError, match="shard entry 2"):
-        RunStore.open(run, "fp", {}, "arrow", 8)
+        LocalRunStore.open(run, "fp", {}, "arrow", 8)
     assert not check_run(run).ok
 
 

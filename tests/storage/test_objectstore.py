@@ -16,7 +16,7 @@ from collector.storage import s3client
 from collector.storage.local import LockLost
 from collector.storage.opening import open_run_store
 from collector.storage.s3lease import host_identity
-from collector.storage.s3store import ObjectRunStore, pending_rel
+from collector.storage.s3store import S3RunStore, pending_rel
 from tests.record.factory import make_batch
 from tests.s3server import SECRET_ACCESS_KEY, S3Bucket
 
@@ -24,11 +24,11 @@ FP = "fingerprint-aaaaaaaaaaaa"
 CFG: dict[str, Any] = {"name": "t"}
 
 
-def open_s3(bucket: S3Bucket, rows: int = 3, fmt: str = "arrow", **kw: Any) -> ObjectRunStore:
-    return ObjectRunStore.open(bucket.uri(), FP, CFG, fmt, rows, **kw)  # type: ignore[arg-type]
+def open_s3(bucket: S3Bucket, rows: int = 3, fmt: str = "arrow", **kw: Any) -> S3RunStore:
+    return S3RunStore.open(bucket.uri(), FP, CFG, fmt, rows, **kw)  # type: ignore[arg-type]
 
 
-def data_ids(bucket: S3Bucket, store: ObjectRunStore) -> list[str]:
+def data_ids(bucket: S3Bucket, store: S3RunStore) -> list[str]:
     """Every episode id in the objects under data/ (a plain listing, no manifest), with repeats."""
     ids: list[str] = []
     for key in bucket.keys("run/data/"):
@@ -231,12 +231,12 @@ def test_a_missing_bucket_and_a_wrong_secret_are_one_line(
 ) -> None:
     """S3 failures are one line naming the bucket and the S3 code, never the secret."""
     with pytest.raises(OutputError) as info:
-        ObjectRunStore.open("s3://no-such-bucket-here/run", FP, CFG)
+        S3RunStore.open("s3://no-such-bucket-here/run", FP, CFG)
     assert "s3://no-such-bucket-here/" in str(info.value)
     assert "NoSuchBucket" in str(info.value)
     with pytest.raises(OutputError, match="is not an object-store location"):
-        ObjectRunStore.open("runs/local", FP, CFG)
-    assert isinstance(open_run_store(s3_bucket.uri(), FP, CFG), ObjectRunStore)
+        S3RunStore.open("runs/local", FP, CFG)
+    assert isinstance(open_run_store(s3_bucket.uri(), FP, CFG), S3RunStore)
 
 
 def test_a_failure_names_the_code_and_scrubs_the_secret(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -289,7 +289,7 @@ def test_without_boto3_an_s3_run_says_how_to_install_it(monkeypatch: pytest.Monk
     """boto3 not installed: one line naming the extra to install, not an ImportError traceback."""
     monkeypatch.setitem(sys.modules, "boto3", None)  # `import boto3` now raises ImportError
     with pytest.raises(OutputError, match=r"pip install 'collector\[s3\]'"):
-        ObjectRunStore.open("s3://some-bucket/run", FP, CFG)
+        S3RunStore.open("s3://some-bucket/run", FP, CFG)
 
 
 def test_a_failed_read_while_verifying_stops_the_open_and_quarantines_nothing(
@@ -320,11 +320,11 @@ def test_a_foreign_prefix_another_config_or_format_is_refused_in_one_line(s3_buc
     with open_s3(s3_bucket) as st:
         st.commit(make_batch(2))
     with pytest.raises(OutputError, match="written by a different config"):
-        ObjectRunStore.open(s3_bucket.uri(), "another-fingerprint", CFG, "arrow", 3)
+        S3RunStore.open(s3_bucket.uri(), "another-fingerprint", CFG, "arrow", 3)
     with pytest.raises(OutputError, match=r'holds arrow shards; set output\.format = "arrow"'):
         open_s3(s3_bucket, fmt="parquet")
     s3_bucket.client.put_object(Bucket=s3_bucket.name, Key="other/notes.txt", Body=b"not a run")
     with pytest.raises(OutputError, match=r"is not empty and is not a run .*it holds notes\.txt"):
-        ObjectRunStore.open(s3_bucket.uri("other"), FP, CFG)
+        S3RunStore.open(s3_bucket.uri("other"), FP, CFG)
     with open_s3(s3_bucket) as st:  # every refusal released the lock it took
         assert len(st.committed_ids()) == 2

@@ -1,4 +1,5 @@
-"""Worker-side writes on a run dir: `RunStore.sink()` writes pending shards, `commit_pending` commits them.
+"""Worker-side writes on a run dir: `LocalRunStore.sink()` writes pending shards, `commit_pending`
+commits them.
 
 A pending shard is invisible to every reader until its commit record is in place; a crash
 before the record leaves an orphan the next open deletes, one after it a move the next open
@@ -17,7 +18,7 @@ import pytest
 
 from collector.record.episode import Episode
 from collector.record.shards import episodes_to_table
-from collector.storage.local import CommitIncomplete, LocalSink, LockLost, RunStore
+from collector.storage.local import CommitIncomplete, LocalRunStore, LocalSink, LockLost
 from collector.storage.manifest import DATA_DIR, TMP_DIR, pending_path
 from collector.storage.pending import PendingShard
 from tests.checking import assert_run_checked
@@ -26,8 +27,8 @@ from tests.record.factory import make_batch
 FP = "fingerprint-pending"
 
 
-def open_store(run: Path, fmt: str = "arrow") -> RunStore:
-    return RunStore.open(run, FP, {}, fmt, 4)  # type: ignore[arg-type]
+def open_store(run: Path, fmt: str = "arrow") -> LocalRunStore:
+    return LocalRunStore.open(run, FP, {}, fmt, 4)  # type: ignore[arg-type]
 
 
 def write(sink: LocalSink, episodes: list[Episode]) -> PendingShard:
@@ -91,10 +92,10 @@ def test_crash_after_the_record_the_next_open_finishes_the_move(
     work = make_batch(4)
     st = open_store(run)
 
-    def die(self: RunStore, entries: Any) -> None:
+    def die(self: LocalRunStore, entries: Any) -> None:
         raise Killed
 
-    monkeypatch.setattr(RunStore, "_publish", die)
+    monkeypatch.setattr(LocalRunStore, "_publish", die)
     with pytest.raises(Killed):
         st.commit_pending([write(st.sink(), work)])
     monkeypatch.undo()

@@ -27,7 +27,7 @@ import pytest
 from collector.analysis import get_episode, list_episodes, load_run, render_episode, truncation_table
 from collector.cli import main
 from collector.storage import mirror
-from collector.storage.local import RunStore
+from collector.storage.local import LocalRunStore
 from collector.storage.location import ObjectLocation, parse_location
 from collector.storage.manifest import COMMIT_RECORD_PREFIX, MANIFEST, read_manifest
 from tests.faults.secret_scan import leaks_in
@@ -48,7 +48,7 @@ def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def _write_run(run: Path, fmt: str, batches: list[tuple[str, int, int]]) -> Path:
     """Commit one batch of `n` episodes per (model, budget, n), in a local run dir (created or continued)."""
-    with RunStore.open(run, "fp", {}, fmt, 3) as store:  # type: ignore[arg-type]
+    with LocalRunStore.open(run, "fp", {}, fmt, 3) as store:  # type: ignore[arg-type]
         for i, (model, budget, n) in enumerate(batches):
             store.commit(make_batch(n, model=model, budget=budget, start=100 * i + len(store.shards)))
     return run
@@ -170,7 +170,7 @@ def test_a_new_commit_is_seen_and_only_its_keys_are_downloaded(
     """After a commit is uploaded, a second `stats` shows it, and the sync downloaded only the keys
     whose bytes changed: the new commit record and shard (every key re-put, most unchanged)."""
     run, uri = tmp_path / "local", s3_bucket.uri("runs/r1")
-    with RunStore.open(run, "fp", {}, "parquet", 3) as store:  # a writer still open: its commit log
+    with LocalRunStore.open(run, "fp", {}, "parquet", 3) as store:  # a writer still open: its commit log
         store.commit(make_batch(7, model="sim-a", budget=64))
         _upload(s3_bucket, run, "runs/r1")
         assert "sim-c" not in _cli(capsys, "stats", uri)[1]
@@ -196,7 +196,7 @@ def test_a_compaction_during_the_sync_is_synced_again(
     """A writer compacting while the mirror downloads its commit records (a gap in the mirrored log)
     makes the reader sync again, and it reads the complete run, not an error."""
     run, uri = tmp_path / "local", s3_bucket.uri("runs/r1")
-    with RunStore.open(run, "fp", {}, "parquet", 3) as store:
+    with LocalRunStore.open(run, "fp", {}, "parquet", 3) as store:
         store.commit(make_batch(4, model="sim-a", budget=64))
         _upload(s3_bucket, run, "runs/r1")
         assert _cli(capsys, "stats", uri)[0] == 0  # the mirror holds the base and record 1

@@ -18,7 +18,7 @@ import pytest
 from collector.errors import OutputError
 from collector.record.shards import read_shard
 from collector.storage import local as store_mod
-from collector.storage.local import RunStore
+from collector.storage.local import LocalRunStore
 from collector.storage.manifest import (
     DATA_DIR,
     LEGACY_MANIFEST,
@@ -36,8 +36,8 @@ CFG: dict[str, Any] = {"name": "t", "sweep": {"models": ["sim-perfect"], "budget
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def open_store(run_dir: Path, fp: str = FP, fmt: str = "arrow", rows: int = 4) -> RunStore:
-    return RunStore.open(run_dir, fp, CFG, fmt, rows)  # type: ignore[arg-type]
+def open_store(run_dir: Path, fp: str = FP, fmt: str = "arrow", rows: int = 4) -> LocalRunStore:
+    return LocalRunStore.open(run_dir, fp, CFG, fmt, rows)  # type: ignore[arg-type]
 
 
 def all_rows(run_dir: Path) -> list[str]:
@@ -193,10 +193,10 @@ def test_crash_after_the_manifest_swap(tmp_path: Path, monkeypatch: pytest.Monke
     st = open_store(run)
     st.commit(work[:2])
 
-    def die(self: RunStore, entries: Any) -> None:
+    def die(self: LocalRunStore, entries: Any) -> None:
         raise Killed
 
-    monkeypatch.setattr(RunStore, "_publish", die)
+    monkeypatch.setattr(LocalRunStore, "_publish", die)
     with pytest.raises(Killed):
         st.commit(work[2:])
     monkeypatch.undo()
@@ -300,7 +300,7 @@ _KILLER = textwrap.dedent(
     """
     import os, signal, sys
     from collector.record.shards import episodes_to_table
-    from collector.storage.local import RunStore
+    from collector.storage.local import LocalRunStore
     from tests.record.factory import make_batch
 
     run, fmt, when, mode = sys.argv[1], sys.argv[5], sys.argv[6], sys.argv[7]
@@ -321,7 +321,7 @@ _KILLER = textwrap.dedent(
 
     os.replace, os.fsync = hooked("replace"), hooked("fsync")
     work = make_batch(count, start=first)
-    st = RunStore.open(run, "fp", {}, fmt, 3)
+    st = LocalRunStore.open(run, "fp", {}, fmt, 3)
     done = st.committed_ids()
     sink = st.sink()
     for i in range(0, len(work), 7):  # overlapping batches: many commits, late duplicates among them
@@ -353,7 +353,7 @@ _KILLS = [(first, _RNG.randint(3, 40), _RNG.choice(["before", "after"])) for fir
 def test_sigkill_at_any_moment_never_loses_or_duplicates(tmp_path: Path, fmt: str, mode: str) -> None:
     """SIGKILL anywhere in a commit: a glob reader never counts a row twice nor one a resume re-runs.
 
-    `pending` commits shards written as a worker writes them (`RunStore.sink`) with
+    `pending` commits shards written as a worker writes them (`LocalRunStore.sink`) with
     `commit_pending`: the kill lands as well in a worker's write as in the driver's commit.
 
     After each kill, before anything reopens the dir, a plain pyarrow dataset over the tree
@@ -378,7 +378,7 @@ def test_sigkill_at_any_moment_never_loses_or_duplicates(tmp_path: Path, fmt: st
         assert proc.returncode == -signal.SIGKILL
         seen = glob_ids()
         assert len(seen) == len(set(seen)), f"a glob counts a row twice after a kill at {kill_at} {when}"
-        with RunStore.open(run, "fp", {}, fmt, 3) as st:  # type: ignore[arg-type]
+        with LocalRunStore.open(run, "fp", {}, fmt, 3) as st:  # type: ignore[arg-type]
             committed = st.committed_ids()
             assert set(seen) <= committed, "a glob reader saw a row the resume collects again"
             rows = all_rows(run)
@@ -387,7 +387,7 @@ def test_sigkill_at_any_moment_never_loses_or_duplicates(tmp_path: Path, fmt: st
             assert sorted(glob_ids()) == sorted(rows)  # nothing committed stays out of sight
             assert not list(run.rglob("*.tmp"))
     work = make_batch(45 + count)
-    with RunStore.open(run, "fp", {}, fmt, 3) as st:  # type: ignore[arg-type]
+    with LocalRunStore.open(run, "fp", {}, fmt, 3) as st:  # type: ignore[arg-type]
         assert 0 < len(st.committed_ids()) < len(work)  # the kills landed mid-run
         st.commit(work)
     rows = all_rows(run)
