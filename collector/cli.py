@@ -14,7 +14,8 @@ command ran and found a problem (`check` with violations).
     collector validate CONFIG [--set k=v ...]
     collector check RUN_DIR
     collector schema
-    collector export RUN_DIR OUT [--format chat-jsonl|parquet] [--where COL OP VALUE ...]
+    collector export RUN_DIR OUT [--format chat-jsonl|parquet|atif] [--where COL OP VALUE ...]
+                                 [--annotation NAME]
     collector sim [--host H] [--port N] [--seed S]
     collector trainer-view RUN_DIR OUT [--mode sequence|stepwise]
     collector report RUN_DIR [-o OUT] [--target X]
@@ -202,7 +203,7 @@ def _cmd_regrade(args: argparse.Namespace) -> int:
 def _cmd_export(args: argparse.Namespace) -> int:
     from collector.analysis.export import export_run
 
-    rows = export_run(args.run, args.out, args.format, args.where)
+    rows = export_run(args.run, args.out, args.format, args.where, args.annotation)
     print(f"{args.out}: {rows} episodes ({args.format})", file=sys.stderr)
     return EXIT_OK
 
@@ -392,6 +393,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", default="chat-jsonl", help="chat-jsonl (messages + tools), parquet or atif")
     p.add_argument("--where", action="append", default=[], metavar="COL OP VALUE",
                    help="keep rows where e.g. stop_reason=done, trainable=true, budget>=64 (repeatable)")
+    p.add_argument("--annotation", default=None, metavar="NAME",
+                   help="rewards from `collector regrade --out NAME` (parquet, atif)")
     p.set_defaults(func=_cmd_export)
 
     p = sub.add_parser("sim", help="serve the simulated provider (all four wire formats)")

@@ -11,7 +11,9 @@ trajectory per line (JSON Lines), one per committed episode:
   (``tool_call_id``, ``function_name``, ``arguments`` as an object) are the turn's calls
   and whose ``observation.results`` are the tool results that settled them
   (``source_call_id``, ``content``); the turn's token counts, ids and log-probabilities
-  are its ``metrics`` and its reasoning text its ``reasoning_content``;
+  are its ``metrics`` (``prompt_token_ids`` the whole prompt, rebuilt from the stored
+  deltas by `collector.analysis.trainer.full_prompts`) and its reasoning text its
+  ``reasoning_content``;
 - what ATIF has no field for stays in ``extra``: per step the turn index, finish class and
   whether the turn was discarded, per call its argument status (a malformed call's
   arguments are ``{}`` with ``extra.arguments_unparsed`` true: the fragment was never
@@ -21,10 +23,12 @@ trajectory per line (JSON Lines), one per committed episode:
 `trajectory_messages` reads a trajectory back into the stored messages' shape: the round
 trip (tests/analysis/test_atif.py) gives every message, call and result back unchanged.
 
-Validation. Harbor's JSON Schema file could not be fetched here, so `validate_trajectory`
-checks the required structure by hand (required fields and their types, step ids 1..n,
-sources, tool fields only on agent steps, every ``source_call_id`` naming a call of its
-step); the tests run it on every exported trajectory, and on broken ones.
+Validation. The tests validate every exported trajectory against an independent
+implementation of the spec, NVIDIA NeMo Agent Toolkit's ATIF-v1.7 pydantic models
+(`nvidia-nat-atif`: unknown fields forbidden, step ids and call references checked) and the
+JSON Schema they generate. `validate_trajectory` checks the required structure by hand
+(required fields and their types, step ids 1..n, sources, tool fields only on agent steps,
+every ``source_call_id`` naming a call of its step) for users without that package.
 
 Tests: tests/analysis/test_atif.py
 """
@@ -34,12 +38,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, BinaryIO
-
-import pyarrow.dataset as ds
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from collector import __version__
-from collector.analysis.committed import read_committed
+from collector.analysis.trainer import full_prompts
+
+if TYPE_CHECKING:
+    from collector.analysis.source import Source
 
 __all__ = ["ATIF_VERSION", "episode_trajectory", "read_atif", "trajectory_messages", "validate_trajectory",
            "write_atif"]
@@ -51,11 +56,13 @@ _ROOT_EXTRA = ("episode_id", "run_id", "task_id", "sample", "budget", "provider"
                "trainable")
 
 
-def _metrics(turn: dict[str, Any] | None) -> dict[str, Any] | None:
+def _metrics(turn: dict[str, Any] | None, prompt_ids: list[int] | None) -> dict[str, Any] | None:
     if turn is None:
         return None
     metrics: dict[str, Any] = {"prompt_tokens": turn["input_tokens"],
                                "completion_tokens": turn["output_tokens"]}
+    if prompt_ids is not None:
+        metrics["prompt_token_ids"] = prompt_ids
     if turn.get("output_token_ids") is not None:
         metrics["completion_token_ids"] = turn["output_token_ids"]
     if turn.get("output_logprobs") is not None:
@@ -67,7 +74,10 @@ def _metrics(turn: dict[str, Any] | None) -> dict[str, Any] | None:
 
 def episode_trajectory(row: dict[str, Any]) -> dict[str, Any]:
     """One stored episode (a row with `_COLUMNS`) as an ATIF trajectory."""
-    turns = {t["index"]: t for t in row["turns"] or []}
+    ordered = sorted(row["turns"] or [], key=lambda t: t["index"])
+    turns = {t["index"]: t for t in ordered}
+    # ATIF's `prompt_token_ids` is a turn's whole prompt; the record stores deltas.
+    prompts = dict(zip(turns, full_prompts(ordered), strict=True))
     steps: list[dict[str, Any]] = []
     current: dict[str, Any] | None = None  # the agent step tool results attach to
     for m in row["messages"] or []:
@@ -91,7 +101,7 @@ def episode_trajectory(row: dict[str, Any]) -> dict[str, Any]:
                     "extra": {"status": c["status"], "arguments_unparsed": c["arguments_json"] is None,
                               "unparsed_chars": c["unparsed_chars"]},
                 } for c in m["tool_calls"]]
-            metrics = _metrics(turn)
+            metrics = _metrics(turn, prompts.get(m["turn_index"]))
             if metrics is not None:
                 step["metrics"] = metrics
             step["extra"] = {"turn_index": m["turn_index"],
@@ -193,12 +203,14 @@ def validate_trajectory(trajectory: Any) -> list[str]:
     return list(_problems(trajectory))
 
 
-def write_atif(run_dir: Path, flt: ds.Expression | None, out: BinaryIO) -> int:
+def write_atif(source: Source, out: BinaryIO) -> int:
     """The export writer: one ATIF trajectory per committed episode, one per line."""
-    table = read_committed(run_dir, _COLUMNS, flt)
-    rows = table.to_pylist()
+    rows = source.read(_COLUMNS).to_pylist()
     for row in rows:
-        out.write((json.dumps(episode_trajectory(row), ensure_ascii=False) + "\n").encode("utf-8"))
+        trajectory = episode_trajectory(row)
+        if source.annotation is not None:
+            trajectory["extra"]["reward_annotation"] = source.annotation
+        out.write((json.dumps(trajectory, ensure_ascii=False) + "\n").encode("utf-8"))
     return len(rows)
 
 

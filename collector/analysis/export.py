@@ -12,29 +12,25 @@ Formats (`FORMATS`, name -> writer; a new format is one function and one entry):
 - ``atif``: one ATIF-v1.7 trajectory per line (`collector.analysis.atif`), for the agent
   tooling that reads Harbor's trajectory format.
 
+Rewards from a regrade (`--annotation NAME`, `collector regrade --out NAME`): the ``reward``
+of every exported episode is the annotation's (``parquet``: the column; ``atif``: the
+trajectory's ``extra.reward``, with ``extra.reward_annotation`` naming it), and a `--where`
+on ``reward`` tests that reward. ``chat-jsonl`` carries no reward, so naming an annotation
+with it is a `ConfigError`, as is an annotation that does not cover every committed episode
+(checked before anything is written).
+
 Filters (`--where`, ANDed): ``COLUMN OP VALUE`` over `WHERE_COLUMNS`, OP one of ``= != > >=
 < <=``; ``=`` and ``!=`` take a comma list (``stop_reason=done,max_steps``). A filter that
 does not parse, an unknown column, or a value of the wrong type is a `ConfigError` naming it.
 
-Where the file goes (`write_output`, also the trainer view's writer). A regular OUT (or a
-new one) is written beside it under a temporary name and renamed into place, so OUT is
-either the previous file or a complete export. A symlink is resolved first and its target
-replaced (``latest.jsonl -> v3.jsonl`` stays a link, to the new v3.jsonl). An OUT that is
-not a regular file (a FIFO, ``/dev/stdout``, ``/dev/null``, ``/dev/full``) is written in
-place, never replaced by a file, and a write error there (``/dev/full``: no space) is an
-`OutputError`. ``-`` writes to standard output. An OUT inside a run directory (any
-directory holding `.collector/manifest.json`, or the run being read) is refused in one line
-before anything is read: a file under a run's ``data/`` would be read as shards by every
-plain reader, which would then count each episode twice.
+Where the file goes: `collector.analysis.output.write_output` (atomic, symlinks, FIFOs, `-`,
+never inside a run directory).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import stat
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import BinaryIO
@@ -44,13 +40,13 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from collector.analysis.atif import write_atif
-from collector.analysis.stats import read_committed
+from collector.analysis.output import write_output
+from collector.analysis.source import Source
 from collector.errors import ConfigError, OutputError
 from collector.record.chat import template_messages, template_tools
 from collector.record.shards import STOP_REASONS
-from collector.storage.manifest import MANIFEST
 
-__all__ = ["FORMATS", "WHERE_COLUMNS", "export_run", "parse_where", "refuse_inside_run", "write_output"]
+__all__ = ["FORMATS", "WHERE_COLUMNS", "export_run", "parse_where"]
 
 #: Columns `--where` may test, and how a value given for each is parsed.
 WHERE_COLUMNS: dict[str, Callable[[str], object]] = {
@@ -101,8 +97,9 @@ def parse_where(text: str) -> ds.Expression:
     return comparisons[op]()
 
 
-def _write_chat_jsonl(run_dir: Path, flt: ds.Expression | None, out: BinaryIO) -> int:
-    table = read_committed(run_dir, ["chat", "tools"], flt)
+def _write_chat_jsonl(source: Source, out: BinaryIO) -> int:
+    run_dir = source.run_dir
+    table = source.read(["chat", "tools"])
     chats, tools_lists = table.column("chat").to_pylist(), table.column("tools").to_pylist()
     # Checked before the first byte: an OUT written in place (a FIFO) gets nothing half-done.
     if any(chat is None or tools is None for chat, tools in zip(chats, tools_lists, strict=True)):
@@ -115,15 +112,15 @@ def _write_chat_jsonl(run_dir: Path, flt: ds.Expression | None, out: BinaryIO) -
     return len(chats)
 
 
-def _write_parquet(run_dir: Path, flt: ds.Expression | None, out: BinaryIO) -> int:
-    table = read_committed(run_dir, None, flt)
+def _write_parquet(source: Source, out: BinaryIO) -> int:
+    table = source.read(None)
     pq.write_table(table, out, compression="zstd")
     return int(table.num_rows)
 
 
-Writer = Callable[[Path, "ds.Expression | None", BinaryIO], int]
+Writer = Callable[[Source, BinaryIO], int]
 
-#: Export format name -> writer(run_dir, filter, binary file) returning the rows written.
+#: Export format name -> writer(source, binary file) returning the rows written.
 FORMATS: dict[str, Writer] = {
     "chat-jsonl": _write_chat_jsonl,
     "parquet": _write_parquet,
@@ -131,63 +128,21 @@ FORMATS: dict[str, Writer] = {
 }
 
 
-def refuse_inside_run(out: str | Path, run_dir: str | Path | None = None) -> None:
-    """Raise `OutputError` when `out` (symlinks resolved) lies inside a run directory: one
-    holding `.collector/manifest.json`, or `run_dir` itself whatever its layout."""
-    resolved = Path(os.path.realpath(out))
-    run = Path(os.path.realpath(run_dir)) if run_dir is not None else None
-    for parent in resolved.parents:
-        if parent == run or (parent / MANIFEST).is_file():
-            raise OutputError(
-                f"{out}: inside the run directory {parent}; write it elsewhere (a file there would be "
-                "read as part of the run)"
-            )
-
-
-def write_output(out: str | Path, write: Callable[[BinaryIO], int], run_dir: str | Path | None = None) -> int:
-    """Call `write` with a binary file for `out` and return what it returns (see the module
-    docstring: ``-``, symlinks, non-regular files, atomic replacement, run directories)."""
-    if str(out) == "-":
-        stream = sys.stdout.buffer
-        rows = write(stream)
-        stream.flush()
-        return rows
-    refuse_inside_run(out, run_dir)
-    try:
-        st: os.stat_result | None = os.stat(out)  # through symlinks: what OUT really is
-    except FileNotFoundError:
-        st = None  # a new file, or a dangling link: created where the link points
-    except OSError as e:
-        raise OutputError(f"cannot write {out}: {e.strerror or e}") from None
-    if st is not None and stat.S_ISDIR(st.st_mode):
-        raise OutputError(f"{out} is a directory; name the file to write")
-    try:
-        if st is not None and not stat.S_ISREG(st.st_mode):
-            # A FIFO or a device: a rename would put a regular file in its place.
-            with open(out, "wb") as f:
-                return write(f)
-        target = Path(os.path.realpath(out))
-        tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-        try:
-            with open(tmp, "wb") as f:
-                rows = write(f)
-            if st is not None:
-                os.chmod(tmp, stat.S_IMODE(st.st_mode))  # replacing a file keeps its mode
-            os.replace(tmp, target)
-        finally:
-            tmp.unlink(missing_ok=True)
-    except OSError as e:
-        raise OutputError(f"cannot write {out}: {e.strerror or e}") from None
-    return rows
-
-
-def export_run(run_dir: str | Path, out: str | Path, fmt: str, where: Sequence[str] = ()) -> int:
-    """Write the committed episodes of `run_dir` passing every `where` filter to `out`; return the rows."""
+def export_run(run_dir: str | Path, out: str | Path, fmt: str, where: Sequence[str] = (),
+               annotation: str | None = None) -> int:
+    """Write the committed episodes of `run_dir` passing every `where` filter to `out`, with
+    annotation `annotation`'s rewards when named; return the rows."""
     if fmt not in FORMATS:
         raise ConfigError(f"unknown export format {fmt!r} (expected {', '.join(FORMATS)})")
+    if annotation is not None and fmt == "chat-jsonl":
+        raise ConfigError("--annotation: chat-jsonl carries no reward; use --format parquet or atif")
     flt: ds.Expression | None = None
     for text in where:
         expr = parse_where(text)
         flt = expr if flt is None else flt & expr
     run = Path(run_dir)
-    return write_output(out, lambda f: FORMATS[fmt](run, flt, f), run_dir=run)
+    source = Source(run, flt, annotation, filter_columns=tuple(WHERE_COLUMNS))
+    if annotation is not None:
+        # Before OUT is touched: an annotation that misses an episode is refused with nothing written.
+        source.read(["episode_id"])
+    return write_output(out, lambda f: FORMATS[fmt](source, f), run_dir=run)

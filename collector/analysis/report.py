@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from collector.analysis.colours import MODEL_COLOURS, stop_colour
-from collector.analysis.export import write_output
+from collector.analysis.output import write_output
 from collector.analysis.report_data import DEFAULT_TARGET, PER_CELL, ReportData, collect
 from collector.analysis.stats import RETRY_CAUSES
 from collector.analysis.svgplot import DASHES, Bar, Line, bar_chart, esc, line_chart

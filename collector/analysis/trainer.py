@@ -40,7 +40,7 @@ from typing import Any, BinaryIO, Literal
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from collector.analysis.export import write_output
+from collector.analysis.output import write_output
 from collector.analysis.stats import read_committed
 from collector.errors import OutputError
 
@@ -234,7 +234,7 @@ def write_trainer_view(run_dir: str | Path, out_path: str | Path, *, mode: Train
 def write_view(view: TrainerView, out_path: str | Path, run_dir: str | Path | None = None) -> None:
     """Write an already built view to `out_path` (Parquet, zstd) the way `export` writes:
     atomic rename, symlinks resolved, FIFOs and devices in place, ``-`` for stdout, never
-    inside a run directory (`collector.analysis.export.write_output`)."""
+    inside a run directory (`collector.analysis.output.write_output`)."""
 
     def write(f: BinaryIO) -> int:
         pq.write_table(view.table(), f, compression="zstd")

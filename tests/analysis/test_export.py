@@ -1,4 +1,4 @@
-"""Where `collector export OUT` and `trainer-view OUT` write (`collector.analysis.export.write_output`):
+"""Where `collector export OUT` and `trainer-view OUT` write (`collector.analysis.output.write_output`):
 symlinks resolved, FIFOs and devices written in place, `-` for stdout, never inside a run dir."""
 
 from __future__ import annotations

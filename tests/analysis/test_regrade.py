@@ -139,6 +139,47 @@ def test_stats_annotation_shows_new_rewards(tmp_path: Path, capsys: pytest.Captu
     assert per_reason["length"] == per_reason["malformed_tool_call"] == 0.0
 
 
+def test_export_takes_the_annotation_rewards(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`export --annotation`: parquet's reward column and ATIF's extra.reward are the regrade's,
+    a `--where reward...` tests that reward, and a partial annotation is refused with nothing written."""
+    import pyarrow.parquet as pq
+
+    from collector.analysis.atif import read_atif
+
+    run = make_run(tmp_path)
+    regrade_run(run, StrictArithmetic(), SPEC, "strict")
+    out = tmp_path / "regraded.parquet"
+    assert main(["export", str(run), str(out), "--format", "parquet", "--annotation", "strict"]) == 0
+    table = pq.read_table(out, columns=["episode_id", "stop_reason", "reward"]).to_pylist()
+    assert len(table) == 40
+    assert {(r["stop_reason"], r["reward"]) for r in table} == {
+        ("done", 0.5), ("length", 0.0), ("malformed_tool_call", 0.0), ("error", 0.0)}
+    # The filter sees the annotation's reward (stored: 1.0 for done), not the stored one.
+    assert main(["export", str(run), str(out), "--format", "parquet", "--annotation", "strict",
+                 "--where", "reward>=0.5"]) == 0
+    assert pq.read_table(out).num_rows == 16
+    assert main(["export", str(run), str(out), "--format", "parquet", "--where", "reward>=0.5"]) == 0
+    assert set(pq.read_table(out).column("reward").to_pylist()) == {1.0}
+    atif = tmp_path / "regraded.atif.jsonl"
+    assert main(["export", str(run), str(atif), "--format", "atif", "--annotation", "strict",
+                 "--where", "stop_reason=done"]) == 0
+    trajectories = read_atif(atif)
+    assert len(trajectories) == 16
+    assert {(t["extra"]["reward"], t["extra"]["reward_annotation"]) for t in trajectories} == {
+        (0.5, "strict")}
+    capsys.readouterr()
+    assert main(["export", str(run), str(tmp_path / "x.jsonl"), "--annotation", "strict"]) == 2
+    assert "chat-jsonl carries no reward" in capsys.readouterr().err
+    with LocalRunStore.open(run, "fp", {"samples_per_task": 1}, "arrow", 8) as st:
+        st.commit(make_batch(2, model="m2", budget=64, stops=STOPS))  # committed after the regrade
+    late = tmp_path / "late.parquet"
+    assert main(["export", str(run), str(late), "--format", "parquet", "--annotation", "strict"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "lacks 2 of 42" in err
+    assert not late.exists()
+
+
 def test_regrade_refuses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run = make_run(tmp_path)
     assert main(["regrade", str(run), "--env", "arithmetic"]) == 2
