@@ -17,10 +17,16 @@ one of three ways (`provider.policy_version*`, at most one of them):
   recorded as such (None), never as a guess.
 
 A version the server reports wins over a declared one (it is the server's own account of
-the weights that answered); `Turn.policy_version_source` records which. When the call was
-re-sent because the server aborted it (`abort`: weights swapped under it), the version is
-read again after the call: the request that answered started after the swap, so the value
-read before it is stale.
+the weights that answered); `Turn.policy_version_source` records which.
+
+When the version is read: before the request *and* after the reply (a file or URL; a
+constant cannot change). The reading before alone is not enough: a swap between it and the
+request reaching the server gives a turn answered by the new weights and labelled with the
+old (the done-when test met exactly that). So: the two readings agree -> that version; they
+differ -> unknown (None: the swap came during the call, and which side of it answered
+cannot be told from outside the server); the call was re-sent because the server aborted it
+(`abort`: weights swapped under it) -> the reading after (the request that answered started
+after the swap that aborted its predecessor, and a second swap would have aborted it too).
 
 A read failure is logged once per reader (not per turn) at warning level, its message
 without the URL's query (URLs may carry keys).
@@ -150,10 +156,14 @@ class VersionedProvider:
     async def complete(self, request: TurnRequest) -> Turn:
         before = await self._declared.read(self._client)
         turn = await self._inner.complete(request)
-        if turn.policy_version is None:
-            version = before
-            if ABORT_CAUSE in turn.retries:  # re-sent after a swap: the old reading is stale
-                version = await self._declared.read(self._client)
+        if turn.policy_version is None and self._declared.constant is None:
+            after = await self._declared.read(self._client)
+            # Re-sent after an abort: the request that answered started after the swap that
+            # aborted it (a second swap would have aborted it again), so the later reading is
+            # the one. Otherwise a version that changed during the call leaves it unknown.
+            version = after if ABORT_CAUSE in turn.retries or before == after else None
             if version is not None:
                 turn.policy_version, turn.policy_version_source = version, "declared"
+        elif turn.policy_version is None and before is not None:
+            turn.policy_version, turn.policy_version_source = before, "declared"
         return turn
