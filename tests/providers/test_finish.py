@@ -18,7 +18,8 @@ def _reply(wire: str, raw: str) -> bytes:
     if wire == "chat":
         body: dict[str, object] = {
             "id": "chatcmpl-1", "object": "chat.completion", "model": "m-test",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": raw}],
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"},
+                         "finish_reason": raw}],
             "usage": {"prompt_tokens": 5, "completion_tokens": 3},
         }
     elif wire == "anthropic":
@@ -26,7 +27,8 @@ def _reply(wire: str, raw: str) -> bytes:
                 "content": [{"type": "text", "text": "hi"}], "stop_reason": raw,
                 "usage": {"input_tokens": 5, "output_tokens": 3}}
     elif wire == "gemini":
-        body = {"candidates": [{"content": {"role": "model", "parts": [{"text": "hi"}]}, "finishReason": raw}],
+        body = {"candidates": [{"content": {"role": "model", "parts": [{"text": "hi"}]},
+                                "finishReason": raw}],
                 "usageMetadata": {"promptTokenCount": 5, "candidatesTokenCount": 3}}
     else:
         status, _, reason = raw.partition(":")
@@ -57,7 +59,7 @@ def test_the_table_lists_what_each_wire_and_the_oss_servers_send() -> None:
     assert decide("chat", "abort") is Decision.RETRY
 
 
-@pytest.mark.parametrize("wire,raw,decision", [e for e in _ENTRIES if e[2] in _CLASS])
+@pytest.mark.parametrize(("wire", "raw", "decision"), [e for e in _ENTRIES if e[2] in _CLASS])
 async def test_each_finishing_entry_gives_its_class(make: MakeProvider, wire: str, raw: str,
                                                     decision: Decision) -> None:
     """Through the adapter: the raw reason kept verbatim, the class the table says."""
@@ -68,13 +70,15 @@ async def test_each_finishing_entry_gives_its_class(make: MakeProvider, wire: st
         assert turn.raw_finish_reason == raw
 
 
-@pytest.mark.parametrize("wire,raw", [(w, r) for w, r, d in _ENTRIES if d is Decision.ERROR])
-async def test_error_entries_are_failures_retried_then_raised(make: MakeProvider, wire: str, raw: str) -> None:
+@pytest.mark.parametrize(("wire", "raw"), [(w, r) for w, r, d in _ENTRIES if d is Decision.ERROR])
+async def test_error_entries_are_failures_retried_then_raised(make: MakeProvider, wire: str,
+                                                              raw: str) -> None:
     """An in-band failure is never a turn: retried as a server error, then the call fails."""
     provider, recorder, _ = await make(wire, *[_reply(wire, raw)] * 3, retries=2)
     with pytest.raises(ProviderError) as info:
         await provider.complete(request())
-    assert info.value.retries == ("5xx", "5xx") and len(recorder.requests) == 3
+    assert info.value.retries == ("5xx", "5xx")
+    assert len(recorder.requests) == 3
 
 
 @pytest.mark.parametrize("wire", sorted(FINISH_TABLE))
@@ -106,8 +110,10 @@ async def test_abort_is_resent_and_counted(make: MakeProvider, stream: bool) -> 
     provider, recorder, sleeps = await make("chat", aborted, aborted, good("chat", stream), stream=stream)
     turn = await provider.complete(request())
     assert turn.retries == ("abort", "abort")
-    assert turn.finish_class is FinishClass.TOOL_CALLS and turn.raw_finish_reason == "tool_calls"
-    assert len(recorder.requests) == 3 and len(sleeps.waits) == 2
+    assert turn.finish_class is FinishClass.TOOL_CALLS
+    assert turn.raw_finish_reason == "tool_calls"
+    assert len(recorder.requests) == 3
+    assert len(sleeps.waits) == 2
     assert recorder.requests[0].content == recorder.requests[2].content  # the same request
 
 
@@ -116,4 +122,5 @@ async def test_abort_past_the_retries_fails_the_call(make: MakeProvider) -> None
     provider, recorder, _ = await make("chat", *[_reply("chat", "abort")] * 3, retries=2)
     with pytest.raises(ProviderUnavailable, match=r"^chat: request aborted by the server") as info:
         await provider.complete(request())
-    assert info.value.retries == ("abort", "abort") and len(recorder.requests) == 3
+    assert info.value.retries == ("abort", "abort")
+    assert len(recorder.requests) == 3

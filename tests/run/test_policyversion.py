@@ -16,7 +16,12 @@ from collector.errors import ConfigError
 from collector.providers.scripted import ScriptedProvider, text
 from collector.record.episode import TurnRecord, policy_span
 from collector.record.shards import SCHEMA, episodes_from_table, episodes_to_table
-from collector.run.policyversion import DeclaredVersion, VersionedProvider, declared_version, version_from_reply
+from collector.run.policyversion import (
+    DeclaredVersion,
+    VersionedProvider,
+    declared_version,
+    version_from_reply,
+)
 from collector.turn import Turn, TurnRequest, UserMessage
 
 
@@ -28,7 +33,7 @@ def _client(handler: httpx.MockTransport | None = None) -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=handler or httpx.MockTransport(lambda r: httpx.Response(500)))
 
 
-@pytest.mark.parametrize("content,version", [
+@pytest.mark.parametrize(("content", "version"), [
     (b'{"weight_version": "step-3"}', "step-3"),
     (b'{"policy_version": 12}', "12"),
     (b"42\n", "42"),
@@ -50,19 +55,23 @@ def test_config_declares_at_most_one_version_named_in_one_line(tmp_path: Path) -
     with pytest.raises(ValueError, match="policy_version_url"):
         ProviderConfig(policy_version_url="file:///etc/passwd")
     assert declared_version(ProviderConfig()) is None
-    reader = declared_version(ProviderConfig(policy_version_url="http://127.0.0.1:1/v", policy_version_timeout_s=0.5))
-    assert reader is not None and reader.url == "http://127.0.0.1:1/v" and reader.timeout_s == 0.5
+    config = ProviderConfig(policy_version_url="http://127.0.0.1:1/v", policy_version_timeout_s=0.5)
+    reader = declared_version(config)
+    assert reader is not None
+    assert reader.url == "http://127.0.0.1:1/v"
+    assert reader.timeout_s == 0.5
 
 
 def test_a_bad_declared_version_in_a_run_config_is_a_one_line_config_error(tmp_path: Path) -> None:
     from collector.config.loading import load_config
 
     path = tmp_path / "run.toml"
-    path.write_text('name = "x"\n[sweep]\nmodels = ["sim-terse"]\nbudgets = [32]\n[env]\nname = "arithmetic"\n'
-                    '[provider]\npolicy_version = "v1"\npolicy_version_url = "http://127.0.0.1:9/v"\n')
+    path.write_text('name = "x"\n[sweep]\nmodels = ["sim-terse"]\nbudgets = [32]\n'
+                    '[env]\nname = "arithmetic"\n[provider]\npolicy_version = "v1"\npolicy_version_url = "http://127.0.0.1:9/v"\n')
     with pytest.raises(ConfigError) as info:
         load_config(path)
-    assert "\n" not in str(info.value) and "policy_version" in str(info.value)
+    assert "\n" not in str(info.value)
+    assert "policy_version" in str(info.value)
 
 
 def test_declared_fields_leave_the_run_id_alone(tmp_path: Path) -> None:
@@ -94,10 +103,12 @@ async def test_the_file_is_read_again_only_when_it_changes(tmp_path: Path, monke
             return real_open(file, *args, **kwargs)  # type: ignore[call-overload]
 
         monkeypatch.setattr("builtins.open", counting_open)
-        assert await reader.read(client) == "step-1" and reads == []  # unchanged: a stat only
+        assert await reader.read(client) == "step-1"
+        assert reads == []
         path.write_text("step-22\n")
         os.utime(path, ns=(1, 2))  # a rewrite within the clock's resolution still differs in size
-        assert await reader.read(client) == "step-22" and reads == [str(path)]
+        assert await reader.read(client) == "step-22"
+        assert reads == [str(path)]
 
 
 async def test_the_url_is_fetched_with_its_bound_and_a_failure_is_unknown() -> None:
@@ -165,8 +176,9 @@ def test_the_span_and_the_columns_through_a_shard() -> None:
     episode.turns = [TurnRecord(**{**_record_fields(episode.turns[0]), "index": i, "policy_version": v,
                                    "policy_version_source": "server" if v else None})
                      for i, v in enumerate(["v1", None, "v2", "v1"])]
-    episode.policy_version_first, episode.policy_version_last, episode.policy_versions = policy_span(episode.turns)
-    assert (episode.policy_version_first, episode.policy_version_last, episode.policy_versions) == ("v1", "v1", 2)
+    span = policy_span(episode.turns)
+    assert span == ("v1", "v1", 2)
+    episode.policy_version_first, episode.policy_version_last, episode.policy_versions = span
     assert SCHEMA.names[-4:-1] == ["policy_version_first", "policy_version_last", "policy_versions"]
     back = episodes_from_table(episodes_to_table([episode]))[0]
     assert [t.policy_version for t in back.turns] == ["v1", None, "v2", "v1"]

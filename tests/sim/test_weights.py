@@ -38,7 +38,7 @@ async def _chat(client: httpx.AsyncClient, model: str = "sim-sglang", stream: bo
 
 async def _until_in_flight(client: httpx.AsyncClient, n: int) -> None:
     # Yields to the requests' tasks until the simulator says they are generating (no timer).
-    while (await client.get("/sim/weights")).json()["in_flight"] < n:
+    while (await client.get("/sim/weights")).json()["in_flight"] < n:  # noqa: ASYNC110 (the app's own count)
         await asyncio.sleep(0)
 
 
@@ -48,10 +48,12 @@ async def test_a_swap_aborts_the_requests_in_flight(client: httpx.AsyncClient) -
     pending = [asyncio.create_task(_chat(client, latency_ms=60_000)) for _ in range(2)]
     await _until_in_flight(client, 2)
     swapped = (await client.post("/sim/weights", json={"version": "step-7"})).json()
-    assert swapped["aborted_now"] == 2 and swapped["weight_version"] == "step-7"
+    assert swapped["aborted_now"] == 2
+    assert swapped["weight_version"] == "step-7"
     for reply in await asyncio.gather(*pending):
         body = reply.json()
-        assert reply.status_code == 200 and body["choices"][0]["finish_reason"] == "abort"
+        assert reply.status_code == 200
+        assert body["choices"][0]["finish_reason"] == "abort"
         assert "tool_calls" not in body["choices"][0]["message"]
         assert body["metadata"] == {"weight_version": "v0"}
         assert body["usage"]["completion_tokens"] < 64  # partial, never the cap
@@ -59,7 +61,9 @@ async def test_a_swap_aborts_the_requests_in_flight(client: httpx.AsyncClient) -
     assert after["metadata"] == {"weight_version": "step-7"}
     assert after["choices"][0]["finish_reason"] != "abort"
     state = (await client.get("/sim/weights")).json()
-    assert state["aborted"] == 2 and state["answered"] == {"step-7": 1} and state["in_flight"] == 0
+    assert state["aborted"] == 2
+    assert state["answered"] == {"step-7": 1}
+    assert state["in_flight"] == 0
     assert (await client.get("/get_weight_version")).json() == {"weight_version": "step-7"}
 
 
@@ -68,7 +72,8 @@ async def test_an_armed_swap_fires_when_the_mark_is_in_flight(client: httpx.Asyn
     await client.post("/sim/weights", json={"when_in_flight": 3})
     replies = await asyncio.gather(*(_chat(client, stream=(i == 0)) for i in range(3)))
     events = replies[0].text.split("\n\n")
-    assert '"finish_reason": "abort"' in events[-4] and events[-2] == "data: [DONE]"
+    assert '"finish_reason": "abort"' in events[-4]
+    assert events[-2] == "data: [DONE]"
     assert "metadata" not in replies[0].text  # SGLang's streams carry no version
     assert all(r.json()["choices"][0]["finish_reason"] == "abort" for r in replies[1:])
     state = (await client.get("/sim/weights")).json()
@@ -81,7 +86,8 @@ async def test_a_held_request_is_answered_when_the_mark_never_comes(
     monkeypatch.setattr(weights_module, "HOLD_LIMIT_S", 0.01)
     await client.post("/sim/weights", json={"when_in_flight": 5})
     reply = (await _chat(client)).json()
-    assert reply["choices"][0]["finish_reason"] != "abort" and reply["metadata"]["weight_version"] == "v0"
+    assert reply["choices"][0]["finish_reason"] != "abort"
+    assert reply["metadata"]["weight_version"] == "v0"
 
 
 async def test_the_schedule_swaps_every_n_answers(client: httpx.AsyncClient) -> None:
@@ -97,7 +103,7 @@ async def test_only_sglang_shaped_non_streamed_replies_report_the_version(client
     assert (await _chat(client)).json()["metadata"] == {"weight_version": "v0"}
 
 
-@pytest.mark.parametrize("body,message", [
+@pytest.mark.parametrize(("body", "message"), [
     ([], "the body must be a JSON object"),
     ({"version": ""}, "version must be a non-empty string"),
     ({"when_in_flight": 0}, "when_in_flight must be a positive integer"),
@@ -107,5 +113,6 @@ async def test_only_sglang_shaped_non_streamed_replies_report_the_version(client
 async def test_bad_control_bodies_are_400_naming_the_field(client: httpx.AsyncClient, body: Any,
                                                            message: str) -> None:
     reply = await client.post("/sim/weights", content=json.dumps(body))
-    assert reply.status_code == 400 and reply.json()["error"]["message"] == f"/sim/weights: {message}"
+    assert reply.status_code == 400
+    assert reply.json()["error"]["message"] == f"/sim/weights: {message}"
     assert (await client.get("/sim/weights")).json()["swaps"] == 0
