@@ -124,3 +124,22 @@ async def test_abort_past_the_retries_fails_the_call(make: MakeProvider) -> None
         await provider.complete(request())
     assert info.value.retries == ("abort", "abort")
     assert len(recorder.requests) == 3
+
+
+async def test_an_episode_whose_turn_is_always_aborted_ends_error(make: MakeProvider) -> None:
+    """Through the loop: never `done`, never `length`; `error` with every abort counted."""
+    from collector.config import LoopConfig
+    from collector.episode.loop import EpisodeSpec, run_episode
+    from collector.stop import StopReason
+    from tests.episode.helpers import ToyEnv
+
+    provider, _, _ = await make("chat", *[_reply("chat", "abort")] * 3, retries=2)
+    env = ToyEnv()
+    spec = EpisodeSpec("run", "model", "chat", 64, env.tasks()[0], env_name=env.name)
+    episode = await run_episode(spec, provider, env, LoopConfig())
+    assert episode.stop_reason is StopReason.ERROR
+    assert episode.turns == []
+    assert episode.retries == ["abort", "abort"]
+    assert episode.error is not None
+    assert episode.error.type == "ProviderUnavailable"
+    assert (episode.policy_version_first, episode.policy_versions) == (None, 0)

@@ -114,3 +114,21 @@ def test_declared_version_from_a_url_fills_in_for_a_server_that_reports_none() -
     assert sum(t.policy_version == "v1" for t in turns) >= len(turns) - 4  # at most the first wave
     assert {t.policy_version_source for t in turns if t.policy_version} == {"declared"}
     assert all(e.policy_versions == 1 for e in episodes if e.policy_version_first)
+
+
+def test_streamed_aborts_are_retried_and_a_constant_version_is_declared() -> None:
+    """Streams (which carry no version on any server) abort the same way; a run against one
+    checkpoint declares it as a constant."""
+    with SimServer(seed=5) as sim:
+        control = sim.base_url + "/sim/weights"
+        httpx.post(control, json={"when_in_flight": 4}).raise_for_status()
+        cfg = _config(sim.base_url, streaming=True, policy_version="ckpt-1")
+        episodes = _run(cfg, sim.base_url)
+        state = httpx.get(control).json()
+
+    turns = [t for e in episodes for t in e.turns]
+    assert state["aborted"] >= 4
+    assert sum(e.retries.count("abort") for e in episodes) == state["aborted"]
+    assert not [t for t in turns if t.raw_finish_reason == "abort"]
+    assert {e.stop_reason for e in episodes} <= {StopReason.DONE, StopReason.MAX_STEPS}
+    assert {(t.policy_version, t.policy_version_source) for t in turns} == {("ckpt-1", "declared")}
