@@ -31,16 +31,17 @@ Decisions (`Decision`):
 
 Sources for the values (read from each project's source, not copied): OpenAI Chat
 (`stop`, `length`, `tool_calls`, `content_filter`, the deprecated `function_call`);
-vLLM's OpenAI server (`stop`, `length`, `tool_calls`, `abort`, `error`; its `abort` is the
-engine's FinishReason.ABORT); SGLang's (`stop`, `length`, `tool_calls`, `abort`); llama.cpp's
-server (`stop`, `length`, `tool_calls`); a streamed chat choice that never finished has
-`None` (the `STREAM_CUT` signal, decided in `common.finish_turn`, not here). Anthropic
-`stop_reason` (`end_turn`, `stop_sequence`, `tool_use`, `max_tokens`, `pause_turn`,
-`refusal`, `model_context_window_exceeded`). Gemini `finishReason` (`STOP`, `MAX_TOKENS`,
-the safety family, `MALFORMED_FUNCTION_CALL`, `UNEXPECTED_TOOL_CALL`, `OTHER`,
-`LANGUAGE`, `FINISH_REASON_UNSPECIFIED`). Responses has no finish reason: the raw reason is
-the `status` (`completed`, `incomplete` with `incomplete_details.reason`, `failed`,
-`cancelled`); keys here are `status` or `status:reason`.
+vLLM's OpenAI server (`stop`, `length`, `tool_calls`, and the engine's `abort`, `error`,
+`repetition`: `FINISH_REASON_STRINGS` in `vllm/v1/engine/__init__.py`); SGLang's (`stop`,
+`length`, `tool_calls`, `abort`); llama.cpp's server (`stop`, `length`, `tool_calls`). A
+streamed chat choice that never finished has `None`: the `STREAM_CUT` signal, decided in
+`common.finish_turn`, not here. Anthropic `stop_reason` (`end_turn`, `stop_sequence`,
+`tool_use`, `max_tokens`, `pause_turn`, `refusal`, `model_context_window_exceeded`).
+Gemini `finishReason` (`STOP`, `MAX_TOKENS`, the safety family, `MALFORMED_FUNCTION_CALL`,
+`UNEXPECTED_TOOL_CALL`, `OTHER`, `LANGUAGE`, `FINISH_REASON_UNSPECIFIED`). Responses has
+no finish reason: the raw reason is the `status` (`completed`, `incomplete` with
+`incomplete_details.reason`, `failed`, `cancelled`); keys here are `status` or
+`status:reason`.
 
 Tests: tests/providers/test_finish.py.
 """
@@ -89,6 +90,10 @@ FINISH_TABLE: Mapping[str, Mapping[str, Decision]] = MappingProxyType({
         "content_filter": _F,
         "abort": Decision.RETRY,  # vLLM and SGLang: the request was cancelled (weights swapped)
         "error": Decision.ERROR,  # OpenRouter and vLLM: an in-band failure
+        # vLLM's repetition detection stopped a degenerate output: not the cap (so not a
+        # length turn for the truncation tables), not a clean answer either; `other`, and
+        # the length checks (an open call, an unclosed template) still apply to it.
+        "repetition": Decision.OTHER,
     }),
     "anthropic": MappingProxyType({
         "end_turn": _S,

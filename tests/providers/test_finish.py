@@ -49,7 +49,7 @@ _CLASS = {Decision.STOP: FinishClass.STOP, Decision.TOOL_CALLS: FinishClass.TOOL
 def test_the_table_lists_what_each_wire_and_the_oss_servers_send() -> None:
     """Each value the module docstring names has an entry (a new server value is a decision)."""
     assert set(FINISH_TABLE["chat"]) == {"stop", "length", "tool_calls", "content_filter", "function_call",
-                                         "abort", "error"}
+                                         "abort", "error", "repetition"}
     assert {"end_turn", "stop_sequence", "tool_use", "max_tokens", "pause_turn", "refusal",
             "model_context_window_exceeded"} == set(FINISH_TABLE["anthropic"])
     assert {"STOP", "MAX_TOKENS", "SAFETY", "RECITATION", "MALFORMED_FUNCTION_CALL", "OTHER",
