@@ -109,8 +109,9 @@ class ProviderConfig(_Model):
     """A file holding the current version, rewritten by the trainer between steps: checked
     (its mtime) before each request, read when it changed. Missing or empty: unknown."""
     policy_version_url: Annotated[str, Field(pattern=r"^https?://")] | None = None
-    """A URL answering the current version (JSON `{"weight_version": ...}` as SGLang's
-    `/get_weight_version`, or plain text), fetched before each request."""
+    """A URL answering the current version (a JSON object with `weight_version`, as SGLang's
+    `/model_info`, formerly `/get_weight_version`; or plain text), fetched before and after
+    each request."""
     policy_version_timeout_s: PositiveFloat = 2.0
     """Bound on each `policy_version_url` fetch; a slow or failed one records unknown."""
 

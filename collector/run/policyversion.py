@@ -7,12 +7,13 @@ one of three ways (`provider.policy_version*`, at most one of them):
 
 - `policy_version`: a constant (a run against one checkpoint);
 - `policy_version_file`: a file the trainer rewrites between steps, read before each
-  request. Cheap on purpose: one `stat` per request, the file read again only when its
-  mtime or size changed; its text, stripped, is the version (empty or missing: unknown);
+  request (and after its reply, see below). Cheap on purpose: one `stat` per reading, the
+  file read again only when its mtime or size changed; its text, stripped, is the version
+  (empty or missing: unknown);
 - `policy_version_url`: a GET before each request, bounded by
   `provider.policy_version_timeout_s`; the reply is a JSON object with `weight_version`
-  (SGLang's `/get_weight_version` shape) or `policy_version`, a JSON string or number, or
-  plain text. A failed or slow read is an unknown version, never a failed episode: a
+  (SGLang's `/model_info`, formerly `/get_weight_version`) or `policy_version`, a JSON
+  string or number, or plain text. A failed or slow read is an unknown version, never a failed episode: a
   turn's data is not worth less because the trainer's endpoint blinked, and "unknown" is
   recorded as such (None), never as a guess.
 

@@ -19,7 +19,7 @@ Request headers the simulator honours (none is needed):
 - `x-sim-fault`: force `rate_limit`, `overload`, `server_error`, `drop` or `none`;
 - `x-sim-seed`: mixed into the random stream (distinct samples of one identical prompt).
 
-Weights (`collector.sim.weights`): `GET`/`POST /sim/weights` and `GET /get_weight_version`
+Weights (`collector.sim.weights`): `GET`/`POST /sim/weights`, `GET /model_info` and `/get_weight_version`
 swap the version mid-run, aborting the Chat requests in flight (`finish_reason: "abort"`).
 
 A body the parser cannot take (not JSON, not an object, nested past the interpreter's
@@ -272,7 +272,8 @@ def create_app(seed: int = 0, presets: dict[str, ModelPreset] | None = None) -> 
 
     return Starlette(routes=[
         Route("/sim/weights", weights, methods=["GET", "POST"]),
-        Route("/get_weight_version", weight_version, methods=["GET"]),
+        Route("/model_info", weight_version, methods=["GET"]),  # SGLang's current endpoint
+        Route("/get_weight_version", weight_version, methods=["GET"]),  # and its former one
         Route("/v1/chat/completions", chat, methods=["POST"]),
         Route("/v1/responses", responses, methods=["POST"]),
         Route("/v1/messages", messages, methods=["POST"]),

@@ -3,8 +3,8 @@
 An RL trainer swaps a server's weights between steps. vLLM and SGLang then abort the
 requests they are generating: the reply comes back with `finish_reason: "abort"` (a 200,
 the partial output so far, never a cut by the cap). SGLang reports the version that
-answered (`metadata.weight_version` on a non-streamed Chat reply; `GET
-/get_weight_version`); vLLM reports none. This module is that state, for one app:
+answered (`metadata.weight_version` on a non-streamed Chat reply; `GET /model_info`, formerly
+`GET /get_weight_version`); vLLM reports none. This module is that state, for one app:
 
 - `version` starts at `"v0"`; `swap(version)` sets a new one (default `v<n+1>`) and aborts
   every request in flight;
@@ -20,8 +20,9 @@ answered (`metadata.weight_version` on a non-streamed Chat reply; `GET
 Control endpoints (registered by `collector.sim.app`): `GET /sim/weights` (version, in
 flight, answered per version, aborted), `POST /sim/weights` with `{"version": "v1"}` (swap
 now), `{"when_in_flight": 3, "version": "v1"}` (arm), or `{"every": 10}` (schedule), and
-`GET /get_weight_version` in SGLang's shape. Only the Chat wire aborts and reports a
-version: the other three are hosted APIs, which swap weights without telling anyone.
+`GET /model_info` and `GET /get_weight_version` with SGLang's `weight_version` field.
+Only the Chat wire aborts and reports a version: the other three are hosted APIs, which
+swap weights without telling anyone.
 
 Tests: tests/sim/test_weights.py, tests/run/test_policy_swap.py.
 """

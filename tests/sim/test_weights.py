@@ -65,6 +65,7 @@ async def test_a_swap_aborts_the_requests_in_flight(client: httpx.AsyncClient) -
     assert state["answered"] == {"step-7": 1}
     assert state["in_flight"] == 0
     assert (await client.get("/get_weight_version")).json() == {"weight_version": "step-7"}
+    assert (await client.get("/model_info")).json()["weight_version"] == "step-7"
 
 
 async def test_an_armed_swap_fires_when_the_mark_is_in_flight(client: httpx.AsyncClient) -> None:
