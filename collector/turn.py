@@ -172,6 +172,13 @@ class Turn:
     """The opaque reasoning items, in the adapter's own wire shape and order, exactly as
     received: replayed verbatim with the turn (Anthropic thinking blocks with `signature`,
     Responses `reasoning` items, Gemini thought parts). Chat Completions has none."""
+    # --- issue 27: which weights sampled this turn ---
+    policy_version: str | None = None
+    """The weight / policy version that answered, where known: the server's (SGLang's
+    `metadata.weight_version` on a Chat reply) or the one the run declares
+    (`provider.policy_version*`, `collector.run.policyversion`). None: not known."""
+    policy_version_source: str | None = None
+    """Where `policy_version` came from: `server` or `declared` (a server's wins)."""
 
     @property
     def is_length(self) -> bool:

@@ -34,6 +34,8 @@ _LATER_LOOP_FIELDS = ("max_tool_calls_per_turn", "max_argument_bytes", "max_tool
 _PROVIDER_TRANSPORT_ONLY = {
     "request_timeout_s", "request_deadline_s", "max_reply_bytes", "retry", "api_key_env", "http_client",
     "allow_model_alias",
+    # issue 27: a declared policy version is recorded per turn, not what the run is.
+    "policy_version", "policy_version_file", "policy_version_url", "policy_version_timeout_s",
 }
 
 

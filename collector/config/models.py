@@ -100,11 +100,32 @@ class ProviderConfig(_Model):
     (its `/models` list, or the `model` of one small reply). For a server that answers every
     name with its own alias on purpose (llama-server's `-a`); the reply's model is still
     recorded per turn. Not in the fingerprint."""
+    # --- issue 27: the policy version a run declares (`collector.run.policyversion`) ---
+    policy_version: Annotated[str, Field(min_length=1, max_length=200)] | None = None
+    """The weight / policy version every turn was sampled with (a run against one checkpoint).
+    Recorded per turn where the server reports none (a server's own version wins). At most one
+    of the three `policy_version*` fields. Not in the fingerprint."""
+    policy_version_file: Annotated[str, Field(min_length=1)] | None = None
+    """A file holding the current version, rewritten by the trainer between steps: checked
+    (its mtime) before each request, read when it changed. Missing or empty: unknown."""
+    policy_version_url: Annotated[str, Field(pattern=r"^https?://")] | None = None
+    """A URL answering the current version (a JSON object with `weight_version`, as SGLang's
+    `/model_info`, formerly `/get_weight_version`; or plain text), fetched before and after
+    each request."""
+    policy_version_timeout_s: PositiveFloat = 2.0
+    """Bound on each `policy_version_url` fetch; a slow or failed one records unknown."""
 
     @model_validator(mode="after")
     def _real_needs_url(self) -> ProviderConfig:
         if self.kind != "sim" and not self.base_url:
             raise ValueError(f"base_url is required for provider kind {self.kind!r}")
+        declared = [
+            name
+            for name in ("policy_version", "policy_version_file", "policy_version_url")
+            if getattr(self, name) is not None
+        ]
+        if len(declared) > 1:
+            raise ValueError(f"set at most one of {', '.join(declared)}: each declares the version")
         return self
 
     @property

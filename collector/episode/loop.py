@@ -135,6 +135,7 @@ from collector.record.episode import (
     Episode,
     EpisodeError,
     episode_id,
+    policy_span,
 )
 from collector.stop import StopReason
 from collector.turn import (
@@ -402,6 +403,8 @@ async def run_episode(
         reasoning=spec.reasoning,
         retries=state.retries,
     )
+    (episode.policy_version_first, episode.policy_version_last,
+     episode.policy_versions) = policy_span(state.turns)
     # No credential the run was given anywhere in the record, and no value redaction hid in
     # the history left in the stored reasoning.
     scrubbed = redactor.scrub(episode, state.history)

@@ -184,6 +184,8 @@ class EpisodeState:
             reasoning_items=json.dumps(turn.reasoning_items, ensure_ascii=False)
             if turn.reasoning_items
             else None,
+            policy_version=turn.policy_version,
+            policy_version_source=turn.policy_version_source,
         )
         self.retries.extend(turn.retries)
         self.tokens.fill(record, turn)

@@ -47,13 +47,13 @@ from collector.providers.common import (
     merge_extra,
     replay_object,
 )
+from collector.providers.finish import finish_class
 from collector.providers.http import Headers, Http, Sleep
 from collector.providers.servercut import or_server_cut
 from collector.providers.splice import encode_spliced
 from collector.providers.sse import SSEEvent
 from collector.turn import (
     AssistantMessage,
-    FinishClass,
     JSONObject,
     SystemMessage,
     ToolCall,
@@ -71,14 +71,6 @@ ANTHROPIC_VERSION = "2023-06-01"
 
 _THINKING = frozenset({"thinking", "redacted_thinking"})
 _PARSE_ERRORS = (KeyError, TypeError, AttributeError, IndexError, ValueError)
-_FINISH = {
-    "end_turn": FinishClass.STOP,
-    "stop_sequence": FinishClass.STOP,
-    "tool_use": FinishClass.TOOL_CALLS,
-    "max_tokens": FinishClass.LENGTH,
-    "model_context_window_exceeded": FinishClass.LENGTH,
-    "refusal": FinishClass.CONTENT_FILTER,
-}
 _LENGTH_REASONS = frozenset({"max_tokens", "model_context_window_exceeded"})
 
 
@@ -180,7 +172,7 @@ def _turn(
         text=text,
         tool_calls=calls,
         raw_finish_reason=stop_reason,
-        mapped=_FINISH.get(stop_reason or "", FinishClass.OTHER),
+        mapped=finish_class("anthropic", stop_reason, False),  # the one table (providers.finish)
         says_length=stop_reason in _LENGTH_REASONS,
         usage=usage,
         max_output_tokens=cap,

@@ -20,6 +20,9 @@ to a `reasoning_content` sent back.
 History: system / user / assistant (`tool_calls` with `arguments` as text, `"{}"` for a call
 that did not parse) / one `tool` message per call id. The output cap goes in
 `max_completion_tokens`, or in `Endpoint.cap_field` (many OSS servers want `max_tokens`).
+
+Policy version: SGLang's `metadata.weight_version` becomes `Turn.policy_version` (source
+`server`); a finish of `abort` is re-sent by `Http.retrying` (`collector.providers.finish`).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from collector.providers.common import (
     merge_extra,
     replay_text,
 )
+from collector.providers.finish import finish_class
 from collector.providers.http import Headers, Http, Sleep
 from collector.providers.servercut import or_server_cut
 from collector.providers.splice import encode_spliced
@@ -62,13 +66,6 @@ from collector.turn import (
 
 __all__ = ["ChatProvider", "build_chat_body", "chat_messages"]
 
-_FINISH = {
-    "stop": FinishClass.STOP,
-    "tool_calls": FinishClass.TOOL_CALLS,
-    "function_call": FinishClass.TOOL_CALLS,
-    "length": FinishClass.LENGTH,
-    "content_filter": FinishClass.CONTENT_FILTER,
-}
 _SERVER_ERROR = {"error": {"type": "server_error"}}
 _PARSE_ERRORS = (KeyError, TypeError, AttributeError, IndexError, ValueError)
 
@@ -206,11 +203,20 @@ def _reasoning_of(m: Any) -> str:
 
 
 def _map(raw: str | None, has_calls: bool) -> FinishClass:
-    mapped = _FINISH.get(raw or "", FinishClass.OTHER)
-    # A forced (named) tool choice finishes with "stop" on OpenAI and vLLM.
-    if has_calls and mapped is FinishClass.STOP:
-        return FinishClass.TOOL_CALLS
-    return mapped
+    # The one table (`collector.providers.finish`); a forced (named) tool choice finishes
+    # with "stop" on OpenAI and vLLM, which it reads as tool_calls.
+    return finish_class("chat", raw, has_calls)
+
+
+def _versioned(turn: Turn, metadata: Any) -> None:
+    """The server's policy version onto the turn: SGLang's `metadata.weight_version` (its
+    non-streamed Chat replies; its stream chunks carry none). vLLM's OpenAI server reports no
+    per-request version: there, only a declared one (`provider.policy_version*`) is known."""
+    version = metadata.get("weight_version") if isinstance(metadata, dict) else None
+    if isinstance(version, int) and not isinstance(version, bool):
+        version = str(version)
+    if isinstance(version, str) and version:
+        turn.policy_version, turn.policy_version_source = version, "server"
 
 
 class ChatProvider:
@@ -288,7 +294,7 @@ class ChatProvider:
         # vLLM puts the prompt ids at the top level, SGLang on the choice.
         prompt_ids = _ints(payload.get("prompt_token_ids")) or _ints(choice.get("prompt_token_ids"))
         refusal = message.get("refusal")
-        return finish_turn(
+        turn = finish_turn(
             text=_text_of(message.get("content")),
             tool_calls=calls,
             raw_finish_reason=raw,
@@ -308,6 +314,8 @@ class ChatProvider:
             reasoning_text=_reasoning_of(message) or None,
             reasoning_tokens=_reasoning_tokens(payload.get("usage")),
         )
+        _versioned(turn, payload.get("metadata"))
+        return turn
 
     async def _stream_once(self, body: bytes, cap: int, extra: Headers) -> Turn:
         acc, elapsed = await self._http.stream(self._url, body, self._consume, extra)
@@ -339,6 +347,7 @@ class _ChatStream:
         "finish",
         "logprob_ids",
         "logprobs",
+        "metadata",
         "model",
         "prompt_ids",
         "reasoning",
@@ -367,6 +376,7 @@ class _ChatStream:
         self.reasoning = False
         self.reasoning_text: list[str] = []
         self.reasoning_tokens = 0
+        self.metadata: Any = None
 
     def feed(self, chunk: Any, http: Http) -> None:
         # Called once per token on real servers: the common chunk (one choice, one short delta)
@@ -381,6 +391,8 @@ class _ChatStream:
         if usage and isinstance(usage, dict):
             self.usage = _usage(usage)
             self.reasoning_tokens = _reasoning_tokens(usage)
+        if "metadata" in chunk:  # no server streams a version today; kept if one does
+            self.metadata = chunk["metadata"]
         if self.prompt_ids is None and "prompt_token_ids" in chunk:  # vLLM: first chunk only
             self.prompt_ids = _ints(chunk["prompt_token_ids"])
         for choice in chunk.get("choices") or ():
@@ -436,7 +448,7 @@ class _ChatStream:
             for index, slot in sorted(self.calls.items())
         ]
         raw = self.finish
-        return finish_turn(
+        turn = finish_turn(
             text="".join(self.text),
             tool_calls=calls,
             raw_finish_reason=raw,
@@ -458,3 +470,5 @@ class _ChatStream:
             reasoning_text="".join(self.reasoning_text) or None,
             reasoning_tokens=self.reasoning_tokens,
         )
+        _versioned(turn, self.metadata)
+        return turn

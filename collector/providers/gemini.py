@@ -52,6 +52,7 @@ from collector.providers.common import (
     merge_extra,
     replay_object,
 )
+from collector.providers.finish import finish_class
 from collector.providers.http import Headers, Http, Sleep
 from collector.providers.servercut import or_server_cut
 from collector.providers.splice import encode_spliced
@@ -72,20 +73,6 @@ from collector.turn import (
 __all__ = ["GeminiProvider", "build_gemini_body"]
 
 _PARSE_ERRORS = (KeyError, TypeError, AttributeError, IndexError, ValueError)
-_LENGTH_REASONS = frozenset({"MAX_TOKENS", "CONTINUATION"})
-_FILTER_REASONS = frozenset(
-    {
-        "SAFETY",
-        "RECITATION",
-        "BLOCKLIST",
-        "PROHIBITED_CONTENT",
-        "SPII",
-        "IMAGE_SAFETY",
-        "IMAGE_PROHIBITED_CONTENT",
-        "IMAGE_RECITATION",
-        "MODEL_ARMOR",
-    }
-)
 
 
 def build_gemini_body(request: TurnRequest) -> JSONObject:
@@ -259,14 +246,10 @@ class _Reply:
 
     def turn(self, cap: int, elapsed: float) -> Turn:
         raw = self.finish
-        if raw in _LENGTH_REASONS:
-            mapped = FinishClass.LENGTH
-        elif raw == "STOP":
-            mapped = FinishClass.TOOL_CALLS if self.calls else FinishClass.STOP
-        elif raw in _FILTER_REASONS or (raw is None and self.block_reason):
-            mapped = FinishClass.CONTENT_FILTER
+        if raw is None and self.block_reason:
+            mapped = FinishClass.CONTENT_FILTER  # a blocked prompt: no candidate finished
         else:
-            mapped = FinishClass.OTHER
+            mapped = finish_class("gemini", raw, bool(self.calls))  # the one table (providers.finish)
         text = "".join(self.text)
         items = self.reasoning_items
         if self.text_signature is not None:
@@ -277,7 +260,7 @@ class _Reply:
             tool_calls=self.calls,
             raw_finish_reason=raw,
             mapped=mapped,
-            says_length=raw in _LENGTH_REASONS,
+            says_length=mapped is FinishClass.LENGTH,
             usage=self.usage,
             max_output_tokens=cap,
             latency_s=elapsed,

@@ -23,6 +23,12 @@ structured code for it):
 - any other 4xx -> `RequestRejected`, never retried. Anthropic's `x-should-retry` header
   overrides the status rule, as its SDK does.
 
+A reply whose finish reason is `abort` (vLLM and SGLang cancel in-flight requests when
+weights are swapped; `collector.providers.finish` decides `retry`) is not a turn: it is sent
+again, counted under the cause `abort`, with the same back-off and the same
+`RetryPolicy.max_retries`; past them the call fails as `ProviderUnavailable` (the episode is
+`error`). Here, not in each adapter, so that every wire that can abort is covered by one rule.
+
 Back-off is capped exponential with jitter; a server's own wait (`retry-after-ms`, then
 `retry-after` in seconds or as an HTTP date, then Gemini's `RetryInfo.retryDelay` in the
 body) replaces it, and a wait longer than `RetryPolicy.max_retry_after_s` fails at once.
@@ -43,7 +49,7 @@ of every credential the endpoint sends, in every form (`Endpoint.credentials`), 
 key-shaped tokens (OpenAI echoes a masked key in its 401 message).
 
 Tests: tests/providers/test_errors_retries.py, tests/providers/test_retry_causes.py,
-tests/providers/test_transport.py.
+tests/providers/test_transport.py, tests/providers/test_finish.py (abort).
 """
 
 from __future__ import annotations
@@ -71,11 +77,13 @@ from collector.errors import (
     RequestRejected,
 )
 from collector.providers.base import Endpoint, basic_authorization
+from collector.providers.finish import is_abort
 from collector.providers.servercut import UnparsedArguments, says_arguments_unparsed, withhold_fragment
 from collector.providers.sse import SSEDecoder, SSEEvent
 from collector.turn import Turn
 
 __all__ = [
+    "ABORT_CAUSE",
     "PATH_MARK",
     "Http",
     "Sleep",
@@ -84,6 +92,9 @@ __all__ = [
     "parse_retry_after",
     "retry_cause",
 ]
+
+#: The retry cause of a request the server finished with `abort` (`providers.finish`).
+ABORT_CAUSE = "abort"
 
 #: How a 404's message names the URL path that was not found: `... [path /chat/completions]`.
 PATH_MARK = "[path "
@@ -436,13 +447,29 @@ class Http:
                 causes.append(retry_cause(exc))
                 await self._sleep(wait)
             else:
+                if isinstance(result, Turn) and is_abort(self._dialect, result.raw_finish_reason):
+                    # Cancelled under us (weights swapped): not an answer, not a cut. Sent
+                    # again within the same policy; past it, the episode is `error`.
+                    if retries >= policy.max_retries:
+                        aborted = ProviderUnavailable(
+                            f"{self._dialect}: request aborted by the server "
+                            f"(finish {result.raw_finish_reason!r}) after {retries} retries"
+                        )
+                        aborted.retries = tuple(causes)
+                        raise aborted
+                    cap = min(policy.max_backoff_s, policy.initial_backoff_s * (2**retries))
+                    retries += 1
+                    causes.append(ABORT_CAUSE)
+                    await self._sleep(cap * (0.5 + 0.5 * self._rng.random()))
+                    continue
                 if isinstance(result, Turn):
                     result.retries = tuple(causes)
                 return result
 
 
 def retry_cause(exc: ProviderError) -> str:
-    """The cause a retry is counted under: `429`, `5xx`, `timeout`, `dropped` or `other`."""
+    """The cause a retry is counted under: `429`, `5xx`, `timeout`, `dropped` or `other`
+    (and `abort`, `ABORT_CAUSE`, for a reply that finished `abort`: no exception, see `retrying`)."""
     status = exc.status
     if isinstance(exc, ProtocolViolation):
         return "other"  # a 200 reply that is not the wire format

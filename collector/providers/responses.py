@@ -50,13 +50,13 @@ from collector.providers.common import (
     merge_extra,
     replay_text,
 )
+from collector.providers.finish import finish_class
 from collector.providers.http import Headers, Http, Sleep
 from collector.providers.servercut import or_server_cut
 from collector.providers.splice import encode_spliced
 from collector.providers.sse import SSEEvent
 from collector.turn import (
     AssistantMessage,
-    FinishClass,
     JSONObject,
     SystemMessage,
     ToolCall,
@@ -230,12 +230,9 @@ class _Reply:
     def turn(self, cap: int, elapsed: float, stream_cut: bool = False) -> Turn:
         status, reason = self.status, self.incomplete
         says_length = (status == "incomplete" and reason == "max_output_tokens") or self.item_cut
-        if status == "completed":
-            mapped = FinishClass.TOOL_CALLS if self.calls else FinishClass.STOP
-        elif status == "incomplete" and reason == "content_filter":
-            mapped = FinishClass.CONTENT_FILTER
-        else:
-            mapped = FinishClass.OTHER
+        # The one table (providers.finish), keyed `status` or `status:reason`.
+        key = f"{status}:{reason}" if status == "incomplete" else status
+        mapped = finish_class("responses", key, bool(self.calls))
         return finish_turn(
             text="".join(self.text),
             tool_calls=self.calls,

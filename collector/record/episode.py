@@ -29,6 +29,14 @@ SCHEMA_VERSION = 3
 (version-2 shards stay readable)."""
 
 
+def policy_span(turns: list[TurnRecord]) -> tuple[str | None, str | None, int]:
+    """(first, last, distinct count) of the turns' known policy versions, in turn order."""
+    versions = [t.policy_version for t in turns if t.policy_version is not None]
+    if not versions:
+        return None, None, 0
+    return versions[0], versions[-1], len(set(versions))
+
+
 def episode_id(run_id: str, task_id: str, sample: int, model: str, budget: int) -> str:
     """Deterministic id: the same run, task, sample, model and budget give the same id.
 
@@ -148,6 +156,12 @@ class TurnRecord:
     """Output tokens the server counted in usage but returned no ids for, accounted to the stop
     string that ended the turn (llama.cpp counts a matched `stop` string and returns none of
     its ids; `collector.episode.tokens`). None: no such shortfall."""
+    # --- issue 27: which weights sampled the turn (still schema version 3) ---
+    policy_version: str | None = None
+    """The weight / policy version that answered this turn: the server's (SGLang's
+    `weight_version`) or the run's declared one (`provider.policy_version*`). None: unknown."""
+    policy_version_source: str | None = None
+    """`server` or `declared`: where `policy_version` came from (a server's wins)."""
 
 
 @dataclass(slots=True)
@@ -280,6 +294,15 @@ class Episode:
     reasoning: str | None = None
     """The reasoning setting of the episode's sweep cell (`effort=low`, `budget=2048`, `none`),
     None when the sweep has no reasoning axis."""
+    # --- issue 27: the policy versions the episode was sampled with (still version 3) ---
+    policy_version_first: str | None = None
+    """The policy version of the first turn whose version is known (None: none known)."""
+    policy_version_last: str | None = None
+    """The policy version of the last turn whose version is known."""
+    policy_versions: int | None = 0
+    """How many distinct policy versions answered its turns: above 1, the episode straddles
+    a weight update (an off-policy mix a trainer may drop or weight); 0: none known. None
+    in a shard written before the field existed."""
 
     @property
     def is_truncated(self) -> bool:

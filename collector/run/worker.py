@@ -43,6 +43,7 @@ from collector.providers.transport import fast_client
 from collector.record.episode import Episode
 from collector.run.endpoints import endpoint_for, read_api_key
 from collector.run.plan import WorkItem, load_env, select_tasks
+from collector.run.policyversion import DeclaredVersion, VersionedProvider, declared_version
 from collector.run.preflight import check_providers
 from collector.run.worker_writes import WrittenBatch, write_kept
 from collector.storage.location import is_uri
@@ -82,6 +83,8 @@ class EpisodeWorker:
         self._tasks: dict[str, Task] = {}
         self._clients: list[httpx.AsyncClient] = []
         self._providers: dict[tuple[int, int], Provider] = {}
+        self._declared: dict[int, DeclaredVersion | None] = {}
+        """Per provider: its declared-version reader, shared by its clients (one file stamp)."""
         self._endpoints: list[Endpoint] = []
         self._credentials: tuple[str, ...] = ()
         self._extra_bodies: list[dict[str, object]] = []
@@ -144,8 +147,12 @@ class EpisodeWorker:
         if provider is None:
             from collector.providers import build_provider
 
-            kind = (self.cfg.sweep.providers or [self.cfg.provider])[index].wire
-            provider = build_provider(kind, self._endpoints[index], self._clients[client_index])
+            config = (self.cfg.sweep.providers or [self.cfg.provider])[index]
+            client = self._clients[client_index]
+            provider = build_provider(config.wire, self._endpoints[index], client)
+            declared = self._declared.setdefault(index, declared_version(config))
+            if declared is not None:  # the run declares the policy version (issue 27)
+                provider = VersionedProvider(provider, declared, client)
             self._providers[key] = provider
         return provider
 

@@ -19,6 +19,9 @@ Request headers the simulator honours (none is needed):
 - `x-sim-fault`: force `rate_limit`, `overload`, `server_error`, `drop` or `none`;
 - `x-sim-seed`: mixed into the random stream (distinct samples of one identical prompt).
 
+Weights (`collector.sim.weights`): `GET`/`POST /sim/weights`, `GET /model_info` and `/get_weight_version`
+swap the version mid-run, aborting the Chat requests in flight (`finish_reason: "abort"`).
+
 A body the parser cannot take (not JSON, not an object, nested past the interpreter's
 recursion limit) is a 400 in the dialect's shape, like any other bad request.
 
@@ -41,7 +44,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from collector.sim import anthropic as anthropic_wire
@@ -53,6 +56,7 @@ from collector.sim.generate import Generation, generate
 from collector.sim.history import ParsedRequest
 from collector.sim.policy import decide
 from collector.sim.presets import PRESETS, ModelPreset
+from collector.sim.weights import Weights
 
 FAULTS = ("rate_limit", "overload", "server_error", "drop")
 _MAX_TRACKED = 200_000
@@ -76,6 +80,8 @@ class _Simulator:
         self.seed = seed
         self.presets = presets
         self.attempts: dict[bytes, int] = {}
+        self.weights = Weights()
+        """The weight version, and the swaps that abort requests in flight (issue 27)."""
 
     def digest(self, dialect: str, model: str, canonical: bytes, extra: str) -> bytes:
         h = hashlib.blake2b(digest_size=16)
@@ -195,7 +201,15 @@ async def _reply(sim: _Simulator, request: Request, dialect: Dialect, parse: Par
             latency = max(0.0, float(headers["x-sim-latency-ms"]) / 1000.0)
         except ValueError:
             return error_response(dialect, 400, "x-sim-latency-ms must be a number.")
-    if latency > 0:
+    if dialect == "chat":  # vLLM / SGLang: a weight swap aborts the requests in flight
+        version, aborted = await sim.weights.generate(latency)
+        if aborted:
+            if req.stream:
+                events = chat_wire.render_abort_stream(req, gen)
+                return Response("".join(events), media_type="text/event-stream")
+            return Response(json.dumps(chat_wire.render_abort(req, gen, version)),
+                            media_type="application/json")
+    elif latency > 0:
         await asyncio.sleep(latency)
     if fault == "rate_limit":
         return error_response(dialect, 429, "Rate limit reached for the simulated model. Please try again.",
@@ -207,7 +221,10 @@ async def _reply(sim: _Simulator, request: Request, dialect: Dialect, parse: Par
     if fault == "server_error":
         return error_response(dialect, 500, "The server had an error while processing your request.")
     if not req.stream:
-        return Response(json.dumps(render(req, gen)), media_type="application/json")
+        reply = render(req, gen)
+        if dialect == "chat" and chat_wire.reports_version(req):
+            chat_wire.with_weight_version(reply, version)
+        return Response(json.dumps(reply), media_type="application/json")
     events = render_stream(req, gen)
     if fault == "drop":
         events = events[: max(1, len(events) // 2)]
@@ -242,7 +259,21 @@ def create_app(seed: int = 0, presets: dict[str, ModelPreset] | None = None) -> 
                              gemini_wire.render_stream, path_model=model,
                              path_stream=method == "streamGenerateContent")
 
+    async def weights(request: Request) -> Response:
+        if request.method == "GET":
+            return JSONResponse(sim.weights.state())
+        try:
+            return JSONResponse(sim.weights.control(json.loads(await request.body() or b"{}")))
+        except ValueError as exc:
+            return JSONResponse({"error": {"message": f"/sim/weights: {exc}"}}, status_code=400)
+
+    async def weight_version(request: Request) -> Response:
+        return JSONResponse({"weight_version": sim.weights.version})  # SGLang's shape
+
     return Starlette(routes=[
+        Route("/sim/weights", weights, methods=["GET", "POST"]),
+        Route("/model_info", weight_version, methods=["GET"]),  # SGLang's current endpoint
+        Route("/get_weight_version", weight_version, methods=["GET"]),  # and its former one
         Route("/v1/chat/completions", chat, methods=["POST"]),
         Route("/v1/responses", responses, methods=["POST"]),
         Route("/v1/messages", messages, methods=["POST"]),

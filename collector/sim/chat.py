@@ -8,6 +8,13 @@ cut by the cap keeps its truncated argument string and the reply says `finish_re
 fragments per `index`. Leaks (section 6) are rendered here: a delimiter around or after the
 arguments, or, for vLLM non-streaming truncation, the raw Hermes block in `content` with
 `tool_calls: []`.
+
+Weights (issue 27, `collector.sim.weights`): an SGLang-shaped preset (`token_wire =
+"sglang"`) reports the answering version as `metadata.weight_version` on non-streamed
+replies (SGLang's streams carry none; vLLM reports none at all); a request aborted by a swap
+answers `finish_reason: "abort"` with its partial text, streamed or not.
+
+Tests: tests/sim/test_weights.py, tests/providers/test_sim.py.
 """
 
 from __future__ import annotations
@@ -251,5 +258,58 @@ def render_stream(req: ParsedRequest, gen: Generation) -> list[str]:
     chunk({}, finish_reason(gen), toks=out.stray if out else None)
     if req.include_usage:
         events.append("data: " + head + '"choices":[],"usage":' + json.dumps(_usage(req, gen)) + "}\n\n")
+    events.append("data: [DONE]\n\n")
+    return events
+
+
+# --- issue 27: the weight version on a reply, and a request aborted by a weight swap ---
+
+
+def reports_version(req: ParsedRequest) -> bool:
+    """Whether this server reports the answering weights: SGLang does (`metadata`), vLLM not."""
+    return req.preset is not None and req.preset.token_wire == "sglang" and not req.stream
+
+
+def with_weight_version(reply: dict[str, Any], version: str) -> dict[str, Any]:
+    """SGLang's non-streamed Chat reply: `metadata: {"weight_version": ...}` at the top level."""
+    reply["metadata"] = {"weight_version": version}
+    return reply
+
+
+def _aborted_text(gen: Generation) -> tuple[str, int]:
+    # What had been generated when the swap came: the first half of the visible text, and the
+    # tokens it took (never the cap: an abort is not a cut).
+    text = gen.text[: len(gen.text) // 2]
+    return text, max(0, min(gen.output_tokens, gen.cap) // 2)
+
+
+def render_abort(req: ParsedRequest, gen: Generation, version: str) -> dict[str, Any]:
+    """The reply of a request aborted mid-generation, as vLLM and SGLang send it: a 200 with the
+    partial output, no tool calls, `finish_reason: "abort"`."""
+    text, tokens = _aborted_text(gen)
+    choice = {"index": 0, "message": {"role": "assistant", "content": text or None, "refusal": None},
+              "logprobs": None, "finish_reason": "abort"}
+    reply: dict[str, Any] = {
+        "id": "chatcmpl-" + gen.hex_id, "object": "chat.completion", "created": gen.created,
+        "model": req.model, "choices": [choice],
+        "usage": {"prompt_tokens": req.prompt_tokens, "completion_tokens": tokens,
+                  "total_tokens": req.prompt_tokens + tokens},
+    }
+    return with_weight_version(reply, version) if reports_version(req) else reply
+
+
+def render_abort_stream(req: ParsedRequest, gen: Generation) -> list[str]:
+    """The streamed form: the partial text, a last chunk saying `abort`, usage, `[DONE]`."""
+    text, tokens = _aborted_text(gen)
+    head = {"id": "chatcmpl-" + gen.hex_id, "object": "chat.completion.chunk", "created": gen.created,
+            "model": req.model}
+    events = []
+    for delta, reason in (({"role": "assistant", "content": text}, None), ({}, "abort")):
+        chunk = {**head, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}]}
+        events.append("data: " + json.dumps(chunk) + "\n\n")
+    if req.include_usage:
+        usage = {"prompt_tokens": req.prompt_tokens, "completion_tokens": tokens,
+                 "total_tokens": req.prompt_tokens + tokens}
+        events.append("data: " + json.dumps({**head, "choices": [], "usage": usage}) + "\n\n")
     events.append("data: [DONE]\n\n")
     return events
