@@ -72,7 +72,7 @@ StatsFormat = Literal["table", "csv", "json"]
 
 _MEASURES = ["is_truncated", "reward", "wasted_output_tokens", "output_tokens"]
 #: Retry causes counted per group (`collector.providers.http.retry_cause`), in column order.
-RETRY_CAUSES = ("429", "5xx", "timeout", "dropped", "other")
+RETRY_CAUSES = ("429", "5xx", "timeout", "dropped", "abort", "other")
 #: Stop reasons with a rate of their own beside truncated / malformed / done / error.
 _OTHER_REASONS = (StopReason.LENGTH, StopReason.MAX_STEPS, StopReason.TIMEOUT, StopReason.CONTEXT_OVERFLOW)
 
