@@ -58,6 +58,7 @@ Tests: tests/run/test_admission.py, tests/run/test_admission_run.py.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email.utils
 import re
 import time
@@ -205,12 +206,14 @@ class AimdController:
         self.epoch += 1
         self.limit = max(1.0, self.limit * DECREASE)
         self.threshold = self.limit
-        if self.smoothed is not None and self.floor is not None and self.smoothed > LATENCY_FACTOR * self.floor:
+        floor = self.floor
+        if self.smoothed is not None and floor is not None and self.smoothed > LATENCY_FACTOR * floor:
             # Let the queue drain before latency is judged again: restart the average at the floor.
             self.smoothed = self.floor
 
 
-_MAX_TOKENS = re.compile(rb'"(?:max_tokens|max_completion_tokens|max_output_tokens|maxOutputTokens)"\s*:\s*(\d+)')
+_MAX_TOKENS = re.compile(
+    rb'"(?:max_tokens|max_completion_tokens|max_output_tokens|maxOutputTokens)"\s*:\s*(\d+)')
 
 
 def request_tokens(body: bytes) -> int:
@@ -219,14 +222,17 @@ def request_tokens(body: bytes) -> int:
     return len(body) // 4 + (int(cap.group(1)) if cap else 0)
 
 
+_NUM = r"(\d+(?:\.\d+)?)"
+_DURATION = re.compile(rf"(?:{_NUM}h)?(?:{_NUM}m(?!s))?(?:{_NUM}s)?(?:{_NUM}ms)?")
+
+
 def _duration_s(value: str) -> float | None:
     """OpenAI's reset durations (`1s`, `6m0s`, `20ms`, `1h2m3.5s`) or an RFC 3339 time
     (Anthropic's `-reset`), as seconds from now."""
     value = value.strip()
     if not value:
         return None
-    parts = re.fullmatch(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m(?!s))?(?:(\d+(?:\.\d+)?)s)?(?:(\d+(?:\.\d+)?)ms)?",
-                         value)
+    parts = _DURATION.fullmatch(value)
     if parts and any(parts.groups()):
         h, m, s, ms = (float(g) if g else 0.0 for g in parts.groups())
         return h * 3600 + m * 60 + s + ms / 1000
@@ -254,8 +260,10 @@ def _number(headers: Mapping[str, str], name: str) -> float | None:
 
 _FAMILIES = (
     # (remaining, limit per minute, reset, unit) per header family.
-    ("x-ratelimit-remaining-requests", "x-ratelimit-limit-requests", "x-ratelimit-reset-requests", "requests"),
-    ("x-ratelimit-remaining-tokens", "x-ratelimit-limit-tokens", "x-ratelimit-reset-tokens", "tokens"),
+    ("x-ratelimit-remaining-requests", "x-ratelimit-limit-requests", "x-ratelimit-reset-requests",
+     "requests"),
+    ("x-ratelimit-remaining-tokens", "x-ratelimit-limit-tokens", "x-ratelimit-reset-tokens",
+     "tokens"),
     ("anthropic-ratelimit-requests-remaining", "anthropic-ratelimit-requests-limit",
      "anthropic-ratelimit-requests-reset", "requests"),
     ("anthropic-ratelimit-tokens-remaining", "anthropic-ratelimit-tokens-limit",
@@ -346,10 +354,8 @@ class Admission:
                 self.waiting += 1
                 try:
                     if delay > 0:
-                        try:
+                        with contextlib.suppress(TimeoutError):  # the pause is over: look again
                             await asyncio.wait_for(cond.wait(), delay)
-                        except TimeoutError:
-                            pass
                     else:
                         await cond.wait()
                 finally:

@@ -55,7 +55,9 @@ class Tally(Counter[str]):
 
     gauges: dict[str, int]
 
-    def __init__(self, counts: Mapping[str, int] | None = None, gauges: Mapping[str, int] | None = None) -> None:
+    def __init__(
+        self, counts: Mapping[str, int] | None = None, gauges: Mapping[str, int] | None = None
+    ) -> None:
         super().__init__(counts or {})
         self.gauges = dict(gauges or {})
 

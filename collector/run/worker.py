@@ -96,7 +96,7 @@ class EpisodeWorker:
         self._slots: asyncio.Queue[int] | None = None
         self.episodes_run = 0
         self._finished: Counter[str] = Counter()
-        self._gates: dict[tuple[int, str], Admission] = {}
+        self._gates: dict[object, Admission] = {}
         """Adaptive admission: one gate per (provider index, model), built on first use."""
         self._gated: dict[tuple[int, str], Provider] = {}
 

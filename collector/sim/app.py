@@ -216,9 +216,9 @@ async def _reply(sim: _Simulator, request: Request, dialect: Dialect, parse: Par
         if not isinstance(served, dict):
             # Anthropic says 529 where the others say 503 (provider-protocols.md).
             status = 529 if dialect == "anthropic" and served.status == 503 else served.status
-            refused = error_response(dialect, status, served.message)
-            refused.headers.update(served.headers)
-            return refused
+            reply = error_response(dialect, status, served.message)
+            reply.headers.update(served.headers)
+            return reply
         rate_headers = served
     elif latency > 0:
         await asyncio.sleep(latency)

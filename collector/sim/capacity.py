@@ -139,8 +139,10 @@ class CapacityModel:
             headers = self._rate_headers()
             wait = cap.refuse_retry_after_s
             if wait is not None:
-                headers |= {"retry-after-ms": str(math.ceil(wait * 1000)), "retry-after": str(max(1, math.ceil(wait)))}
-            return Refusal(cap.refuse_status, wait, headers, "The server is overloaded. Please try again later.")
+                headers |= {"retry-after-ms": str(math.ceil(wait * 1000)),
+                            "retry-after": str(max(1, math.ceil(wait)))}
+            return Refusal(cap.refuse_status, wait, headers,
+                           "The server is overloaded. Please try again later.")
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.queue.append((waiter, kv))
         self.peak_queue = max(self.peak_queue, len(self.queue))

@@ -110,7 +110,7 @@ def test_token_bucket_with_injected_clock() -> None:
     bucket.take(30)  # larger than the burst: goes, the level goes negative
     assert bucket.delay(1) == pytest.approx(2.6)
     assert bucket.delay(500) == pytest.approx(4.5)  # never more than the burst needs
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="positive rate"):
         TokenBucket(0, 1)
 
 
@@ -124,7 +124,8 @@ def test_rate_limit_headers_pause() -> None:
     assert header_pause_s(no_limit, next_tokens=1) == pytest.approx(1.5)
     assert header_pause_s({"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "20ms"},
                           1) == pytest.approx(0.02)
-    anthropic = {"anthropic-ratelimit-tokens-remaining": "0", "anthropic-ratelimit-tokens-reset": "2000-01-01T00:00:00Z"}
+    anthropic = {"anthropic-ratelimit-tokens-remaining": "0",
+                 "anthropic-ratelimit-tokens-reset": "2000-01-01T00:00:00Z"}
     assert header_pause_s(anthropic, next_tokens=10) == 0.0  # a reset in the past: no wait
     assert header_pause_s({"x-ratelimit-remaining-tokens": "junk"}, 10) == 0.0
 
@@ -151,7 +152,8 @@ def test_transport_pauses_on_retry_after_and_counts() -> None:
             first = await client.post("http://sim/v1/chat/completions", content=b"{}")
             assert first.status_code == 429
             assert gate.controller.pause_left() == pytest.approx(1.5)
-            assert gate.controller.throttled == 1 and gate.controller.in_flight == 0
+            assert gate.controller.throttled == 1
+            assert gate.controller.in_flight == 0
             clock.now += 1.5  # the pause is over on the injected clock: admitted at once
             second = await client.post("http://sim/v1/chat/completions", content=b"{}")
             assert second.status_code == 200
@@ -159,7 +161,8 @@ def test_transport_pauses_on_retry_after_and_counts() -> None:
     asyncio.run(go())
     assert gate.controller.in_flight == 0
     gauges = admission_gauges({"k": gate})
-    assert gauges["admission.throttled"] == 1 and gauges["admission.in_flight"] == 0
+    assert gauges["admission.throttled"] == 1
+    assert gauges["admission.in_flight"] == 0
 
 
 def test_transport_timeout_is_an_overload_signal() -> None:
@@ -174,7 +177,8 @@ def test_transport_timeout_is_an_overload_signal() -> None:
                 await client.post("http://sim/x", content=b"{}")
 
     asyncio.run(go())
-    assert gate.controller.throttled == 1 and gate.controller.in_flight == 0
+    assert gate.controller.throttled == 1
+    assert gate.controller.in_flight == 0
 
 
 def test_gate_holds_requests_past_the_limit() -> None:
@@ -187,13 +191,15 @@ def test_gate_holds_requests_past_the_limit() -> None:
         second = asyncio.ensure_future(gate.admit(1))
         for _ in range(5):
             await asyncio.sleep(0)
-        assert not second.done() and gate.waiting == 1
+        assert not second.done()
+        assert gate.waiting == 1
         await gate.release(first, 200, {}, timed_out=False)
         ticket = await asyncio.wait_for(second, 5)
         await gate.release(ticket, 200, {}, timed_out=False)
 
     asyncio.run(go())
-    assert gate.controller.in_flight == 0 and gate.waiting == 0
+    assert gate.controller.in_flight == 0
+    assert gate.waiting == 0
 
 
 def test_progress_line_shows_admission_gauges() -> None:
@@ -204,7 +210,8 @@ def test_progress_line_shows_admission_gauges() -> None:
     live.reported("w2", {"done": 1, "admission.in_flight": 1, "admission.limit": 4, "admission.throttled": 0,
                          "admission.waiting": 0})
     counts = live.counts(["w1", "w2"])
-    assert dict(counts) == {"done": 4} and counts.total() == 4
+    assert dict(counts) == {"done": 4}
+    assert counts.total() == 4
     progress = Progress(10, stream=io.StringIO(), live=False)
     line = progress.line(0, counts, finished=counts.total())
     assert "in flight 6/12 throttled 2 queued 7" in line
