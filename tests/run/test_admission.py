@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+from pathlib import Path
 
 import httpx
 import pytest
@@ -218,3 +219,104 @@ def test_progress_line_shows_admission_gauges() -> None:
     static = LiveCounts()
     static.reported("w1", {"done": 3})
     assert "in flight" not in progress.line(0, static.counts(["w1"]), finished=3)
+
+
+def test_declared_budgets_delay_admission() -> None:
+    """`requests_per_minute` / `tokens_per_minute` are buckets: spent, the next request waits."""
+    clock = Clock()
+    by_tokens = Admission(8, requests_per_minute=600, tokens_per_minute=300, clock=clock)  # 10 req/s, 5 tok/s
+    by_requests = Admission(8, requests_per_minute=60, clock=clock)  # 1 req/s
+
+    async def go() -> None:
+        for gate in (by_tokens, by_requests):
+            ticket = await gate.admit(5)
+            await gate.release(ticket, 200, {}, timed_out=False)
+        assert by_tokens._delay(5) == pytest.approx(1.0)  # 5 tokens short at 5 a second
+        assert by_requests._delay(5) == pytest.approx(1.0)  # one request a second
+        clock.now += 0.5
+        assert by_tokens._delay(5) == pytest.approx(0.5)
+        assert by_requests._delay(5) == pytest.approx(0.5)
+        clock.now += 0.5
+        assert by_tokens._delay(5) == 0.0
+        assert by_requests._delay(5) == 0.0
+
+    asyncio.run(go())
+
+
+def test_reset_times_and_retry_after_dates() -> None:
+    """Anthropic's RFC 3339 reset and an HTTP-date retry-after, both as seconds from now."""
+    import email.utils
+    from datetime import UTC, datetime, timedelta
+
+    soon = datetime.now(UTC) + timedelta(seconds=30)
+    anthropic = {"anthropic-ratelimit-requests-remaining": "0",
+                 "anthropic-ratelimit-requests-reset": soon.isoformat().replace("+00:00", "Z")}
+    assert 25 < header_pause_s(anthropic, 1) <= 30
+    clock = Clock()
+    gate = Admission(8, clock=clock)
+    date = email.utils.format_datetime(soon, usegmt=True)
+    replies = iter([httpx.Response(503, headers={"retry-after": date}, stream=httpx.ByteStream(b""))])
+    transport = AdmissionTransport(httpx.MockTransport(lambda request: next(replies)), gate)
+
+    async def go() -> None:
+        async with httpx.AsyncClient(transport=transport) as client:
+            assert (await client.post("http://sim/x", content=b"{}")).status_code == 503
+
+    asyncio.run(go())
+    assert 25 < gate.controller.pause_left() <= 30
+
+
+class _StallingStream(httpx.AsyncByteStream):
+    async def __aiter__(self):  # type: ignore[no-untyped-def]
+        yield b"{"
+        raise httpx.ReadTimeout("stalled")
+
+    async def aclose(self) -> None:
+        return None
+
+
+def test_a_body_that_stalls_is_a_timeout_signal() -> None:
+    """A reply whose body stops arriving (the idle limit) counts as overload when it closes."""
+    gate = Admission(8)
+    transport = AdmissionTransport(
+        httpx.MockTransport(lambda request: httpx.Response(200, stream=_StallingStream())), gate)
+
+    async def go() -> None:
+        async with httpx.AsyncClient(transport=transport) as client:
+            with pytest.raises(httpx.ReadTimeout):
+                await client.post("http://sim/x", content=b"{}")
+
+    asyncio.run(go())
+    assert gate.controller.throttled == 1
+    assert gate.controller.in_flight == 0
+
+
+def test_adaptive_admission_refuses_the_httpx_client(tmp_path: Path) -> None:
+    """Adaptive admission wraps the fast transport; with httpx's own it says so in one line."""
+    from collector.errors import ConfigError
+    from tests.run.helpers import small_config
+    from tests.run.test_worker import run_plan
+
+    cfg = small_config(tmp_path / "run", ray__admission="adaptive", provider__http_client="httpx")
+    with pytest.raises(ConfigError, match=r'^ray.admission = "adaptive" needs provider.http_client = "fast"'):
+        run_plan(cfg)
+
+
+def test_a_healthy_reply_with_nothing_left_pauses_the_gate() -> None:
+    """A 200 whose x-ratelimit headers say the tokens are spent holds the next request back."""
+    clock = Clock()
+    gate = Admission(8, clock=clock)
+    headers = {"x-ratelimit-limit-tokens": "6000", "x-ratelimit-remaining-tokens": "0"}  # 100 tokens/s
+    def reply(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers=headers, stream=httpx.ByteStream(b"{}"))
+
+    transport = AdmissionTransport(httpx.MockTransport(reply), gate)
+    body = b'{"max_tokens": 50}'  # 4 + 50 tokens for the next request, as it is assumed
+
+    async def go() -> None:
+        async with httpx.AsyncClient(transport=transport) as client:
+            assert (await client.post("http://sim/x", content=body)).status_code == 200
+
+    asyncio.run(go())
+    assert gate.controller.pause_left() == pytest.approx(request_tokens(body) / 100)
+    assert gate.controller.throttled == 0
