@@ -21,7 +21,8 @@ if __package__ in (None, ""):
 
 from bench.common import RESULTS, machine, table
 
-BENCHES = ("overhead", "concurrency", "shards", "stats", "memory", "peer", "history", "e2e", "driver")
+BENCHES = ("overhead", "concurrency", "shards", "stats", "memory", "peer", "history", "e2e", "driver",
+           "admission")
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

@@ -82,6 +82,12 @@ class ProviderConfig(_Model):
     """"fast": the collector's own HTTP/1.1 transport (lowest CPU per turn; ignores proxy
     variables). "httpx": httpx's default transport, which honours HTTP_PROXY / HTTPS_PROXY /
     ALL_PROXY / NO_PROXY, split over many small clients. Not in the fingerprint."""
+    requests_per_minute: PositiveFloat | None = None
+    """Declared request budget: with `ray.admission = "adaptive"`, enforced by a token bucket,
+    split evenly over `ray.workers`. Not in the fingerprint."""
+    tokens_per_minute: PositiveFloat | None = None
+    """Declared token budget (prompt estimate + output cap per request, as rate limiters
+    count), enforced like `requests_per_minute`. Not in the fingerprint."""
     retry: RetryConfig = RetryConfig()
     """How failed model calls are retried (not in the fingerprint)."""
     label: str | None = None

@@ -135,7 +135,15 @@ class RayConfig(_Model):
     workers: Annotated[int, Field(gt=0, le=MAX_WORKERS)] = 2
     """Worker actors (one event loop each; on a cluster, spread one per node first); at most 1024."""
     episodes_in_flight: Annotated[int, Field(gt=0, le=MAX_EPISODES_IN_FLIGHT)] = 64
-    """Concurrent episodes per worker (at most 4096)."""
+    """Concurrent episodes per worker (at most 4096); with `admission = "adaptive"`, the
+    ceiling of the requests in flight per provider and model."""
+    admission: Literal["static", "adaptive"] = "static"
+    """"static": every episode slot sends when it is ready. "adaptive": requests in flight per
+    (provider, model) adapt to what the server takes, up to `episodes_in_flight`: additive
+    increase while replies are healthy, multiplicative decrease on 429 / 503 / 529 /
+    timeouts / rising latency, pauses on `Retry-After` and rate-limit headers, and the
+    provider's declared budgets enforced (`collector.run.admission`; needs the default
+    `provider.http_client = "fast"`)."""
     batch_size: PositiveInt = 32
     """Episodes handed to a worker per call (one Ray call per batch, never per model call)."""
     batch_timeout_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None

@@ -10,6 +10,14 @@ Episodes are counted as workers finish them, not as they are committed (a shard 
 and a batch returns to the driver only when all of its episodes are done): `LiveCounts` adds
 what each worker reports having finished to what the driver already holds. Display only:
 nothing here decides what is committed.
+
+With adaptive admission (`ray.admission = "adaptive"`) each worker's poll answer also holds
+its gates' gauges under `admission.*` keys (`collector.run.admission.admission_gauges`):
+`LiveCounts` sets them apart from the stop reasons, sums them over the live workers, and
+the line shows `in flight N/LIMIT` (requests in flight and the adapted limits, summed),
+`throttled K` (overload signals seen) and `queued Q` (requests waiting for admission).
+
+Tests: tests/run/test_progress.py.
 """
 
 from __future__ import annotations
@@ -37,6 +45,34 @@ def _duration(seconds: float) -> str:
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
+ADMISSION_PREFIX = "admission."
+"""Keys of a worker's poll answer that are admission gauges, not stop reasons."""
+
+
+class Tally(Counter[str]):
+    """Finished episodes per stop reason, with the workers' admission gauges beside them
+    (`gauges`, empty with static admission): never mixed into the counts or their total."""
+
+    gauges: dict[str, int]
+
+    def __init__(
+        self, counts: Mapping[str, int] | None = None, gauges: Mapping[str, int] | None = None
+    ) -> None:
+        super().__init__(counts or {})
+        self.gauges = dict(gauges or {})
+
+
+def format_admission(gauges: Mapping[str, int]) -> str:
+    """`in flight 12/16 throttled 3 queued 40`, or "" with no gauges (static admission)."""
+    if not gauges:
+        return ""
+    text = f"in flight {gauges.get('in_flight', 0)}/{gauges.get('limit', 0)}"
+    text += f" throttled {gauges.get('throttled', 0)}"
+    if gauges.get("waiting"):
+        text += f" queued {gauges['waiting']}"
+    return text
+
+
 class LiveCounts:
     """Episodes finished so far per stop reason: received by the driver, plus finished on a
     worker and not yet returned (each worker's own running count, polled by the driver).
@@ -49,6 +85,7 @@ class LiveCounts:
         self.received: Counter[str] = Counter()
         self._returned: dict[Hashable, Counter[str]] = {}
         self._reported: dict[Hashable, Counter[str]] = {}
+        self._gauges: dict[Hashable, dict[str, int]] = {}
 
     def returned(self, worker: Hashable, reasons: Iterable[str]) -> None:
         """A batch came back from `worker` with episodes of these stop reasons."""
@@ -60,15 +97,21 @@ class LiveCounts:
 
     def reported(self, worker: Hashable, finished: Mapping[str, int]) -> None:
         """`worker` said it has finished this many episodes per stop reason, ever."""
-        self._reported[worker] = Counter(finished)
+        reasons = {k: v for k, v in finished.items() if not k.startswith(ADMISSION_PREFIX)}
+        self._reported[worker] = Counter(reasons)
+        self._gauges[worker] = {k[len(ADMISSION_PREFIX):]: v for k, v in finished.items()
+                                if k.startswith(ADMISSION_PREFIX)}
 
-    def counts(self, alive: Iterable[Hashable]) -> Counter[str]:
+    def counts(self, alive: Iterable[Hashable]) -> Tally:
         """Finished episodes per stop reason. A poll answer older than a returned batch makes
-        the difference negative; Counter subtraction floors it at zero (never counts twice)."""
+        the difference negative; Counter subtraction floors it at zero (never counts twice).
+        The live workers' admission gauges, summed, ride along (`Tally.gauges`)."""
         total = Counter(self.received)
+        gauges: Counter[str] = Counter()
         for worker in alive:
             total.update(self._reported.get(worker, Counter()) - self._returned.get(worker, Counter()))
-        return total
+            gauges.update(self._gauges.get(worker, {}))
+        return Tally(total, gauges)
 
 
 class Progress:
@@ -114,6 +157,9 @@ class Progress:
         parts = [head, f"{rate:.1f} ep/s{eta}"]
         if counts:
             parts.append(format_counts(counts))
+        admission = format_admission(getattr(counts, "gauges", {}))
+        if admission:
+            parts.append(admission)
         if note:
             parts.append(note)
         return " | ".join(parts)

@@ -20,6 +20,12 @@ StreamTransport opens a connection whenever none is idle, does O(1) pool work pe
 and costs about 0.4 ms per turn (bench/overhead.py, BENCHMARKS.md). The slots bound the
 connections: at most `episodes_in_flight` per worker.
 
+Admission. With `ray.admission = "adaptive"` each (provider, model) pair gets its own client
+whose transport passes every request through an `collector.run.admission.Admission`: the
+slots stay at `episodes_in_flight` (the ceiling), and the requests they send wait there for
+what the server takes. The gauges (`admission_gauges`) ride on `finished`, which the driver
+polls, under `admission.*` keys that `collector.run.progress.LiveCounts` sets apart.
+
 Secrets. The API key is read here, from the variable the config names, in the worker's
 own environment: it never crosses Ray and never enters a log, an episode or an error.
 """
@@ -39,8 +45,9 @@ from collector.config import ProviderConfig, RunConfig
 from collector.envs.base import Environment, Task
 from collector.errors import ConfigError
 from collector.providers.base import Endpoint, Provider
-from collector.providers.transport import fast_client
+from collector.providers.transport import StreamTransport, fast_client
 from collector.record.episode import Episode
+from collector.run.admission import Admission, AdmissionTransport, admission_gauges
 from collector.run.endpoints import endpoint_for, read_api_key
 from collector.run.plan import WorkItem, load_env, select_tasks
 from collector.run.policyversion import DeclaredVersion, VersionedProvider, declared_version
@@ -91,9 +98,19 @@ class EpisodeWorker:
         """Per provider: `sampling.extra_body` with its own `extra_body` over it (merged once)."""
         self._slots: asyncio.Queue[int] | None = None
         self.episodes_run = 0
-        self.finished: Counter[str] = Counter()
+        self._finished: Counter[str] = Counter()
+        self._gates: dict[object, Admission] = {}
+        """Adaptive admission: one gate per (provider index, model), built on first use."""
+        self._gated: dict[tuple[int, str], Provider] = {}
+
+    @property
+    def finished(self) -> Counter[str]:
         """Stop reasons of every episode this worker finished, returned or not: the driver polls
-        it for the progress line, which would otherwise move only when a whole batch returns."""
+        it for the progress line, which would otherwise move only when a whole batch returns.
+        With adaptive admission, the gates' gauges too, under `admission.*` keys."""
+        if not self._gates:
+            return self._finished
+        return Counter({**self._finished, **admission_gauges(self._gates)})
 
     async def ready(self) -> str:
         """Build everything and check keys and reachability; return the worker's name."""
@@ -136,6 +153,13 @@ class EpisodeWorker:
         # URL) are kept out of every record like the providers' keys.
         self._credentials = tuple(dict.fromkeys((*self._credentials, *self._env.credentials())))
         self._tasks = {t.id: t for t in select_tasks(cfg, self._env)}
+        if cfg.ray.admission == "adaptive":
+            slow = [p.name for p in providers if p.http_client != "fast"]
+            if slow:
+                raise ConfigError(
+                    f"ray.admission = \"adaptive\" needs provider.http_client = \"fast\" "
+                    f"(provider {slow[0]} has \"httpx\"); set ray.admission = \"static\""
+                )
         self._clients = http_clients(providers, self.in_flight)
         self._slots = asyncio.Queue()
         for slot in range(self.in_flight):
@@ -154,6 +178,27 @@ class EpisodeWorker:
             if declared is not None:  # the run declares the policy version (issue 27)
                 provider = VersionedProvider(provider, declared, client)
             self._providers[key] = provider
+        return provider
+
+    def _gated_provider(self, index: int, model: str) -> Provider:
+        """The provider of (provider, model) behind its own admission gate and client."""
+        key = (index, model)
+        provider = self._gated.get(key)
+        if provider is None:
+            from collector.providers import build_provider
+
+            config = (self.cfg.sweep.providers or [self.cfg.provider])[index]
+            # Declared budgets are split evenly over the workers (collector.run.admission).
+            share = self.cfg.ray.workers
+            gate = Admission(
+                self.in_flight,
+                config.requests_per_minute / share if config.requests_per_minute else None,
+                config.tokens_per_minute / share if config.tokens_per_minute else None,
+            )
+            client = fast_client(AdmissionTransport(StreamTransport(), gate))
+            self._clients.append(client)
+            self._gates[key] = gate
+            provider = self._gated[key] = build_provider(config.wire, self._endpoints[index], client)
         return provider
 
     async def run_batch(self, items: Sequence[WorkItem]) -> list[Episode]:
@@ -207,13 +252,16 @@ class EpisodeWorker:
         )
         slot = await self._slots.get()
         try:
-            provider = self._provider(item.provider_index, slot % len(self._clients))
+            if cfg.ray.admission == "adaptive":
+                provider = self._gated_provider(item.provider_index, item.model)
+            else:
+                provider = self._provider(item.provider_index, slot % len(self._clients))
             episode = await run_episode(spec, provider, self._env, cfg.loop)
         finally:
             self._slots.put_nowait(slot)
         episode.worker = self.setup.name
         self.episodes_run += 1
-        self.finished[str(episode.stop_reason)] += 1
+        self._finished[str(episode.stop_reason)] += 1
         return episode
 
     async def close(self) -> None:

@@ -22,6 +22,10 @@ Request headers the simulator honours (none is needed):
 Weights (`collector.sim.weights`): `GET`/`POST /sim/weights`, `GET /model_info` and `/get_weight_version`
 swap the version mid-run, aborting the Chat requests in flight (`finish_reason: "abort"`).
 
+A preset with a `capacity` (`sim-hosted`, `sim-gpu`) is served through its server's load
+model (`collector.sim.capacity`): the latency is waited for in a slot, and a request past the
+queue or the token budget is refused (429 / 503) with the headers real servers send.
+
 A body the parser cannot take (not JSON, not an object, nested past the interpreter's
 recursion limit) is a 400 in the dialect's shape, like any other bad request.
 
@@ -51,6 +55,7 @@ from collector.sim import anthropic as anthropic_wire
 from collector.sim import chat as chat_wire
 from collector.sim import gemini as gemini_wire
 from collector.sim import responses as responses_wire
+from collector.sim.capacity import CapacityModel
 from collector.sim.errors import Dialect, SimError, context_overflow, error_payload, error_response
 from collector.sim.generate import Generation, generate
 from collector.sim.history import ParsedRequest
@@ -82,6 +87,15 @@ class _Simulator:
         self.attempts: dict[bytes, int] = {}
         self.weights = Weights()
         """The weight version, and the swaps that abort requests in flight (issue 27)."""
+        self.capacities: dict[str, CapacityModel] = {}
+        """Per preset with a `capacity`: its live load (`collector.sim.capacity`)."""
+
+    def capacity_for(self, preset: ModelPreset) -> CapacityModel:
+        assert preset.capacity is not None
+        model = self.capacities.get(preset.name)
+        if model is None:
+            model = self.capacities[preset.name] = CapacityModel(preset.capacity)
+        return model
 
     def digest(self, dialect: str, model: str, canonical: bytes, extra: str) -> bytes:
         h = hashlib.blake2b(digest_size=16)
@@ -201,7 +215,19 @@ async def _reply(sim: _Simulator, request: Request, dialect: Dialect, parse: Par
             latency = max(0.0, float(headers["x-sim-latency-ms"]) / 1000.0)
         except ValueError:
             return error_response(dialect, 400, "x-sim-latency-ms must be a number.")
-    if dialect == "chat":  # vLLM / SGLang: a weight swap aborts the requests in flight
+    rate_headers: dict[str, str] = {}
+    version = sim.weights.version
+    if preset.capacity is not None:
+        # The server's load decides: a refusal, or a wait for a slot and the service time.
+        served = await sim.capacity_for(preset).serve(latency, req.prompt_tokens, req.cap, gen.output_tokens)
+        if not isinstance(served, dict):
+            # Anthropic says 529 where the others say 503 (provider-protocols.md).
+            status = 529 if dialect == "anthropic" and served.status == 503 else served.status
+            reply = error_response(dialect, status, served.message)
+            reply.headers.update(served.headers)
+            return reply
+        rate_headers = served
+    elif dialect == "chat":  # vLLM / SGLang: a weight swap aborts the requests in flight
         version, aborted = await sim.weights.generate(latency)
         if aborted:
             if req.stream:
@@ -221,14 +247,14 @@ async def _reply(sim: _Simulator, request: Request, dialect: Dialect, parse: Par
     if fault == "server_error":
         return error_response(dialect, 500, "The server had an error while processing your request.")
     if not req.stream:
-        reply = render(req, gen)
+        body = render(req, gen)
         if dialect == "chat" and chat_wire.reports_version(req):
-            chat_wire.with_weight_version(reply, version)
-        return Response(json.dumps(reply), media_type="application/json")
+            chat_wire.with_weight_version(body, version)
+        return Response(json.dumps(body), media_type="application/json", headers=rate_headers)
     events = render_stream(req, gen)
     if fault == "drop":
         events = events[: max(1, len(events) // 2)]
-    return Response("".join(events), media_type="text/event-stream")
+    return Response("".join(events), media_type="text/event-stream", headers=rate_headers)
 
 
 def create_app(seed: int = 0, presets: dict[str, ModelPreset] | None = None) -> Starlette:

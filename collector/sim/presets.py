@@ -26,6 +26,8 @@ from dataclasses import dataclass, field, replace
 from functools import cache
 from typing import Any, Literal
 
+from collector.sim.capacity import Capacity
+
 LeakFamily = Literal["trailing", "wrapped", "concatenated", "hermes_content", "swallowed"]
 """Chat-template delimiter leaks (provider-protocols.md section 6):
 
@@ -178,6 +180,10 @@ class ModelPreset:
     reasoning_field: Literal["reasoning", "reasoning_content"] = "reasoning"
     """Chat Completions: the message field the reasoning text goes in (vLLM's new name, or
     the older one SGLang, llama.cpp and DeepSeek still send)."""
+    capacity: Capacity | None = None
+    """How much load the server takes (`collector.sim.capacity`): slots, a queue whose wait
+    is latency, refusals past it, a tokens-per-minute budget. None: unlimited, every request
+    served at once (the suite's default, so no test depends on load)."""
 
     @property
     def fault_prob(self) -> float:
@@ -186,6 +192,11 @@ class ModelPreset:
 
 
 _NO_TEXT = LengthDist()
+
+HOSTED_TOKENS_PER_MINUTE = 4_000_000
+"""sim-hosted's budget (prompt + cap per request, charged at arrival)."""
+GPU_KV_TOKENS = 16_000
+"""sim-gpu's KV cache in tokens (prompt + output of the running sequences)."""
 
 _TERSE = ModelPreset(
     name="sim-terse",
@@ -303,6 +314,28 @@ PRESETS: dict[str, ModelPreset] = {
             latency_sigma=0.3,
         ),
         ModelPreset(
+            name="sim-hosted",
+            description="A hosted API with rate limits: a tokens-per-minute budget answered with "
+                        "429 + Retry-After and x-ratelimit headers; about 100 ms per reply.",
+            preamble=LengthDist(zero_prob=0.35, median=10.0, sigma=0.9),
+            answer_preamble=LengthDist(zero_prob=0.5, median=6.0, sigma=0.8),
+            latency_ms_median=100.0,
+            latency_sigma=0.3,
+            capacity=Capacity(slots=1024, queue_limit=0, refuse_status=429, refuse_retry_after_s=1.0,
+                              tokens_per_minute=HOSTED_TOKENS_PER_MINUTE, burst_s=1.0),
+        ),
+        ModelPreset(
+            name="sim-gpu",
+            description="A GPU server with a KV budget: 16 sequences at once, a queue of 16 whose "
+                        "wait is latency, 503 past it; about 100 ms per reply alone.",
+            preamble=LengthDist(zero_prob=0.35, median=10.0, sigma=0.9),
+            answer_preamble=LengthDist(zero_prob=0.5, median=6.0, sigma=0.8),
+            latency_ms_median=100.0,
+            latency_sigma=0.3,
+            capacity=Capacity(slots=16, queue_limit=16, refuse_status=503, slowdown=0.5,
+                              kv_tokens=GPU_KV_TOKENS),
+        ),
+        ModelPreset(
             name="sim-thinker",
             description="A reasoning model: thinks before every turn, out of the same output cap.",
             preamble=LengthDist(zero_prob=0.5, median=6.0, sigma=0.8),
@@ -319,5 +352,6 @@ PRESETS: dict[str, ModelPreset] = {
         ),
     )
 }
-"""All simulated models by name. Every preset has zero latency except `sim-slow`; any
-request can set its own with the `x-sim-latency-ms` header."""
+"""All simulated models by name. Every preset has zero latency except `sim-slow` and the two
+capacity presets (`sim-hosted`, `sim-gpu`); any request can set its own with the
+`x-sim-latency-ms` header."""
