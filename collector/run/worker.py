@@ -144,7 +144,9 @@ class EpisodeWorker:
         if provider is None:
             from collector.providers import build_provider
 
-            kind = (self.cfg.sweep.providers or [self.cfg.provider])[index].wire
+            kind: str = (self.cfg.sweep.providers or [self.cfg.provider])[index].wire
+            if self.cfg.sampling.token_in:  # the token endpoints of the same server (chat wire)
+                kind = "token_in"
             provider = build_provider(kind, self._endpoints[index], self._clients[client_index])
             self._providers[key] = provider
         return provider
@@ -247,7 +249,8 @@ def sampling_params(cfg: RunConfig) -> SamplingParams:
         tool_choice=s.tool_choice,
         logprobs=s.logprobs,
         top_logprobs=s.top_logprobs,
-        token_ids=s.token_ids,
+        token_ids=s.token_ids or s.token_in,
+        token_in=s.token_in_server if s.token_in else None,
         extra_body=dict(s.extra_body),
         reasoning_effort=s.reasoning_effort,
         thinking_budget=s.thinking_budget,
