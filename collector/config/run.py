@@ -237,7 +237,8 @@ class RunConfig(_Model):
         # Token-in speaks the chat server's own token endpoints: no other wire has them.
         for p in self.sweep.providers or [self.provider]:
             if self.sampling.token_in and p.wire != "chat":
-                raise ValueError(f"sampling.token_in needs the chat wire; provider {p.name!r} speaks {p.wire!r}")
+                raise ValueError(
+                    f"sampling.token_in needs the chat wire; provider {p.name!r} speaks {p.wire!r}")
         return self
 
     @model_validator(mode="after")
