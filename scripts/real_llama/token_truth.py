@@ -7,11 +7,16 @@ episodes, turns, tool turns per episode, the one-sequence share (trainer view ro
 episode), the drift rate per turn index, and the most common first-difference pairs
 (decoded by the server's `/detokenize`).
 
-Modes: ``rerender`` (the chat endpoint re-renders history from messages every turn). The
-token-in mode (`sampling.token_in`, issue 26 #4) is not implemented yet, so it is not run.
+Modes: ``rerender`` (the chat endpoint re-renders history from messages every turn;
 llama.cpp's chat endpoint returns no prompt ids, so each turn's prompt ids are taken from the
-same server's `/apply-template` + `/tokenize` of the request's messages (`RenderedPrompts`):
-its own rendering of history. The run also shows the stop-string rule on every call turn.
+same server's `/apply-template` + `/tokenize` of the request's messages, `RenderedPrompts`:
+its own rendering of history) and ``token-in`` (`sampling.token_in`, the
+`collector.providers.tokenin` adapter; `RecordedTokenIn` keeps each `/completion` prompt as
+sent and each reply's raw text). Token-in also prints that every stored prompt equals the
+ids sent, that their `/detokenize` renders the conversation (every tool result in order,
+ending on the generation prompt), and that the output ids detokenize to the raw text. The
+run also shows the stop-string rule on every call turn. The table is quoted in
+docs/tokens.md.
 
     PID=$(bash ../shared/tools/real-llama/serve.sh 18082)
     PYTHONPATH=. .venv/bin/python scripts/real_llama/token_truth.py --root http://127.0.0.1:18082

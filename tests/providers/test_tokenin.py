@@ -139,7 +139,8 @@ def _refund_says_refunded(monkeypatch: pytest.MonkeyPatch) -> None:
 
 async def test_token_in_episode_is_one_sequence_and_ids_are_what_was_sent(fake: FakeLlama) -> None:
     ep = await _episode(fake)
-    assert ep.stop_reason is StopReason.DONE and len(ep.turns) == 4
+    assert ep.stop_reason is StopReason.DONE
+    assert len(ep.turns) == 4
     assert [t.prompt_sent_as_ids for t in ep.turns] == [True] * 4
     assert [t.token_in_fallback for t in ep.turns] == [None] * 4
     assert [t.prefix_consistent for t in ep.turns[1:]] == [True] * 3
@@ -149,7 +150,8 @@ async def test_token_in_episode_is_one_sequence_and_ids_are_what_was_sent(fake: 
     # from the sent ids inside the first replayed call; that is the drift diagnostic.
     first = ep.turns[1]
     assert first.drift_offset is not None
-    assert detokenize([first.drift_expected_id or 0]) == '"' and detokenize([first.drift_found_id or 0]) == " "
+    assert detokenize([first.drift_expected_id or 0]) == '"'
+    assert detokenize([first.drift_found_id or 0]) == " "
     view = trainer_rows(rows, "sequence")
     (row,) = view.rows
     assert detokenize(row["input_ids"]).count("</tool_call><eot>\n") == 3  # the closing, bridged
@@ -191,34 +193,45 @@ async def test_no_previous_ids_falls_back_to_text(fake: FakeLlama) -> None:
 
 
 def test_text_tool_calls_parses_template_blocks() -> None:
-    text, calls = text_tool_calls('hi <tool_call>\n{"name": "f", "arguments": {"a": 1}}\n', "</tool_call>", "c")
-    assert text == "hi" and [(c.name, c.arguments, c.status) for c in calls] == [("f", {"a": 1}, ArgStatus.OK)]
-    assert not calls[0].had_wire_id and calls[0].id == "c_0"
+    block = 'hi <tool_call>\n{"name": "f", "arguments": {"a": 1}}\n'
+    text, calls = text_tool_calls(block, "</tool_call>", "c")
+    assert text == "hi"
+    assert [(c.name, c.arguments, c.status) for c in calls] == [("f", {"a": 1}, ArgStatus.OK)]
+    assert not calls[0].had_wire_id
+    assert calls[0].id == "c_0"
     # Unclosed (cut at the cap, no stop word): left in the text for the length checks.
     text, calls = text_tool_calls('<tool_call>\n{"name": "f", "argu', "", "c")
-    assert calls == [] and text.startswith("<tool_call>")
+    assert calls == []
+    assert text.startswith("<tool_call>")
     # Closed but not a call object: malformed, the name kept, never run.
     _, calls = text_tool_calls('<tool_call>{"name": "f", "arguments": {"a": }</tool_call>', "", "c")
-    assert calls[0].status is ArgStatus.MALFORMED and calls[0].name == "f" and calls[0].arguments is None
+    assert calls[0].status is ArgStatus.MALFORMED
+    assert calls[0].name == "f"
+    assert calls[0].arguments is None
 
 
 async def test_cut_call_at_the_cap_is_a_length_turn(fake: FakeLlama) -> None:
     ep = await _episode(fake, budget=12)
     assert ep.stop_reason is StopReason.LENGTH
-    assert ep.turns[0].finish_class == "length" and ep.executed_tool_calls == []
+    assert ep.turns[0].finish_class == "length"
+    assert ep.executed_tool_calls == []
 
 
 def test_token_in_config() -> None:
-    base = {"provider": {"kind": "chat", "base_url": "http://h/v1"}, "sweep": {"models": ["m"], "budgets": [8]},
-            "sampling": {"token_in": True}}
+    base = {"provider": {"kind": "chat", "base_url": "http://h/v1"},
+            "sweep": {"models": ["m"], "budgets": [8]},
+            "sweep": {"models": ["m"], "budgets": [8]}, "sampling": {"token_in": True}}
     cfg = RunConfig.model_validate(base)
     params = sampling_params(cfg)
-    assert params.token_ids and params.token_in == "llama.cpp"  # token_in implies token capture
-    with pytest.raises(ValueError, match="sampling.token_in needs the chat wire; provider 'anthropic'"):
+    assert params.token_ids
+    assert params.token_in == "llama.cpp"
+    with pytest.raises(ValueError, match=r"sampling\.token_in needs the chat wire; provider 'anthropic'"):
         RunConfig.model_validate({**base, "provider": {"kind": "anthropic", "base_url": "http://h"}})
 
 
-async def test_secret_in_token_in_episode_withholds_ids(fake: FakeLlama, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_secret_in_token_in_episode_withholds_ids(
+        fake: FakeLlama, monkeypatch: pytest.MonkeyPatch) -> None:
+        fake: FakeLlama, monkeypatch: pytest.MonkeyPatch) -> None:
     """The ids that carried a secret were sent: the episode keeps none, the view names why."""
     def refund(self: helpers.ToyWorld, order_id: str, amount: float) -> str:
         """Refund an order."""
@@ -229,4 +242,5 @@ async def test_secret_in_token_in_episode_withholds_ids(fake: FakeLlama, monkeyp
     assert all(t.tokens_withheld for t in ep.turns)
     assert all(t.prompt_token_ids is None and t.output_token_ids is None for t in ep.turns)
     view = trainer_rows(episodes_to_table([ep]).to_pylist(), "sequence")
-    assert view.rows == [] and view.skipped == {"withheld_redacted": 1}
+    assert view.rows == []
+    assert view.skipped == {"withheld_redacted": 1}
