@@ -219,7 +219,6 @@ async def test_cut_call_at_the_cap_is_a_length_turn(fake: FakeLlama) -> None:
 
 def test_token_in_config() -> None:
     base = {"provider": {"kind": "chat", "base_url": "http://h/v1"},
-            "sweep": {"models": ["m"], "budgets": [8]},
             "sweep": {"models": ["m"], "budgets": [8]}, "sampling": {"token_in": True}}
     cfg = RunConfig.model_validate(base)
     params = sampling_params(cfg)
@@ -230,7 +229,6 @@ def test_token_in_config() -> None:
 
 
 async def test_secret_in_token_in_episode_withholds_ids(
-        fake: FakeLlama, monkeypatch: pytest.MonkeyPatch) -> None:
         fake: FakeLlama, monkeypatch: pytest.MonkeyPatch) -> None:
     """The ids that carried a secret were sent: the episode keeps none, the view names why."""
     def refund(self: helpers.ToyWorld, order_id: str, amount: float) -> str:
