@@ -55,8 +55,11 @@ class FakeLlama:
     """A llama-server in miniature. `call_close` is what the template writes after a call turn
     (a template that closes call turns unlike text turns cannot be bridged: `<eoc>`)."""
 
-    def __init__(self, call_close: str = "<eot>\n", calls: int = 3) -> None:
+    def __init__(self, call_close: str = "<eot>\n", calls: int = 3, closer: str = "</tool_call>",
+                 refuse_probes: bool = False) -> None:
         self.call_close = call_close
+        self.closer = closer
+        self.refuse_probes = refuse_probes
         self.calls = calls
         self.sent: list[Any] = []
         self.paths: list[str] = []
@@ -69,7 +72,7 @@ class FakeLlama:
                 for c in m["tool_calls"]:
                     args = json.dumps(json.loads(c["function"]["arguments"]))  # tojson: spaced
                     out += '<tool_call>\n{"name": "' + c["function"]["name"] + '", "arguments": ' + args
-                    out += "}\n</tool_call>"
+                    out += "}\n" + self.closer
                 out += self.call_close
             else:
                 role = "user" if m["role"] == "tool" else m["role"]
@@ -89,6 +92,8 @@ class FakeLlama:
         path = request.url.path
         self.paths.append(path)
         if path == "/apply-template":
+            if self.refuse_probes and any(m.get("content") in ("A", "B") for m in body["messages"]):
+                return httpx.Response(400, json={"error": {"code": 400, "message": "bad template input"}})
             return httpx.Response(200, json={"prompt": self.render(body["messages"])})
         if path == "/tokenize":
             ids = tokenize(body["content"])
@@ -170,6 +175,16 @@ async def test_unprovable_bridge_falls_back_to_text_and_breaks_the_sequence() ->
     assert [t.prefix_consistent for t in ep.turns[1:]] == [False] * 3
     view = trainer_rows(episodes_to_table([ep]).to_pylist(), "sequence")
     assert len(view.rows) == 4  # one row per re-rendered turn
+
+
+@pytest.mark.parametrize(("server", "reason"), [
+    (FakeLlama(closer="</tool_call >"), "stop_text_unproven"),  # the template closes elsewhere
+    (FakeLlama(refuse_probes=True), "render_failed"),
+])
+async def test_each_unproven_bridge_names_its_reason(server: FakeLlama, reason: str) -> None:
+    ep = await _episode(server)
+    assert [t.token_in_fallback for t in ep.turns[1:]] == [reason] * 3
+    assert [t.prompt_sent_as_ids for t in ep.turns] == [True, False, False, False]
 
 
 async def test_no_previous_ids_falls_back_to_text(fake: FakeLlama) -> None:
