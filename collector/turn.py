@@ -148,7 +148,21 @@ class Turn:
     logprobs: list[float] | None = None
     """Output log-probabilities, one per sampled token (`logprobs.content[].logprob`)."""
     prompt_token_ids: list[int] | None = None
-    """The prompt as the server tokenized it (vLLM top-level / first chunk, SGLang per choice)."""
+    """The prompt as the server tokenized it (vLLM top-level / first chunk, SGLang per choice);
+    in token-in mode the ids sent (`collector.providers.tokenin`)."""
+    # --- token-in mode (issue 26): how the prompt went, and the server's own re-rendering ---
+    prompt_sent_as_ids: bool | None = None
+    """Token-in mode: True when the prompt went as ids, False when the turn fell back to text
+    (`token_in_fallback` says why); None outside token-in mode."""
+    token_in_fallback: str | None = None
+    """Token-in mode: why this turn's prompt went as text (a short reason such as
+    `suffix_unproven`); None when it went as ids."""
+    rerendered_prompt_ids: list[int] | None = None
+    """Token-in mode: the server's own rendering of the whole history, tokenized: what a
+    re-rendering server would have seen (the drift diagnostic compares the sent ids with it)."""
+    unreturned_stop: str | None = None
+    """The matched stop string the output ids do not hold (llama.cpp trims its ids): the
+    closing text a token-in bridge must add before the next messages."""
     response_id: str | None = None
     """The provider's id for this response (`chatcmpl-…`, `resp_…`, `msg_…`), for tracing."""
     # --- what answered, and what was not shown (issue 15) ---
@@ -254,6 +268,9 @@ class SamplingParams:
     top_logprobs: int | None = None
     token_ids: bool = False
     """Ask for sampled token ids (and prompt ids, and logprobs) where the wire has them."""
+    token_in: str | None = None
+    """Token-in mode: the server dialect ("llama.cpp") whose token endpoints each later
+    turn's prompt is sent to as ids (`collector.providers.tokenin`); None: messages."""
     extra_body: JSONObject = field(default_factory=dict)
     """Free server-specific fields merged into the request body (vLLM, llama.cpp)."""
     reasoning_effort: str | None = None
@@ -264,6 +281,20 @@ class SamplingParams:
     """HTTP headers added to this request only (never logged or stored). The job sets the
     simulator's `x-sim-seed` here, so that samples of one task differ on transports whose
     body has no seed field (Anthropic, Responses)."""
+
+
+@dataclass(slots=True, frozen=True)
+class TokenPrefix:
+    """Token-in mode: the ids a later turn's prompt extends (`collector.providers.tokenin`)."""
+
+    ids: list[int] | None
+    """The previous turn's prompt ids + its output ids; None: that turn returned no ids, so
+    no bridge is possible (the turn falls back to text)."""
+    stop_text: str
+    """The stop string that ended the previous turn and that its ids do not hold ("" none)."""
+    assistant_at: int
+    """Index in `TurnRequest.messages` where the previous turn's assistant message is (the
+    history's length when that turn was asked)."""
 
 
 @dataclass(slots=True)
@@ -278,3 +309,6 @@ class TurnRequest:
     wire_cache: dict[str, Any] = field(default_factory=dict)
     """Scratch an adapter keeps across the turns of one episode (the loop passes the same dict
     every turn): the encoded history items (`collector.providers.splice`). Never recorded."""
+    token_prefix: TokenPrefix | None = None
+    """Token-in mode, every turn after the first: what the episode already sent and sampled
+    (the loop's `TokenTracker` builds it; the adapter stays stateless per episode)."""

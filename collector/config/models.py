@@ -170,6 +170,14 @@ class SamplingConfig(_Model):
     output logprobs (chat wire: vLLM/SGLang `return_token_ids`, SGLang `return_prompt_token_ids`,
     and `logprobs`, which carries llama.cpp's ids). A server that ignores it does not fail the
     run: the turn records that ids were asked for and not returned. Stored per turn in `turns`."""
+    token_in: bool = False
+    """Token-in mode (implies `token_ids`): every turn after the first sends its prompt as
+    ids, the previous prompt + output ids + the server-tokenized rest, so an episode is one
+    sequence by construction; a turn whose bridge cannot be proven safe goes as text and
+    records why (docs/tokens.md). Chat wire only."""
+    token_in_server: Literal["llama.cpp"] = "llama.cpp"
+    """With `token_in`: the server's token endpoints (llama.cpp `llama-server`:
+    `/completion`, `/tokenize`, `/apply-template`)."""
     extra_body: dict[str, object] = {}
     """Server-specific request fields (vLLM, llama.cpp), merged into every request body."""
     reasoning_effort: str | None = None

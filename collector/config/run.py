@@ -241,6 +241,15 @@ class RunConfig(_Model):
         return name
 
     @model_validator(mode="after")
+    def _token_in_wire(self) -> RunConfig:
+        # Token-in speaks the chat server's own token endpoints: no other wire has them.
+        for p in self.sweep.providers or [self.provider]:
+            if self.sampling.token_in and p.wire != "chat":
+                raise ValueError(
+                    f"sampling.token_in needs the chat wire; provider {p.name!r} speaks {p.wire!r}")
+        return self
+
+    @model_validator(mode="after")
     def _sweep_size(self) -> RunConfig:
         # What the sweep alone multiplies to, before any task is read; `plan_work` checks again
         # with the real task count.

@@ -242,6 +242,8 @@ async def _drive(
                 return StopReason.CONTEXT_OVERFLOW
             cap = min(cap, room)
         request = TurnRequest(spec.model, state.history, specs, cap, params, state.wire_cache)
+        if params.token_in:  # token-in mode: what this turn's prompt ids extend (tokens.py)
+            request.token_prefix = state.tokens.prefix(len(state.history))
         try:  # 1
             turn = await provider.complete(request)
         except ContextOverflow as exc:

@@ -22,6 +22,15 @@ and put whatever came back on the `Turn`. Here, per turn, at record time:
   prompt of turn k is ``(prompt_k-1 + output_k-1)[:offset_k] + delta_k``
   (`collector.analysis.trainer.full_prompts`).
 
+Token-in mode (`sampling.token_in`). The tracker also builds what a later turn's prompt
+extends (`prefix`: the previous prompt ids + output ids, the stop string those ids do not
+hold, and where in the history that turn's assistant message sits), which the loop puts on
+the request; the adapter (`collector.providers.tokenin`) bridges it to the new messages.
+Per turn it stores `prompt_sent_as_ids` and `token_in_fallback`, and, since the sent prompt
+extends the previous sequence by construction, the drift fields then compare the sent ids
+with the server's own re-rendering of the same history (`Turn.rerendered_prompt_ids`): the
+drift a re-rendering server would have caused, measured in the mode that avoids it.
+
 Redaction. Token ids decode back to whatever the model wrote, thought and was shown, a
 secret included, and no redaction of the stored text can reach inside them. So the rule is:
 when the record of the episode had anything scrubbed, the episode keeps no token ids at all
@@ -40,14 +49,23 @@ from collections.abc import Sequence
 
 from collector.episode.redact import Redactor
 from collector.record.episode import TurnRecord
-from collector.turn import AssistantMessage, Message, SystemMessage, ToolResultMessage, Turn, UserMessage
+from collector.turn import (
+    AssistantMessage,
+    Message,
+    SystemMessage,
+    TokenPrefix,
+    ToolResultMessage,
+    Turn,
+    UserMessage,
+)
 
 __all__ = ["TokenTracker", "common_prefix", "holds_secret", "withhold"]
 
 
-_STOPPED = ("stop", "tool_calls")
+_STOPPED = ("stop", "tool_calls", "word", "eos")
 """Finish reasons of a turn that ended by itself (a stop string, or EOG): never a cap. A call
-turn ended on a stop string is `tool_calls` on llama.cpp (measured: 31 ids of 36 counted)."""
+turn ended on a stop string is `tool_calls` on llama.cpp (measured: 31 ids of 36 counted);
+`word` and `eos` are llama.cpp `/completion`'s `stop_type` for the same (token-in mode)."""
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -62,7 +80,7 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 class TokenTracker:
     """Per episode: the previous turn's full sequence, to store prompts as deltas."""
 
-    __slots__ = ("previous", "requested", "stop_bytes", "temperature")
+    __slots__ = ("asked_at", "previous", "requested", "stop_bytes", "stop_text", "temperature")
 
     def __init__(self, requested: bool, temperature: float | None, stop: Sequence[str] | None = None) -> None:
         self.requested = requested
@@ -71,6 +89,19 @@ class TokenTracker:
         """The longest stop string in UTF-8 bytes: no tokenizer makes it more tokens than that."""
         self.previous: list[int] | None = None
         """The previous turn's prompt + output ids (None: unknown, no delta possible)."""
+        self.stop_text = ""
+        """The stop string that ended the previous turn and that its output ids do not hold."""
+        self.asked_at: int | None = None
+        """The history's length when the previous turn was asked (None: no turn yet)."""
+
+    def prefix(self, history_len: int) -> TokenPrefix | None:
+        """Token-in mode: what this turn's prompt extends (None on the first turn), called
+        once per turn just before the request, with the history's current length."""
+        asked_at, self.asked_at = self.asked_at, history_len
+        if asked_at is None:
+            return None
+        ids = list(self.previous) if self.previous is not None else None
+        return TokenPrefix(ids, self.stop_text, asked_at)
 
     def fill(self, record: TurnRecord, turn: Turn) -> None:
         """Put the turn's token capture on its record (see the module docstring)."""
@@ -90,6 +121,9 @@ class TokenTracker:
                 missing = 0
             record.token_counts_ok = missing == 0 and (logprobs is None or len(logprobs) == len(ids))
         previous = self.previous
+        record.prompt_sent_as_ids = turn.prompt_sent_as_ids
+        record.token_in_fallback = turn.token_in_fallback
+        self.stop_text = turn.unreturned_stop or ""
         if prompt is None:
             self.previous = None
             return
@@ -104,6 +138,14 @@ class TokenTracker:
                 record.drift_found_id = prompt[offset] if offset < len(prompt) else None
         else:
             offset = 0
+        rerendered = turn.rerendered_prompt_ids
+        if rerendered is not None and record.drift_offset is None and previous is not None:
+            # Token-in: where the server's own re-rendering first departs from the ids sent.
+            at = common_prefix(prompt, rerendered)
+            if at < len(prompt) or at < len(rerendered):
+                record.drift_offset = at
+                record.drift_expected_id = prompt[at] if at < len(prompt) else None
+                record.drift_found_id = rerendered[at] if at < len(rerendered) else None
         record.prompt_ids_offset = offset
         record.prompt_token_ids = prompt[offset:]
         self.previous = prompt + ids if ids is not None else None

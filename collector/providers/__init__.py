@@ -68,6 +68,10 @@ def build_provider(
 
     `sleep` (default `asyncio.sleep`) and `rng` drive retry back-off; tests inject both.
     """
+    if kind == "token_in":  # token-in mode on a chat server (sampling.token_in), not a wire of its own
+        from collector.providers.tokenin import TokenInProvider
+
+        return TokenInProvider(endpoint, client, sleep=sleep, rng=rng)
     try:
         adapter = _ADAPTERS[kind]
     except KeyError:

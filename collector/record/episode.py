@@ -152,6 +152,16 @@ class TurnRecord:
     """The previous prompt + output's id at `drift_offset` (what a faithful server sends)."""
     drift_found_id: int | None = None
     """This prompt's id at `drift_offset`; None when the prompt ended there (it is shorter)."""
+    # --- issue 26: token-in mode (still schema version 3) ---
+    prompt_sent_as_ids: bool | None = None
+    """Token-in mode (`sampling.token_in`): True when this turn's prompt went to the server as
+    ids (the previous prompt + output ids + the tokenized rest), False when it fell back to
+    text (`token_in_fallback`). None: not token-in mode, or a shard written before the field.
+    In token-in mode the drift fields compare the ids sent with the server's own
+    re-rendering of the same history (what re-render mode would have sent)."""
+    token_in_fallback: str | None = None
+    """Token-in mode: why this turn went as text (`no_previous_ids`, `assistant_not_replayed`,
+    `render_failed`, `suffix_unproven`, `stop_text_unproven`; docs/tokens.md). None: as ids."""
     stop_tokens_uncounted: int | None = None
     """Output tokens the server counted in usage but returned no ids for, accounted to the stop
     string that ended the turn (llama.cpp counts a matched `stop` string and returns none of

@@ -173,7 +173,10 @@ class EpisodeWorker:
 
             config = (self.cfg.sweep.providers or [self.cfg.provider])[index]
             client = self._clients[client_index]
-            provider = build_provider(config.wire, self._endpoints[index], client)
+            kind: str = config.wire
+            if self.cfg.sampling.token_in:  # the token endpoints of the same server (chat wire)
+                kind = "token_in"
+            provider = build_provider(kind, self._endpoints[index], client)
             declared = self._declared.setdefault(index, declared_version(config))
             if declared is not None:  # the run declares the policy version (issue 27)
                 provider = VersionedProvider(provider, declared, client)
@@ -302,7 +305,8 @@ def sampling_params(cfg: RunConfig) -> SamplingParams:
         tool_choice=s.tool_choice,
         logprobs=s.logprobs,
         top_logprobs=s.top_logprobs,
-        token_ids=s.token_ids,
+        token_ids=s.token_ids or s.token_in,
+        token_in=s.token_in_server if s.token_in else None,
         extra_body=dict(s.extra_body),
         reasoning_effort=s.reasoning_effort,
         thinking_budget=s.thinking_budget,

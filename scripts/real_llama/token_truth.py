@@ -7,11 +7,16 @@ episodes, turns, tool turns per episode, the one-sequence share (trainer view ro
 episode), the drift rate per turn index, and the most common first-difference pairs
 (decoded by the server's `/detokenize`).
 
-Modes: ``rerender`` (the chat endpoint re-renders history from messages every turn). The
-token-in mode (`sampling.token_in`, issue 26 #4) is not implemented yet, so it is not run.
+Modes: ``rerender`` (the chat endpoint re-renders history from messages every turn;
 llama.cpp's chat endpoint returns no prompt ids, so each turn's prompt ids are taken from the
-same server's `/apply-template` + `/tokenize` of the request's messages (`RenderedPrompts`):
-its own rendering of history. The run also shows the stop-string rule on every call turn.
+same server's `/apply-template` + `/tokenize` of the request's messages, `RenderedPrompts`:
+its own rendering of history) and ``token-in`` (`sampling.token_in`, the
+`collector.providers.tokenin` adapter; `RecordedTokenIn` keeps each `/completion` prompt as
+sent and each reply's raw text). Token-in also prints that every stored prompt equals the
+ids sent, that their `/detokenize` renders the conversation (every tool result in order,
+ending on the generation prompt), and that the output ids detokenize to the raw text. The
+run also shows the stop-string rule on every call turn. The table is quoted in
+docs/tokens.md.
 
     PID=$(bash ../shared/tools/real-llama/serve.sh 18082)
     PYTHONPATH=. .venv/bin/python scripts/real_llama/token_truth.py --root http://127.0.0.1:18082
@@ -38,13 +43,14 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from weather_env import WeatherWorld
 
-from collector.analysis.trainer import sequence_runs, trainer_rows
+from collector.analysis.trainer import full_prompts, sequence_runs, trainer_rows
 from collector.config import LoopConfig
 from collector.envs.base import Environment, Task
 from collector.episode.loop import EpisodeSpec, run_episode
 from collector.providers import base_url_for, build_provider
 from collector.providers.base import Endpoint
 from collector.providers.chat import build_chat_body
+from collector.providers.tokenin import TokenInProvider
 from collector.record.shards import episodes_to_table
 from collector.turn import (
     ArgStatus,
@@ -122,50 +128,124 @@ class RenderedPrompts:
         return getattr(self.inner, name)
 
 
-async def run(root: str, model: str, cap: int) -> int:
+class RecordedTokenIn(TokenInProvider):
+    """The token-in adapter, keeping what went over the wire: each `/completion` prompt as
+    sent, and each reply's raw text with the output ids the turn stores."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.sent: list[list[int] | str] = []
+        self.raw: list[tuple[str, list[int] | None]] = []
+
+    async def _post(self, path: str, body: dict[str, Any], extra: dict[str, str]) -> tuple[Any, float]:
+        if path == "/completion":
+            self.sent.append(body["prompt"])
+        return await super()._post(path, body, extra)
+
+    def _parse(self, payload: Any, request: TurnRequest, elapsed: float) -> Turn:
+        turn = super()._parse(payload, request, elapsed)
+        self.raw.append((str(payload.get("content")), turn.token_ids))
+        return turn
+
+
+def _pct(n: int, d: int) -> str:
+    return f"{n}/{d} ({100 * n / d:.0f}%)" if d else "0/0"
+
+
+async def _mode(mode: str, root: str, model: str, cap: int, client: httpx.AsyncClient) -> dict[str, Any]:
     env = ThreeCities()
     endpoint = Endpoint(base_url_for("chat", root), streaming=False, cap_field="max_tokens",
                         request_timeout_s=300.0)
-    params = SamplingParams(temperature=0.0, stop=["</tool_call>"], token_ids=True)
+    token_in = mode == "token-in"
+    params = SamplingParams(temperature=0.0, stop=["</tool_call>"], token_ids=True,
+                            token_in="llama.cpp" if token_in else None)
+    recorded = RecordedTokenIn(endpoint, client) if token_in else None
+    provider: Any = recorded if recorded is not None else RenderedPrompts(
+        build_provider("chat", endpoint, client), client, root)
+    episodes = [await run_episode(EpisodeSpec("token-truth", model, "chat", cap, task, sampling=params),
+                                  provider, env, LoopConfig(max_steps=6))
+                for task in env.tasks()]
+    rows = episodes_to_table(episodes).to_pylist()
+    view = trainer_rows(rows, "sequence")
+    per_turn: Counter[int] = Counter()
+    drifted: Counter[int] = Counter()
+    pairs: Counter[tuple[int | None, int | None]] = Counter()
+    one = with_ids = 0
+    for ep in rows:
+        turns = ep["turns"]
+        if turns and all(p is not None for p in full_prompts(turns)):
+            with_ids += 1
+            one += len(sequence_runs(turns)) == 1
+        for t in turns[1:]:
+            if t["prefix_consistent"] is None:
+                continue
+            per_turn[t["index"]] += 1
+            # Re-render: the prompt broke the sequence. Token-in: the ids sent are the sequence by
+            # construction; the drift is where the server's own re-rendering departs from them.
+            if t["drift_offset"] is not None:
+                drifted[t["index"]] += 1
+                pairs[(t["drift_expected_id"], t["drift_found_id"])] += 1
+    out: dict[str, Any] = {
+        "mode": mode, "episodes": len(rows), "turns": sum(len(e["turns"]) for e in rows),
+        "tool_turns": [sum(t["num_tool_calls"] > 0 for t in e["turns"]) for e in rows],
+        "stops": dict(Counter(str(e["stop_reason"]) for e in rows)),
+        "rows": len(view.rows), "skipped": dict(view.skipped), "one": one, "with_ids": with_ids,
+        "drift": " ".join(f"t{k}={drifted[k]}/{n}" for k, n in sorted(per_turn.items())),
+        "drift_total": (sum(drifted.values()), sum(per_turn.values())), "pairs": pairs,
+        "counts": dict(Counter((t["token_counts_ok"], t["stop_tokens_uncounted"])
+                               for e in rows for t in e["turns"])),
+    }
+    if recorded is not None:
+        stored = [p for e in rows for p in full_prompts(e["turns"])]
+        as_ids = [t["prompt_sent_as_ids"] for e in rows for t in e["turns"]]
+        out["as_ids"] = _pct(sum(bool(a) for a in as_ids), len(as_ids))
+        out["fallbacks"] = dict(Counter(t["token_in_fallback"] for e in rows for t in e["turns"]
+                                        if t["token_in_fallback"]))
+        out["sent_equal"] = _pct(sum(s == p for s, p in zip(recorded.sent, stored, strict=True)),
+                                 len(stored))
+        renders = 0
+        for ep, prompts in zip(rows, (full_prompts(e["turns"]) for e in rows), strict=True):
+            # Each tool result (the few-shot's and the episode's own, by turn), in order.
+            results = [(m["turn_index"], m["text"]) for m in ep["messages"] if m["role"] == "tool"]
+            for k, prompt in enumerate(prompts):
+                text = await _detok(client, root, prompt or [])
+                shown = [r for at, r in results if at is None or at < k]
+                pos, ok = 0, text.endswith("<start_of_turn>assistant\n")
+                for r in shown:
+                    pos = text.find(str(r), pos)
+                    ok = ok and pos >= 0
+                renders += ok
+        out["detok_renders"] = _pct(renders, len(stored))
+        raw_ok = 0
+        for content, ids in recorded.raw:
+            raw_ok += ids is not None and await _detok(client, root, ids) == content
+        out["output_detok"] = _pct(raw_ok, len(recorded.raw))
+    return out
+
+
+async def run(root: str, model: str, cap: int) -> int:
     async with httpx.AsyncClient(timeout=300) as client:
-        provider = RenderedPrompts(build_provider("chat", endpoint, client), client, root)
-        episodes = [await run_episode(EpisodeSpec("token-truth", model, "chat", cap, task, sampling=params),
-                                      provider, env, LoopConfig(max_steps=6))  # type: ignore[arg-type]
-                    for task in env.tasks()]
-        rows = episodes_to_table(episodes).to_pylist()
-        view = trainer_rows(rows, "sequence")
-        per_turn: Counter[int] = Counter()
-        drifted: Counter[int] = Counter()
-        pairs: Counter[tuple[int | None, int | None]] = Counter()
-        tool_turns = []
-        one = with_ids = 0
-        for ep in rows:
-            turns = ep["turns"]
-            tool_turns.append(sum(t["num_tool_calls"] > 0 for t in turns))
-            if turns and all(t["prompt_token_ids"] is not None for t in turns):
-                with_ids += 1
-                one += len(sequence_runs(turns)) == 1
-            for t in turns[1:]:
-                if t["prefix_consistent"] is None:
-                    continue
-                per_turn[t["index"]] += 1
-                if not t["prefix_consistent"]:
-                    drifted[t["index"]] += 1
-                    pairs[(t["drift_expected_id"], t["drift_found_id"])] += 1
-        print(f"mode=rerender episodes={len(rows)} turns={sum(len(e['turns']) for e in rows)} "
-              f"tool_turns_per_episode={tool_turns} "
-              f"stops={dict(Counter(str(e['stop_reason']) for e in rows))}")
-        print(f"  trainer view: {len(view.rows)} rows, left out {dict(view.skipped)}; "
-              f"one sequence: {one} of {with_ids} episodes with prompt ids")
-        print("  drift rate by turn: " + " ".join(
-            f"t{k}={drifted[k]}/{n}" for k, n in sorted(per_turn.items())))
-        for (exp, found), n in pairs.most_common(5):
-            e = await _detok(client, root, [exp]) if exp is not None else "-"
-            f = await _detok(client, root, [found]) if found is not None else "(prompt ended)"
-            print(f"  first difference x{n}: expected {exp} {e!r} found {found} {f!r}")
-        counts = [(t["token_counts_ok"], t["stop_tokens_uncounted"]) for e in rows for t in e["turns"]]
-        print(f"  token_counts_ok/stop_tokens_uncounted per turn: {dict(Counter(counts))}")
-    print("mode=token-in: not run (sampling.token_in is not implemented yet)")
+        results = [await _mode(mode, root, model, cap, client) for mode in ("rerender", "token-in")]
+        print("| mode | episodes | turns | tool turns/episode | trainer rows | one sequence | "
+              "drift per turn (re-rendered prompt differs) |")
+        print("|---|---|---|---|---|---|---|")
+        for r in results:
+            d, n = r["drift_total"]
+            print(f"| {r['mode']} | {r['episodes']} | {r['turns']} | {r['tool_turns']} | {r['rows']} | "
+                  f"{_pct(r['one'], r['episodes'])} | {_pct(d, n)}: {r['drift']} |")
+        print()
+        for r in results:
+            print(f"{r['mode']}: stops {r['stops']}; trainer view left out {r['skipped'] or 'none'}; "
+                  f"token_counts_ok/stop_tokens_uncounted {r['counts']}")
+            for (exp, found), n in r["pairs"].most_common(3):
+                e = await _detok(client, root, [exp]) if exp is not None else "-"
+                f = await _detok(client, root, [found]) if found is not None else "(prompt ended)"
+                print(f"  first difference x{n}: sent/expected {exp} {e!r}, re-rendered {found} {f!r}")
+            if "as_ids" in r:
+                print(f"  prompts sent as ids: {r['as_ids']}, fallbacks {r['fallbacks'] or 'none'}; "
+                      f"stored prompt ids == ids sent: {r['sent_equal']}; /detokenize of them renders "
+                      f"the conversation: {r['detok_renders']}; output ids /detokenize to the raw "
+                      f"text: {r['output_detok']}")
     return 0
 
 
