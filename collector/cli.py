@@ -17,10 +17,10 @@ command ran and found a problem (`check` with violations).
     collector export RUN_DIR OUT [--format chat-jsonl|parquet|atif] [--where COL OP VALUE ...]
                                  [--annotation NAME]
     collector sim [--host H] [--port N] [--seed S]
-    collector trainer-view RUN_DIR OUT [--mode sequence|stepwise]
+    collector trainer-view RUN_DIR OUT [--mode sequence|stepwise] [--annotation NAME]
     collector report RUN_DIR [-o OUT] [--target X]
     collector follow RUN [--since CURSOR] [--format jsonl|arrow] [--groups all|complete] [--forever]
-                         [--poll SECONDS]
+                         [--poll SECONDS] [--annotation NAME]
 
 Every RUN_DIR may also be ``s3://bucket/prefix``: it is read through a local mirror synced
 first (`collector.storage.mirror.resolve_run`, the one place the argument is resolved).
@@ -239,7 +239,7 @@ def _cmd_sim(args: argparse.Namespace) -> int:
 def _cmd_trainer_view(args: argparse.Namespace) -> int:
     from collector.analysis.trainer import summary_lines, token_summary, trainer_table, write_view
 
-    view = trainer_table(args.run, args.mode)
+    view = trainer_table(args.run, args.mode, args.annotation)
     write_view(view, args.out)
     left_out = ", ".join(f"{n} {why}" for why, n in sorted(view.skipped.items())) or "none"
     print(f"{args.out}: {len(view.rows)} rows from {view.episodes} episodes ({args.mode}); "
@@ -410,6 +410,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("out", help="the Parquet file to write")
     p.add_argument("--mode", choices=("sequence", "stepwise"), default="sequence",
                    help="one row per prefix-consistent episode (default), or one per turn")
+    p.add_argument("--annotation", default=None, metavar="NAME",
+                   help="rewards from `collector regrade --out NAME`")
     p.set_defaults(func=_cmd_trainer_view)
 
     p = sub.add_parser("follow", help="print a run's committed episodes as they land, resumable")
@@ -418,6 +420,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("jsonl", "arrow"), default="jsonl", help="arrow: an IPC stream")
     p.add_argument("--groups", choices=("all", "complete"), default="all", help="complete: whole groups only")
     p.add_argument("--forever", action="store_true", help="keep following after the writer is gone")
+    p.add_argument("--annotation", default=None, metavar="NAME",
+                   help="rewards from `collector regrade --out NAME` (local runs)")
     p.add_argument("--poll", type=float, default=1.0, metavar="SECONDS", help="how often to look for commits")
     p.set_defaults(func=_cmd_follow)
 

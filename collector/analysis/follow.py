@@ -105,6 +105,7 @@ from typing import Any, Literal
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from collector.analysis.regrade import apply_annotation
 from collector.errors import OutputError
 from collector.record.episode import Episode
 from collector.record.shards import ShardError, episodes_from_table, read_shard
@@ -241,13 +242,15 @@ class Follower:
 
     def __init__(self, run: str | Path, since: str | None = None, *, groups: Groups = "all",
                  forever: bool = False, poll_s: float = 1.0,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep, annotation: str | None = None) -> None:
         if groups not in ("all", "complete"):
             raise FollowError(f"{run}: groups must be 'all' or 'complete', got {groups!r}")
         self.run = str(run)
         self.grouped = groups == "complete"
         self.forever = forever
         self.poll_s = poll_s
+        self.annotation = annotation
+        """A regrade (`collector regrade --out NAME`) whose rewards replace the stored ones."""
         self._sleep = sleep
         self._object = self.run.startswith("s3://")
         self.since = Cursor.parse(since, self.run) if since is not None else None
@@ -490,6 +493,10 @@ class Follower:
         gerrs: list[int] = []
         for i, entry in enumerate(step.new):
             table = self._shard(root, entry)
+            if self.annotation is not None:
+                # A regrade annotates committed episodes after the fact: one it does not cover
+                # yet is an error naming the gap (resume the regrade), never the stored reward.
+                table = apply_annotation(root, table, self.annotation)
             if grouper is not None:
                 if not grouper.size:  # a commit exists: the writer's open is done, its config written
                     grouper.size = self._group_size(root)
@@ -571,8 +578,8 @@ class _Grouper:
 
 
 def follow(run: str | Path, since: str | None = None, *, groups: Groups = "all", forever: bool = False,
-           poll_s: float = 1.0) -> Follower:
+           poll_s: float = 1.0, annotation: str | None = None) -> Follower:
     """Follow `run` (a run directory or ``s3://bucket/prefix``): iterate the result for
     `Batch`es in commit order as they are committed, from after `since` (a cursor one of them
     carried; None: from the start). See the module docstring for the guarantees."""
-    return Follower(run, since, groups=groups, forever=forever, poll_s=poll_s)
+    return Follower(run, since, groups=groups, forever=forever, poll_s=poll_s, annotation=annotation)

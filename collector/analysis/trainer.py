@@ -24,7 +24,8 @@ Left out, and counted in `TrainerView.skipped`: episodes that are not trainable 
 `timeout`), with no turns, whose turns lack output or prompt ids (not asked for, not
 returned, or withheld by the redaction rule), or with a turn whose ids disagree with the
 server's token count. Reading goes through the manifest (`load_run`), so only committed
-shards are read; shards of schema version 2 simply have no ids.
+shards are read; shards of schema version 2 simply have no ids. With `annotation` (`collector
+trainer-view --annotation NAME`) the `reward` column is a regrade's (cut episodes keep 0).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from collector.analysis.output import write_output
+from collector.analysis.source import Source
 from collector.analysis.stats import read_committed
 from collector.errors import OutputError
 
@@ -215,18 +217,21 @@ def trainer_rows(episodes: Iterable[dict[str, Any]], mode: TrainerMode = "sequen
     return view
 
 
-def trainer_table(run_dir: str | Path, mode: TrainerMode = "sequence") -> TrainerView:
-    """The trainer view of a run directory's committed episodes."""
-    table = read_committed(run_dir, _COLUMNS)
+def trainer_table(run_dir: str | Path, mode: TrainerMode = "sequence", annotation: str | None = None
+                  ) -> TrainerView:
+    """The trainer view of a run directory's committed episodes; `annotation` names a regrade
+    (`collector regrade --out NAME`) whose rewards every row carries instead of the stored ones."""
+    table = Source(Path(run_dir), None, annotation).read(_COLUMNS)
     return trainer_rows(table.to_pylist(), mode)
 
 
-def write_trainer_view(run_dir: str | Path, out_path: str | Path, *, mode: TrainerMode = "sequence") -> int:
+def write_trainer_view(run_dir: str | Path, out_path: str | Path, *, mode: TrainerMode = "sequence",
+                       annotation: str | None = None) -> int:
     """Write the trainer view of `run_dir` to `out_path` as Parquet (zstd); returns its rows.
 
     Written under a temporary name and renamed into place: a reader never sees half a file.
     """
-    view = trainer_table(run_dir, mode)
+    view = trainer_table(run_dir, mode, annotation)
     write_view(view, out_path, run_dir=run_dir)
     return len(view.rows)
 

@@ -17,7 +17,7 @@ from collector.analysis.regrade import read_annotation, regrade_run
 from collector.cli import main
 from collector.envs.arithmetic import ArithmeticEnv, ArithmeticWorld
 from collector.envs.base import EpisodeContext, Task
-from collector.errors import ConfigError
+from collector.errors import ConfigError, OutputError
 from collector.stop import StopReason
 from collector.storage.local import LocalRunStore
 from tests.analysis.test_health import sim_sweep
@@ -178,6 +178,72 @@ def test_export_takes_the_annotation_rewards(tmp_path: Path, capsys: pytest.Capt
     assert len(err.splitlines()) == 1
     assert "lacks 2 of 42" in err
     assert not late.exists()
+
+
+def test_trainer_view_takes_the_annotation_rewards(tmp_path: Path) -> None:
+    """`trainer-view --annotation`: every row carries the regrade's reward; cut episodes keep 0."""
+    import asyncio
+
+    import httpx
+    import pyarrow.parquet as pq
+
+    from collector.config import LoopConfig
+    from collector.episode.loop import EpisodeSpec, run_episode
+    from collector.providers import Endpoint, base_url_for, build_provider
+    from collector.sim.app import create_app
+    from collector.turn import SamplingParams
+
+    env = ArithmeticEnv(num_tasks=4)  # collected with the stored grader, regraded with HalfArithmetic
+
+    async def episodes() -> list[object]:
+        out = []
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(seed=0))) as client:
+            provider = build_provider("chat", Endpoint(base_url_for("chat", "http://sim.test"), api_key="k"),
+                                      client)
+            for budget in (8, 256):
+                for task in env.tasks():
+                    spec = EpisodeSpec("tv", "sim-terse", "chat", budget, task, seed=0, env_name=env.name,
+                                       sampling=SamplingParams(token_ids=True))
+                    out.append(await run_episode(spec, provider, env, LoopConfig()))
+        return out
+
+    run = tmp_path / "run"
+    with LocalRunStore.open(run, "fp", {"samples_per_task": 1}, "parquet", 8) as st:
+        st.commit(asyncio.run(episodes()))  # type: ignore[arg-type]
+    regrade_run(run, HalfArithmetic(num_tasks=4), "tests.analysis.test_regrade:HalfArithmetic", "half")
+    plain, half = tmp_path / "plain.parquet", tmp_path / "half.parquet"
+    assert main(["trainer-view", str(run), str(plain)]) == 0
+    assert main(["trainer-view", str(run), str(half), "--annotation", "half"]) == 0
+    rows = {r["episode_id"]: r for r in pq.read_table(plain).to_pylist()}
+    halves = {r["episode_id"]: r for r in pq.read_table(half).to_pylist()}
+    assert rows.keys() == halves.keys()
+    assert {r["stop_reason"] for r in rows.values()} >= {"done", "length"}
+    for eid, row in rows.items():
+        expected = 0.0 if row["stop_reason"] == "length" else 0.5 * row["reward"]
+        assert halves[eid]["reward"] == expected, (row["stop_reason"], row["reward"])
+        assert halves[eid]["input_ids"] == row["input_ids"]
+    assert any(r["reward"] == 0.5 for r in halves.values())
+
+
+def test_follow_takes_the_annotation_rewards(tmp_path: Path) -> None:
+    """`follow(..., annotation=NAME)`: every delivered episode carries the regrade's reward; an
+    episode committed after the regrade is an error naming the gap, never the stored reward."""
+    from collector.analysis.follow import follow
+
+    run = make_run(tmp_path)
+    regrade_run(run, StrictArithmetic(), SPEC, "strict")
+    stops = {e.episode_id: e.stop_reason.value for e in make_batch(40, model="m1", budget=64, stops=STOPS)}
+    got = {}
+    for batch in follow(run, annotation="strict"):
+        got.update(zip(batch.table.column("episode_id").to_pylist(), batch.table.column("reward").to_pylist(),
+                       strict=True))
+    assert len(got) == 40
+    assert {(stops[e], r) for e, r in got.items()} == {
+        ("done", 0.5), ("length", 0.0), ("malformed_tool_call", 0.0), ("error", 0.0)}
+    with LocalRunStore.open(run, "fp", {"samples_per_task": 1}, "arrow", 8) as st:
+        st.commit(make_batch(2, model="m2", budget=64, stops=STOPS))
+    with pytest.raises(OutputError, match="lacks 2 of 2"):
+        list(follow(run, annotation="strict"))
 
 
 def test_regrade_refuses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
