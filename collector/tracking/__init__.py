@@ -26,6 +26,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
@@ -99,19 +100,18 @@ class Tracking:
 
     def __init__(self, cfg: RunConfig, trackers: Sequence[Tracker], *, run_id: str, run_dir: str,
                  planned: int, already: int, warn: Callable[[str], None] = _stderr_warning,
-                 clock: Callable[[], float] | None = None) -> None:
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.cfg = cfg
         self.run_dir = run_dir
         self.scrub = Scrubber(run_credentials(cfg))
         self.warnings: list[str] = []
         self._warn = warn
-        kwargs = {"clock": clock} if clock is not None else {}
-        self.feed = LiveFeed(planned, already, interval_s=cfg.tracking.log_interval_s, **kwargs)
-        self.trackers = [SoftTracker(t, call_timeout_s=cfg.tracking.call_timeout_s, warn=self._warning, **kwargs)
-                         for t in trackers]
+        self.feed = LiveFeed(planned, already, interval_s=cfg.tracking.log_interval_s, clock=clock)
+        self.trackers = [SoftTracker(t, call_timeout_s=cfg.tracking.call_timeout_s, warn=self._warning,
+                                     clock=clock) for t in trackers]
         info = RunInfo(run_id, self.scrub.text(run_dir), self.scrub.value(resolved_config(cfg)))
         for soft in self.trackers:
-            soft.submit(lambda t, info=info: t.start(info))
+            soft.submit(_start_call(info))
 
     def _warning(self, line: str) -> None:
         line = self.scrub.text(line)  # an SDK's message may name a URL with its credentials
@@ -128,17 +128,20 @@ class Tracking:
         if self.feed.due():
             point = self._point()
             for soft in self.trackers:
-                soft.submit(lambda t, point=point: t.progress(point))
+                soft.submit(_progress_call(point))
 
     def finish(self, status: str = "finished") -> None:
         """Log the last point and the summary; wait at most `tracking.finish_timeout_s` in all."""
         point = self._point()
         once = _OnceSummary(lambda: self._summary(point, status))
         for soft in self.trackers:
-            soft.submit(lambda t, point=point: t.progress(point))
+            soft.submit(_progress_call(point))
         # Each tracker closes on its own thread; the wait is shared, not one timeout per tracker.
-        closers = [threading.Thread(target=soft.close, args=(lambda t: t.finish(once.get()),
-                                                              self.cfg.tracking.finish_timeout_s), daemon=True)
+        def finish_call(t: Tracker) -> None:
+            t.finish(once.get())
+
+        closers = [threading.Thread(target=soft.close, args=(finish_call, self.cfg.tracking.finish_timeout_s),
+                                    daemon=True)
                    for soft in self.trackers]
         for closer in closers:
             closer.start()
@@ -156,7 +159,8 @@ class Tracking:
         from collector.storage.mirror import resolve_run
 
         root = Path(resolve_run(self.run_dir))
-        summary = build_summary(root, self.run_dir, last, transcripts=self.cfg.tracking.transcripts, status=status)
+        summary = build_summary(root, self.run_dir, last, transcripts=self.cfg.tracking.transcripts,
+                                status=status)
         return Summary(self.scrub.value(summary.metrics),
                        {k: type(t)(self.scrub.value(t.columns), self.scrub.value(t.rows))
                         for k, t in summary.tables.items()},
@@ -164,7 +168,22 @@ class Tracking:
                        self.scrub.text(summary.run_dir), status)
 
 
-def start_tracking(cfg: RunConfig, *, run_id: str, run_dir: str, planned: int, already: int) -> Tracking | None:
+def _start_call(info: RunInfo) -> Callable[[Tracker], None]:
+    def call(t: Tracker) -> None:
+        t.start(info)
+
+    return call
+
+
+def _progress_call(point: ProgressPoint) -> Callable[[Tracker], None]:
+    def call(t: Tracker) -> None:
+        t.progress(point)
+
+    return call
+
+
+def start_tracking(cfg: RunConfig, *, run_id: str, run_dir: str, planned: int,
+                   already: int) -> Tracking | None:
     """The configured trackers, started in the background; None when the config names none."""
     trackers = configured_trackers(cfg)
     if not trackers:

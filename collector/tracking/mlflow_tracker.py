@@ -58,7 +58,8 @@ class MlflowTracker:
         params = {"name": config.get("name"), "env": (config.get("env") or {}).get("name"),
                   "models": ",".join(map(str, (config.get("sweep") or {}).get("models", []))),
                   "budgets": ",".join(map(str, (config.get("sweep") or {}).get("budgets", [])))}
-        self.client.log_batch(self.run_id, params=[entities.Param(k, str(v)[:6000]) for k, v in params.items()])
+        self.client.log_batch(self.run_id,
+                              params=[entities.Param(k, str(v)[:6000]) for k, v in params.items()])
         self.client.log_dict(self.run_id, {**config, "run_dir": run.run_dir}, "config.resolved.json")
 
     def _metrics(self, metrics: dict[str, float], step: int) -> None:
@@ -76,7 +77,8 @@ class MlflowTracker:
         step = int(summary.metrics.get("episodes/committed", 0))
         self._metrics(summary.metrics, step)
         for name, table in summary.tables.items():
-            self.client.log_dict(self.run_id, {"columns": table.columns, "data": table.rows}, f"tables/{name}.json")
+            self.client.log_dict(self.run_id, {"columns": table.columns, "data": table.rows},
+                                 f"tables/{name}.json")
         for path, text in summary.files.items():
             self.client.log_text(self.run_id, text, path)
         self.client.set_terminated(self.run_id, "FINISHED" if summary.status == "finished" else "FAILED")

@@ -200,5 +200,6 @@ def build_summary(root: Path, run_dir: str, last: ProgressPoint, *, transcripts:
             if _finite(row.get(column)):
                 metrics[metric_name("final", *key, column)] = float(row[column])
     files = {"report.html": render(data), **_figures(data)}
-    tables = {"truncation_table": _truncation_table(data), "transcripts": _transcripts(data.sample, transcripts)}
+    tables = {"truncation_table": _truncation_table(data),
+              "transcripts": _transcripts(data.sample, transcripts)}
     return Summary(metrics, tables, files, run_dir, status)

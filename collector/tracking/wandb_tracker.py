@@ -62,7 +62,8 @@ class WandbTracker:
         wandb = self._wandb
         run = self.run
         logged: dict[str, Any] = {
-            name: wandb.Table(columns=table.columns, data=table.rows) for name, table in summary.tables.items()
+            name: wandb.Table(columns=table.columns, data=table.rows)
+            for name, table in summary.tables.items()
         }
         for path, text in summary.files.items():
             if path.endswith(".svg"):

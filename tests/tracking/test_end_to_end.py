@@ -87,19 +87,26 @@ def test_a_run_is_logged_to_wandb_offline_and_mlflow_with_no_secret(
     (wandb_file,) = (wandb_dirs["dir"] / "wandb").glob("offline-run-*/run-*.wandb")
     history = wandbfile.history(wandb_file)
     last = history[-1]
-    assert last["episodes/committed"] == 8 and last["episodes/planned"] == 8 and last["_step"] == 8
+    assert last["episodes/committed"] == 8
+    assert last["episodes/planned"] == 8
+    assert last["_step"] == 8
     assert last["stop_reason/done"] + last.get("stop_reason/length", 0) == 8
     for budget in (16, 128):
         assert last[f"cell/sim-terse/{budget}/episodes"] == 4
-        assert last[f"cell/sim-terse/{budget}/truncation_rate"] == rows[("sim-terse", budget)]["truncation_rate"]
-    assert last["truncation_table/_type"] == "table-file" and last["truncation_table/nrows"] == 2
-    assert last["transcripts/_type"] == "table-file" and last["transcripts/nrows"] == 8
+        assert last[f"cell/sim-terse/{budget}/truncation_rate"] == (
+            rows[("sim-terse", budget)]["truncation_rate"])
+    assert last["truncation_table/_type"] == "table-file"
+    assert last["truncation_table/nrows"] == 2
+    assert last["transcripts/_type"] == "table-file"
+    assert last["transcripts/nrows"] == 8
     summary = wandbfile.summary(wandb_file)
     assert summary["final/sim-terse/16/trunc_high"] == rows[("sim-terse", 16)]["trunc_high"]
-    assert summary["run_dir"] == str(run_dir) and summary["status"] == "finished"
+    assert summary["run_dir"] == str(run_dir)
+    assert summary["status"] == "finished"
     records = wandbfile.records(wandb_file)
     (run_record,) = [r.run for r in records if r.WhichOneof("record_type") == "run"]
-    assert run_record.project == "collector-test" and run_record.display_name.startswith("tracked-")
+    assert run_record.project == "collector-test"
+    assert run_record.display_name.startswith("tracked-")
     wandb_config = {i.key: json.loads(i.value_json) for i in run_record.config.update}
     assert wandb_config["provider"]["base_url"] == "http://sim.invalid:9/v1"  # the resolved form
     assert wandb_config["run_dir"] == str(run_dir)
@@ -124,9 +131,11 @@ def test_a_run_is_logged_to_wandb_offline_and_mlflow_with_no_secret(
     for budget in (16, 128):
         assert run.data.metrics[f"cell/sim-terse/{budget}/truncation_rate"] == (
             rows[("sim-terse", budget)]["truncation_rate"])
-        assert run.data.metrics[f"final/sim-terse/{budget}/trunc_low"] == rows[("sim-terse", budget)]["trunc_low"]
+        assert run.data.metrics[f"final/sim-terse/{budget}/trunc_low"] == (
+            rows[("sim-terse", budget)]["trunc_low"])
     steps = [m.step for m in client.get_metric_history(run.info.run_id, "episodes/committed")]
-    assert steps and steps[-1] == 8
+    assert steps
+    assert steps[-1] == 8
     artifact_root = Path(run.info.artifact_uri.removeprefix("file://"))
     logged = json.loads((artifact_root / "tables" / "truncation_table.json").read_text())
     assert [row[logged["columns"].index("truncation_rate")] for row in logged["data"]] == [
