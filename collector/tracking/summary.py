@@ -1,6 +1,7 @@
 """What a tracker logs: the progress points during the run and the summary at its end.
 
-Part of `collector.tracking` (tests: tests/tracking/test_summary.py).
+Part of `collector.tracking` (tests: tests/tracking/test_end_to_end.py, which reads these
+names back from both trackers).
 
 Progress (`LiveFeed`, fed by the driver after each commit, so a point counts committed
 episodes only, never one a rerun would run again). Metric names, the same in every tracker:
