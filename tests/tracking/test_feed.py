@@ -1,6 +1,8 @@
-"""The progress feed's metric names and rates, and the missing-package preflight error.
+"""The progress feed's metric names and rates, the missing-package preflight error, and a
+failing tracker behind `Tracking` costing one scrubbed warning.
 
-Tests for `collector.tracking.summary.LiveFeed` and `collector.tracking.check_tracking`,
+Tests for `collector.tracking.summary.LiveFeed`, `collector.tracking.check_tracking` and
+`collector.tracking.Tracking`,
 with plain stand-ins for committed episodes and an injected clock (no tracker SDK).
 """
 
@@ -68,3 +70,41 @@ def test_a_configured_tracker_without_its_package_names_the_extra(monkeypatch: p
     assert "tracking.mlflow" in str(caught.value)
     assert "pip install 'collector[mlflow]'" in str(caught.value)
     assert "\n" not in str(caught.value)
+
+
+class LeakyRaising:
+    """Raises on every call, with the run's key in its message (an SDK echoing its request)."""
+
+    name = "leaky"
+
+    def __init__(self, secret: str) -> None:
+        self.secret = secret
+        self.calls = 0
+
+    def _boom(self, *_: object) -> None:
+        self.calls += 1
+        raise ConnectionError(f"POST https://tracker.invalid/?token={self.secret} refused")
+
+    start = progress = finish = _boom
+
+
+def test_a_failing_tracker_costs_the_run_one_scrubbed_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    from collector.tracking import Tracking
+
+    secret = "sk-PLANTED-feed-key-0123456789"
+    monkeypatch.setenv("FEED_TEST_KEY", secret)
+    cfg = RunConfig.model_validate({"sweep": {"models": ["m"], "budgets": [16]},
+                                    "provider": {"kind": "chat", "base_url": "http://llm.invalid/v1",
+                                                 "api_key_env": "FEED_TEST_KEY"},
+                                    "tracking": {"log_interval_s": 0.001}})
+    warnings: list[str] = []
+    tracker = LeakyRaising(secret)
+    tracking = Tracking(cfg, [tracker], run_id="r-1", run_dir="/runs/r-1", planned=3, already=0,
+                        warn=warnings.append)
+    for _ in range(3):
+        tracking.committed([Done("m", 16, "done")])
+    tracking.finish()  # returns: the tracker is off, nothing waits on it
+    assert tracker.calls == 1
+    assert len(warnings) == 1
+    assert warnings[0].startswith("tracker leaky: ConnectionError: ")
+    assert secret not in warnings[0]
