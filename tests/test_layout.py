@@ -31,7 +31,9 @@ ALLOWED = {
     "storage": VOCABULARY | {"record"},
     "analysis": VOCABULARY | {"record", "storage"},
     "episode": VOCABULARY | {"providers", "envs", "record"},
-    "run": VOCABULARY | {"providers", "envs", "record", "storage", "episode", "sim"},
+    # Experiment trackers read what the analysis reads (the summary is the report's data).
+    "tracking": VOCABULARY | {"record", "storage", "analysis"},
+    "run": VOCABULARY | {"providers", "envs", "record", "storage", "episode", "sim", "tracking"},
     # `python -m collector.sim` is the CLI's `sim` command; the app itself imports no layer.
     "sim": {"cli"},
     "tools": {"envs"},

@@ -73,11 +73,14 @@ from collector.config.models import (
 from collector.config.run import (
     EnvConfig,
     LoopConfig,
+    MlflowConfig,
     OutputConfig,
     RayConfig,
     RedactionConfig,
     RewardConfig,
     RunConfig,
+    TrackingConfig,
+    WandbConfig,
     check_run_config,
 )
 from collector.config.urls import (
@@ -99,6 +102,7 @@ __all__ = [
     "Budget",
     "EnvConfig",
     "LoopConfig",
+    "MlflowConfig",
     "OutputConfig",
     "PositiveFloat",
     "PositiveInt",
@@ -113,6 +117,8 @@ __all__ = [
     "SamplingConfig",
     "SweepCell",
     "SweepConfig",
+    "TrackingConfig",
+    "WandbConfig",
     "apply_overrides",
     "check_run_config",
     "config_fingerprint",

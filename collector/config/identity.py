@@ -27,6 +27,8 @@ _SELECTION_ONLY: dict[str, Any] = {
     "env": {"tasks": True, "python_path": True},
     "ray": True,
     "output": True,
+    # Where the run is reported to never changes what an episode holds.
+    "tracking": True,
 }
 #: Loop fields added after run directories existed: left out of the identity while at their
 #: default, so a run directory written before they existed still resumes.
@@ -119,7 +121,8 @@ def resolved_config(cfg: RunConfig) -> dict[str, Any]:
 
     It holds the *name* of the API-key variable, never its value, and base URLs (a
     provider's, an MCP server's `env.options.server`) without user info or query string
-    (`public_url`), so credentials put in a URL are not saved.
+    (`public_url`), so credentials put in a URL are not saved; the same for an MLflow
+    `tracking.mlflow.tracking_uri`.
     """
     data = cfg.model_dump(mode="json")
     data["loop"]["stop_on"] = sorted(data["loop"]["stop_on"])
@@ -128,4 +131,7 @@ def resolved_config(cfg: RunConfig) -> dict[str, Any]:
         if provider.get("base_url"):
             provider["base_url"] = public_url(provider["base_url"])
     _rewrite_server_url(data["env"], public_url)
+    mlflow = data["tracking"].get("mlflow")
+    if mlflow and mlflow.get("tracking_uri") and "://" in mlflow["tracking_uri"]:
+        mlflow["tracking_uri"] = public_url(mlflow["tracking_uri"])
     return data

@@ -203,6 +203,49 @@ class OutputConfig(_Model):
         raise ValueError('must be "auto", true or false')
 
 
+class WandbConfig(_Model):
+    project: str = Field(min_length=1)
+    """The W&B project the run is logged to."""
+    entity: str | None = None
+    """The W&B team or user; unset: the API key's default entity."""
+    mode: Literal["online", "offline"] | None = None
+    """`offline` writes the run under `dir` only (sync it later with `wandb sync`); unset:
+    `WANDB_MODE`, else online. The API key is never in config: `WANDB_API_KEY` or `wandb login`."""
+    name: str | None = None
+    """The W&B run's name; unset: the collector's run id (`name-fingerprint`)."""
+    dir: str | None = None
+    """Where W&B writes its local files (`<dir>/wandb/`); unset: `WANDB_DIR`, else the working directory."""
+    tags: list[str] = []  # noqa: RUF012
+    """Tags of the W&B run."""
+
+
+class MlflowConfig(_Model):
+    tracking_uri: str | None = None
+    """The MLflow tracking server (`http://host:5000`) or a local store (`file:///path/mlruns`,
+    which MLflow 3 keeps only with `MLFLOW_ALLOW_FILE_STORE`, set for it); unset:
+    `MLFLOW_TRACKING_URI`, else MLflow's default. Credentials in it are never stored or logged."""
+    experiment: str = Field(default="collector", min_length=1)
+    """The MLflow experiment (created when missing)."""
+    run_name: str | None = None
+    """The MLflow run's name; unset: the collector's run id."""
+
+
+class TrackingConfig(_Model):
+    wandb: WandbConfig | None = None
+    """Log the run to Weights & Biases (the `wandb` extra: `pip install 'collector[wandb]'`)."""
+    mlflow: MlflowConfig | None = None
+    """Log the run to MLflow (the `mlflow` extra: `pip install 'collector[mlflow]'`)."""
+    log_interval_s: PositiveFloat = 10.0
+    """Progress is logged on a commit at most this often (and once at the end)."""
+    call_timeout_s: PositiveFloat = 60.0
+    """A tracker call still running after this long disables that tracker (one warning; the
+    run goes on without it)."""
+    finish_timeout_s: PositiveFloat = 120.0
+    """How long the end of a run waits for the trackers to log the summary and close."""
+    transcripts: Annotated[int, Field(ge=0, le=1000)] = 50
+    """Episodes in the transcript sample table (cut ones first, as in `collector report`)."""
+
+
 class RunConfig(_Model):
     name: str = "run"
     """The run's name: the start of the run id (and of every episode id) and the default
@@ -227,6 +270,8 @@ class RunConfig(_Model):
     """Where and how wide the run executes."""
     output: OutputConfig = OutputConfig()
     """Where and how episodes are stored."""
+    tracking: TrackingConfig = TrackingConfig()
+    """Experiment trackers the run is logged to as it goes (opt-in; none by default)."""
 
     @field_validator("name")
     @classmethod

@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from collector.config import RunConfig
 from collector.errors import CollectorError
@@ -50,6 +51,9 @@ from collector.run.worker import WorkerSetup
 from collector.run.worker_writes import Outcome, WrittenBatch, without_seen
 from collector.stop import StopReason
 from collector.storage.local import CommitIncomplete
+
+if TYPE_CHECKING:
+    from collector.tracking import Tracking
 
 #: How long the driver blocks waiting for a call before refreshing the progress line.
 WAIT_S = 0.25
@@ -185,6 +189,8 @@ class Driver:
         """Finished episodes for the progress line (display only, never for commits)."""
         self.polls: dict[Call, tuple[int, int]] = {}
         """Outstanding `finished()` polls, per worker (slot index, generation)."""
+        self.tracking: Tracking | None = None
+        """Experiment trackers fed after each commit (`collector.tracking`: never blocks, never fails)."""
 
     @property
     def writes_on_workers(self) -> bool:
@@ -415,6 +421,8 @@ class Driver:
         self.result.duplicates_dropped += len(done.episodes) - done.written
         self.result.counts.update(str(e.stop_reason) for e in done.episodes)
         self.result.retries.update(cause for e in done.episodes for cause in e.retries)
+        if self.tracking is not None:
+            self.tracking.committed(done.episodes)
         if self.on_commit is not None:
             busy = sorted((s for s in self.slots if s.outstanding), key=lambda s: -s.outstanding)
             actors = [s.actor for s in busy]

@@ -13,6 +13,8 @@ The steps, each in its own module:
 5. run the driver loop (`collector.run.driver`) with its commit policy
    (`collector.run.commits`) until the queue is done or a run stopper
    (`collector.run.stoppers`) ends it; whatever ends the run, what finished is committed.
+   Configured experiment trackers (`collector.tracking`) are fed after each commit and get
+   the summary at the end, however the run ends; none of them can fail or stall the run.
 
 Exactly once. Only the driver commits, and a commit is atomic (the store's manifest). A
 driver killed at any moment loses only uncommitted episodes, which the rerun's set
@@ -35,6 +37,7 @@ two nodes, bad input).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Collection, Sequence
 from typing import Any, Protocol
@@ -123,6 +126,13 @@ def _run_job(
 ) -> JobResult:
     started = time.monotonic()
     check_run_config(cfg)
+    tracked = cfg.tracking.wandb is not None or cfg.tracking.mlflow is not None
+    if tracked:
+        # Imported only when asked for (a tracker's SDK is slow to import); a missing
+        # package is a config error before any work.
+        from collector.tracking import check_tracking
+
+        check_tracking(cfg)
     # output.path: a local path or s3://bucket/prefix (gs://, credentials in the URI, a bad
     # bucket name: one line before any work). Checked here, not in config: it is the data layer's.
     where = parse_location(cfg.output.path)
@@ -159,12 +169,20 @@ def _run_job(
             return result
         sink = store.sink() if writes_on_workers(cfg.output) else None
         session = ray_session(address, cfg.ray.workers, cfg.ray.start_timeout_s, temp_dir)
-        with provider_urls(plan.providers, cfg.seed) as urls, session:
+        tracking = None
+        if tracked:
+            from collector.tracking import start_tracking
+
+            tracking = start_tracking(cfg, run_id=plan.run_id, run_dir=str(result.run_dir),
+                                      planned=result.planned, already=result.already)
+        # Entered first, left last: the trackers get the summary however the run ends.
+        with tracking or contextlib.nullcontext(), provider_urls(plan.providers, cfg.seed) as urls, session:
             signals.install()  # ray.init replaced them
             remote = address is not None  # there, each worker checks the served models itself
             setup = WorkerSetup(with_absolute_paths(cfg), plan.run_id, urls, check_models=remote, sink=sink)
             driver = Driver(cfg, result, pool, store, todo, setup=setup, on_commit=on_commit, address=address,
                             shield=signals.deferred)
+            driver.tracking = tracking
             try:
                 driver.start_workers()
                 # The clock starts once workers are ready: the rate shown is collection speed.
@@ -180,6 +198,8 @@ def _run_job(
                 finally:
                     driver.close_progress()
                     driver.stop_workers()
+        if tracking is not None:
+            result.warnings += tracking.warnings
         result.elapsed_s = time.monotonic() - started
         if driver.uncommitted is not None:
             raise OutputError(
