@@ -1,13 +1,13 @@
 """`collector run --set tracking...` logs to an offline W&B run and an MLflow file store, and
 neither holds a planted secret.
 
-One run of the simulator through the CLI (in process, an embedded Ray cluster), both trackers
-on. Read back: the `.wandb` file with `tests.tracking.wandbfile` (the records W&B's service
-wrote: history, summary, config, artifacts), the MLflow store with `MlflowClient`. Planted:
-an API key in the provider's key variable, user info and a `?key=` credential in the
-provider's base URL (the simulator ignores it; the config keeps it), the same URL on the
-command line (`sys.argv`, which W&B's metadata would capture), and W&B's own key in
-`WANDB_API_KEY`. Every file under W&B's directories (run dir, artifact staging, cache,
+One run of the simulator through the CLI (`python -m collector run`, its own embedded Ray
+cluster), both trackers on. Read back: the `.wandb` file with `tests.tracking.wandbfile` (the
+records W&B's service wrote: history, summary, config, artifacts), the MLflow store with
+`MlflowClient`. Planted: an API key in the provider's key variable, user info and a `?key=`
+credential in the provider's base URL (the simulator ignores it; the config keeps it), the same
+URL on the command line (the process's argv, which W&B's metadata would capture), and W&B's own
+key in `WANDB_API_KEY`. Every file under W&B's directories (run dir, artifact staging, cache,
 config) and the MLflow store is searched decoded (`tests.faults.secret_scan.leaks_in`: JSON
 strings, Arrow, bytes), and so is every reassembled record of the `.wandb` file (a string may
 straddle one of its block boundaries).
@@ -16,6 +16,7 @@ straddle one of its block boundaries).
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 from urllib.parse import quote
@@ -54,6 +55,9 @@ path = "{run_dir}"
 
 
 @pytest.mark.slow
+# A separate process with its own Ray cluster, whose workers see the planted key variable (the
+# session's cluster would not); in the Ray group, so it never runs beside that cluster.
+@pytest.mark.ray
 @pytest.mark.timeout(240)
 def test_a_run_is_logged_to_wandb_offline_and_mlflow_with_no_secret(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
@@ -70,15 +74,19 @@ def test_a_run_is_logged_to_wandb_offline_and_mlflow_with_no_secret(
     monkeypatch.setenv("WANDB_API_KEY", WANDB_KEY)
     monkeypatch.setenv(KEY_VARIABLE, API_KEY)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    # The collector allows MLflow's file store in its own process; this one reads it back.
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     store = tmp_path / "mlruns"
     args = ["run", str(config), "--quiet",
             "--set", "tracking.wandb.project=collector-test",
             "--set", f"tracking.mlflow.tracking_uri='{store.as_uri()}'",
             "--set", "tracking.mlflow.experiment=truncation",
             "--set", f"provider.base_url='{SECRET_URL}'"]
-    monkeypatch.setattr(sys, "argv", ["collector", *args])  # what W&B's metadata would read
-    assert main(args) == 0
-    out, err = capsys.readouterr()
+    # The secret URL is on the command line too: what W&B's metadata would read from sys.argv.
+    proc = subprocess.run([sys.executable, "-m", "collector", *args], capture_output=True, text=True,
+                          timeout=200, check=False)
+    out, err = proc.stdout, proc.stderr
+    assert proc.returncode == 0, err
     assert "warning: tracker" not in err, err
     stats = json.loads(_stats_json(run_dir, capsys))
     rows = {(r["model"], r["budget"]): r for r in stats["rows"]}
