@@ -67,6 +67,9 @@ def data_identity(cfg: RunConfig) -> dict[str, Any]:
     for name in ("reasoning_effort", "thinking_budget"):  # issue 16: unset keeps existing run ids
         if data["sampling"][name] is None:
             del data["sampling"][name]
+    if not data["sampling"]["token_in"]:  # issue 26: ids sent change what a turn saw; off keeps ids
+        del data["sampling"]["token_in"]
+        del data["sampling"]["token_in_server"]
     # A tool server's URL names what the tools are, its credentials only who may call them:
     # rotating a key must resume the same run (a URL without credentials hashes as before).
     _rewrite_server_url(data["env"], without_url_credentials)

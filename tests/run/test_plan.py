@@ -136,6 +136,10 @@ def test_ids_of_an_existing_config_are_pinned() -> None:
     assert hashlib.sha256(listing.encode()).hexdigest() == (
         "6deb13182189d193df85050d2cae0d1231f0b5c41cc3418e50db3db672248246"
     )
+    # Token-in changes what every later turn saw (ids sent, not text): a run of its own.
+    token_in = plan_work(load_config("configs/demo.toml",
+                                     ["env.options={num_tasks=5}", "sampling.token_in=true"]))
+    assert token_in.run_id != plan.run_id
 
 
 def _ids(plan: object) -> dict[tuple[str, int, str, int], str]:
