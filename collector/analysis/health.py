@@ -43,7 +43,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from collector.analysis.committed import read_columns, read_committed, stored_columns
-from collector.analysis.regrade import annotated_table, apply_annotation, resolved_run_config
+from collector.analysis.regrade import annotated_table, resolved_run_config
+from collector.analysis.source import Source
 from collector.analysis.stats import StatsFormat, format_rows, groupable_columns, sort_key, wilson_interval
 from collector.errors import ConfigError, OutputError
 from collector.stop import StopReason
@@ -92,10 +93,7 @@ def _cell_by(run_dir: str | Path, table: pa.Table, by: Sequence[str]) -> tuple[s
 
 def _reward_table(run_dir: str | Path, columns: list[str], annotation: str | None) -> pa.Table:
     """The committed episodes' `columns`, with `reward` replaced by an annotation's when named."""
-    table = read_columns(run_dir, sorted(set(columns)))
-    if annotation is None:
-        return table
-    return apply_annotation(run_dir, table, annotation)
+    return Source(Path(run_dir), None, annotation).read(sorted(set(columns)))
 
 
 @dataclass(slots=True)

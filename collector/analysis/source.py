@@ -17,7 +17,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from collector.analysis.committed import read_committed
+from collector.analysis.committed import read_columns, read_committed
 from collector.analysis.regrade import apply_annotation
 
 __all__ = ["Source"]
@@ -34,16 +34,21 @@ class Source:
         self.filter_columns = tuple(filter_columns)
         """The columns `flt` may test (read too when the filter runs in memory)."""
 
+    def _scan(self, columns: list[str] | None, flt: ds.Expression | None) -> pa.Table:
+        if flt is None and columns is not None:
+            return read_columns(self.run_dir, columns)  # memory-mapped where the shards allow
+        return read_committed(self.run_dir, columns, flt)
+
     def read(self, columns: list[str] | None) -> pa.Table:
         """`columns` (None: all) of the episodes passing the filter."""
         if self.annotation is None:
-            return read_committed(self.run_dir, columns, self.flt)
+            return self._scan(columns, self.flt)
         # The filter may test `reward`, which must be the annotation's: annotate every episode
         # first, then filter in memory (reading every column a filter may test).
         wanted = None
         if columns is not None:
             wanted = list(dict.fromkeys([*columns, "episode_id", *self.filter_columns]))
-        table = apply_annotation(self.run_dir, read_committed(self.run_dir, wanted, None), self.annotation)
+        table = apply_annotation(self.run_dir, self._scan(wanted, None), self.annotation)
         if self.flt is not None:
             table = ds.dataset(table).to_table(filter=self.flt)
         return table if columns is None else table.select(columns)
