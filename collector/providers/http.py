@@ -417,6 +417,12 @@ class Http:
             raise self._transport_error(exc) from None
         return result, time.perf_counter() - started
 
+    def _backoff(self, retries: int) -> float:
+        """The wait before retry `retries + 1`: capped exponential, jittered into its upper half."""
+        policy = self._policy
+        cap = min(policy.max_backoff_s, policy.initial_backoff_s * (2**retries))
+        return float(cap * (0.5 + 0.5 * self._rng.random()))
+
     async def retrying(self, attempt: Callable[[], Awaitable[T]]) -> T:
         """Run `attempt` until it succeeds, fails for good, or the retries are spent.
 
@@ -441,8 +447,7 @@ class Http:
                     too_long.retries = tuple(causes)
                     raise too_long from exc
                 if wait is None:
-                    cap = min(policy.max_backoff_s, policy.initial_backoff_s * (2**retries))
-                    wait = cap * (0.5 + 0.5 * self._rng.random())
+                    wait = self._backoff(retries)
                 retries += 1
                 causes.append(retry_cause(exc))
                 await self._sleep(wait)
@@ -457,10 +462,10 @@ class Http:
                         )
                         aborted.retries = tuple(causes)
                         raise aborted
-                    cap = min(policy.max_backoff_s, policy.initial_backoff_s * (2**retries))
+                    wait = self._backoff(retries)
                     retries += 1
                     causes.append(ABORT_CAUSE)
-                    await self._sleep(cap * (0.5 + 0.5 * self._rng.random()))
+                    await self._sleep(wait)
                     continue
                 if isinstance(result, Turn):
                     result.retries = tuple(causes)
