@@ -35,7 +35,7 @@ _SELECTION_ONLY: dict[str, Any] = {
 _LATER_LOOP_FIELDS = ("max_tool_calls_per_turn", "max_argument_bytes", "max_tool_result_bytes")
 _PROVIDER_TRANSPORT_ONLY = {
     "request_timeout_s", "request_deadline_s", "max_reply_bytes", "retry", "api_key_env", "http_client",
-    "allow_model_alias", "requests_per_minute", "tokens_per_minute",
+    "allow_model_alias", "requests_per_minute", "tokens_per_minute", "server_metrics", "metrics_url",
     # issue 27: a declared policy version is recorded per turn, not what the run is.
     "policy_version", "policy_version_file", "policy_version_url", "policy_version_timeout_s",
 }

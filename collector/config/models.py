@@ -88,6 +88,14 @@ class ProviderConfig(_Model):
     tokens_per_minute: PositiveFloat | None = None
     """Declared token budget (prompt estimate + output cap per request, as rate limiters
     count), enforced like `requests_per_minute`. Not in the fingerprint."""
+    server_metrics: Literal["none", "vllm", "sglang"] = "none"
+    """With `ray.admission = "adaptive"`: also read the engine's own load from its Prometheus
+    `/metrics` (requests queued, KV cache in use, preemptions; `collector.run.servermetrics`),
+    at most once a second per worker and model. A server without the endpoint costs a few
+    failed scrapes and one warning. Not in the fingerprint."""
+    metrics_url: Annotated[str, Field(pattern=r"^https?://")] | None = None
+    """Where `server_metrics` are read; default the base URL's root + `/metrics` (vLLM and
+    SGLang serve it beside `/v1`). Not in the fingerprint."""
     retry: RetryConfig = RetryConfig()
     """How failed model calls are retried (not in the fingerprint)."""
     label: str | None = None

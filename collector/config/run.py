@@ -295,6 +295,17 @@ class RunConfig(_Model):
         return self
 
     @model_validator(mode="after")
+    def _server_metrics_need_adaptive(self) -> RunConfig:
+        # The engine's metrics only steer the adaptive gate; with a static setting nothing would
+        # read them, and a user who set them expects them to act.
+        for p in self.sweep.providers or [self.provider]:
+            if p.server_metrics != "none" and self.ray.admission != "adaptive":
+                raise ValueError(
+                    f"provider {p.name!r}: server_metrics = {p.server_metrics!r} needs "
+                    f"ray.admission = \"adaptive\"")
+        return self
+
+    @model_validator(mode="after")
     def _sweep_size(self) -> RunConfig:
         # What the sweep alone multiplies to, before any task is read; `plan_work` checks again
         # with the real task count.

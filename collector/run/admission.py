@@ -42,9 +42,13 @@ its share idle. A shared Ray actor would cost a round trip per request. A reques
 cost is estimated the way OpenAI's limiter counts it: the prompt (body bytes / 4) plus the
 output cap it asks for; the server's own headers correct what the estimate misses.
 
-vLLM's `/metrics` (KV-cache usage, queue length) is not read: the latency and 503 signals
-see the same queueing from the client side without a second endpoint to scrape and
-authorize, and hosted APIs have no such endpoint. A possible extension, not done.
+A GPU server's own load (vLLM's and SGLang's Prometheus `/metrics`: requests queued, KV
+cache in use, preemptions) is a third signal where the provider declares it
+(`provider.server_metrics`): scraped at most once a second per gate, on the back of finished
+requests, it cuts the limit when the engine preempts or its queue does not drain, and holds
+it (no increase) while anything waits or the KV cache is full (`collector.run.servermetrics`).
+Hosted APIs have no such endpoint; there the latency and status signals see the same
+queueing from the client side.
 
 Bound on throttling: a throttled request is retried by the adapter's retry loop
 (`provider.retry.max_retries`, waiting the server's `Retry-After`); with admission paused
@@ -60,6 +64,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import email.utils
+import math
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -67,6 +72,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import httpx
+
+from collector.run.servermetrics import SCRAPE_INTERVAL_S, LoadVerdict, MetricsReader
 
 __all__ = [
     "Admission",
@@ -155,7 +162,11 @@ class AimdController:
         self.smoothed: float | None = None
         self.floor: float | None = None
         self.throttled = 0
-        """Overload signals seen (429s, 503s, timeouts, latency), for the progress line."""
+        """Overload signals seen (429s, 503s, timeouts, latency, the engine's metrics), for the
+        progress line."""
+        self.held = False
+        """The engine's metrics say it is full: no increase until a scrape says otherwise."""
+        self._epoch_at_scrape = 0
         self._clock = clock
 
     def has_room(self) -> bool:
@@ -195,12 +206,23 @@ class AimdController:
             # Latency has started to rise: doubling on would overshoot before the average
             # catches up (the queue fills faster than the EWMA sees it); go additive now.
             self.threshold = self.limit
-        if pressed:
+        if pressed and not self.held:
             step = 1.0 if self.limit < self.threshold else 1.0 / self.limit
             self.limit = min(float(self.ceiling), self.limit + step)
 
-    def _decrease(self, ticket: Ticket) -> None:
-        self.throttled += 1
+    def server_load(self, verdict: LoadVerdict) -> None:
+        """A scrape of the engine's metrics: hold while it is full, cut when it is overloaded,
+        at most once per scrape and not again when another signal cut since the last one."""
+        self.held = verdict.full
+        if verdict.overloaded:
+            self.throttled += 1
+            if self.epoch == self._epoch_at_scrape:
+                self._decrease(Ticket(self._clock(), self.epoch), counted=True)
+        self._epoch_at_scrape = self.epoch
+
+    def _decrease(self, ticket: Ticket, counted: bool = False) -> None:
+        if not counted:
+            self.throttled += 1
         if ticket.epoch != self.epoch:
             return  # sent before the last decrease: the same congestion event
         self.epoch += 1
@@ -321,8 +343,14 @@ class Admission:
         requests_per_minute: float | None = None,
         tokens_per_minute: float | None = None,
         clock: Clock = time.monotonic,
+        metrics: MetricsReader | None = None,
     ) -> None:
         self.controller = AimdController(ceiling, clock)
+        self.metrics = metrics
+        """The engine's `/metrics` reader (`provider.server_metrics`), or None."""
+        self._clock = clock
+        self._last_scrape = -math.inf
+        self._scraping: asyncio.Task[None] | None = None
         self.requests = (TokenBucket(requests_per_minute / 60.0, max(1.0, requests_per_minute / 60.0), clock)
                          if requests_per_minute else None)
         """Per-second refill, a one-second burst (at least one request)."""
@@ -382,6 +410,38 @@ class Admission:
             self.controller.done(ticket, overloaded, waiting=self.waiting > 0,
                                  measured=status is not None and status < 300)
             self._cond.notify(max(1, int(self.controller.limit) - self.controller.in_flight))
+        self._maybe_scrape()
+
+    def _maybe_scrape(self) -> None:
+        """Start a scrape of the engine's metrics when one is due and none is running."""
+        reader = self.metrics
+        if reader is None or reader.stopped or self._scraping is not None:
+            return
+        now = self._clock()
+        if now - self._last_scrape < SCRAPE_INTERVAL_S:
+            return
+        self._last_scrape = now
+        self._scraping = asyncio.get_running_loop().create_task(self._scrape(reader))
+
+    async def _scrape(self, reader: MetricsReader) -> None:
+        try:
+            verdict = await reader.scrape()
+            if verdict is None and reader.stopped:
+                self.controller.held = False  # no more readings: the other signals rule alone
+            if verdict is not None and self._cond is not None:
+                async with self._cond:
+                    self.controller.server_load(verdict)
+                    self._cond.notify(max(1, int(self.controller.limit) - self.controller.in_flight))
+        finally:
+            self._scraping = None
+
+    async def aclose(self) -> None:
+        """Stop a scrape in progress (the worker is closing its clients)."""
+        task, self._scraping = self._scraping, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
 
 class _TrackedStream(httpx.AsyncByteStream):
@@ -443,6 +503,7 @@ class AdmissionTransport(httpx.AsyncBaseTransport):
         return response
 
     async def aclose(self) -> None:
+        await self.admission.aclose()
         await self._inner.aclose()
 
 

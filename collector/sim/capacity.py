@@ -20,6 +20,11 @@ Mid-request preemption (vLLM recomputing a sequence evicted from the KV cache) i
 modelled: a request that would not fit waits instead, which costs the client the same
 latency without the recomputation.
 
+`GET /metrics` publishes each model's load the way vLLM does (`vllm_metrics`): requests
+running and waiting, the KV cache's use, and a preemption counter that stays 0 (none are
+modelled), so a client reading an engine's metrics (`provider.server_metrics = "vllm"`)
+can be tested against it.
+
 Everything here runs in the simulator's event loop; one `CapacityModel` per preset per app
 (`collector.sim.app`), created on its first request.
 
@@ -35,7 +40,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["Capacity", "CapacityModel", "Refusal"]
+__all__ = ["Capacity", "CapacityModel", "Refusal", "vllm_metrics"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,3 +200,27 @@ class CapacityModel:
         if self._rate:
             self._refill()
         return self._rate_headers()
+
+
+_VLLM_GAUGES = (
+    ("vllm:num_requests_running", "gauge", "Number of requests in model execution batches."),
+    ("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed."),
+    ("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage."),
+    ("vllm:num_preemptions_total", "counter", "Cumulative number of preemption from the engine."),
+)
+
+
+def vllm_metrics(models: dict[str, CapacityModel]) -> str:
+    """Prometheus text of each model's load, with vLLM's names and `model_name` label."""
+    lines: list[str] = []
+    for name, kind, help_text in _VLLM_GAUGES:
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
+        for model, cap in sorted(models.items()):
+            budget = cap.capacity.kv_tokens
+            usage = cap.kv_used / budget if budget else cap.running / cap.capacity.slots
+            value = {"vllm:num_requests_running": float(cap.running),
+                     "vllm:num_requests_waiting": float(len(cap.queue)),
+                     "vllm:kv_cache_usage_perc": usage,
+                     "vllm:num_preemptions_total": 0.0}[name]
+            lines.append(f'{name}{{engine="0",model_name="{model}"}} {value}')
+    return "\n".join(lines) + "\n"
