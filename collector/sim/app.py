@@ -264,8 +264,8 @@ async def _reply(sim: _Simulator, request: Request, dialect: Dialect, parse: Par
 _LLAMA_ENDPOINTS = ("apply-template", "tokenize", "detokenize", "completion")
 
 
-def _llama_reply(error: llama_wire.LlamaError, headers: dict[str, str] | None = None) -> Response:
-    return Response(json.dumps(error.payload()), status_code=error.status, headers=headers,
+def _llama_reply(error: SimError, headers: dict[str, str] | None = None) -> Response:
+    return Response(json.dumps(llama_wire.error_payload(error)), status_code=error.status, headers=headers,
                     media_type="application/json")
 
 
@@ -303,7 +303,8 @@ async def _llama_completion(sim: _Simulator, request: Request, preset: ModelPres
                             body: dict[str, Any]) -> Response:
     prompt = llama_wire.prompt_of(body)
     if preset.context_window is not None and len(prompt) > preset.context_window:
-        raise llama_wire.context_overflow(len(prompt), preset.context_window)
+        return Response(json.dumps(llama_wire.context_overflow(len(prompt), preset.context_window)),
+                        status_code=400, media_type="application/json")
     canonical = json.dumps({k: v for k, v in body.items() if k not in llama_wire.OUTPUT_ONLY},
                            sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
     headers = request.headers

@@ -43,6 +43,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
+from collector.sim.errors import SimError
 from collector.sim.generate import Generation, generate
 from collector.sim.history import DEFAULT_CAP
 from collector.sim.policy import HistoryItem, decide
@@ -51,7 +52,7 @@ from collector.sim.tokens import OutputTokens, logprob_of, render_prompt
 from collector.sim.vocab import BEGIN, SPECIALS, detokenize, token_text, tokenize
 
 __all__ = ["OUTPUT_ONLY", "LlamaError", "apply_template", "complete", "context_overflow", "detokenize_body",
-           "prompt_of", "read_prompt", "tokenize_body"]
+           "error_payload", "prompt_of", "read_prompt", "tokenize_body"]
 
 _TYPES = {400: "invalid_request_error", 404: "not_found_error", 429: "unavailable_error",
           500: "server_error", 501: "not_supported_error", 503: "unavailable_error"}
@@ -61,25 +62,20 @@ OUTPUT_ONLY = frozenset({"return_tokens", "n_probs", "cache_prompt", "post_sampl
 """`/completion` fields that change how a reply is rendered, never which turn is generated."""
 
 
-class LlamaError(Exception):
-    """A request llama-server refuses: its status and message."""
-
-    def __init__(self, status: int, message: str, kind: str | None = None, **extra: int) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.kind = kind or _TYPES.get(status, "server_error")
-        self.extra = extra
-
-    def payload(self) -> dict[str, Any]:
-        """llama.cpp's error body."""
-        return {"error": {"code": self.status, "message": self.message, "type": self.kind, **self.extra}}
+LlamaError = SimError
+"""A request llama-server refuses: its status and message (the simulator's one refusal type)."""
 
 
-def context_overflow(prompt_tokens: int, window: int) -> LlamaError:
-    """llama-server's answer to a prompt longer than its context."""
-    return LlamaError(400, "the request exceeds the available context size, try increasing it",
-                      "exceed_context_size_error", n_prompt_tokens=prompt_tokens, n_ctx=window)
+def error_payload(error: SimError, kind: str | None = None, **extra: int) -> dict[str, Any]:
+    """llama.cpp's error body for `error`."""
+    return {"error": {"code": error.status, "message": error.message,
+                      "type": kind or _TYPES.get(error.status, "server_error"), **extra}}
+
+
+def context_overflow(prompt_tokens: int, window: int) -> dict[str, Any]:
+    """llama-server's answer (a 400) to a prompt longer than its context."""
+    error = SimError(400, "the request exceeds the available context size, try increasing it")
+    return error_payload(error, "exceed_context_size_error", n_prompt_tokens=prompt_tokens, n_ctx=window)
 
 
 def _flag(body: dict[str, Any], key: str, default: bool) -> bool:
