@@ -3,6 +3,7 @@ endpoint's prompt ids, exact detokenizing, and `/completion` generating like the
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import string
@@ -12,7 +13,9 @@ import httpx
 import pytest
 
 from collector.sim import vocab
+from collector.sim.app import create_app
 from collector.sim.completion import read_prompt
+from collector.sim.presets import PRESETS
 from tests.sim.conftest import APPROVAL, ARITH, LOOKUP, REFUND, chat_body, chat_tools
 
 VLLM = {"return_token_ids": True}
@@ -226,3 +229,21 @@ async def test_model_in_the_body_selects_the_preset_at_the_root(client: httpx.As
     reply = await _ok(client, "/completion", {"model": "sim-drift", "prompt": at_root["prompt"]})
     assert reply["model"] == "sim-drift"
     assert json.dumps(reply)  # plain JSON
+
+
+async def test_context_overflow_and_injected_faults_come_in_llamas_shape() -> None:
+    tiny = dataclasses.replace(PRESETS["sim-perfect"], name="tiny", context_window=8)
+    transport = httpx.ASGITransport(app=create_app(seed=1, presets={"tiny": tiny}))
+    async with httpx.AsyncClient(transport=transport, base_url="http://sim") as client:
+        r = await client.post("/llamacpp/tiny/completion", json={"prompt": "<|user|>" + ARITH})
+        assert r.status_code == 400
+        error = r.json()["error"]
+        assert error["type"] == "exceed_context_size_error"
+        assert error["n_ctx"] == 8
+        assert error["n_prompt_tokens"] == 1 + len(vocab.tokenize("<|user|>" + ARITH))
+        r = await client.post("/llamacpp/tiny/completion", json={"prompt": "<|user|>hi"},
+                              headers={"x-sim-fault": "server_error"})
+        assert r.status_code == 500
+        assert r.json()["error"]["code"] == 500
+        calm = await client.post("/llamacpp/tiny/completion", json={"prompt": "<|user|>hi"})
+        assert calm.status_code == 200
