@@ -1,7 +1,8 @@
 """The simulated provider: the embedded default model of `collector run` and the suite's test double.
 
 An ASGI app (`app.create_app`) speaking the four wire formats of provider-protocols.md,
-streamed and not: Chat Completions, Responses, Anthropic Messages, Gemini. Model names pick
+streamed and not: Chat Completions, Responses, Anthropic Messages, Gemini; and llama-server's
+token endpoints for token-in mode (`completion`, over the reversible `vocab`). Model names pick
 presets (`presets.PRESETS`); a policy (`policy`) really works the built-in tasks; a
 deterministic tokenizer (`tokenizer`) cuts turns at the output cap and reports the count it
 cut by; `truth` states exactly how often each preset's turns are cut at a budget. Served

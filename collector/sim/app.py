@@ -1,5 +1,8 @@
 """The simulated provider as an ASGI app: five endpoints, four wire formats, one generator.
 
+And llama-server's four token endpoints (token-in mode, `collector.sim.completion`), served
+with the same presets, policy and generator.
+
 Per request: parse the body strictly in the called dialect (errors come back in that
 dialect's shape), pick the preset by model name (404 if unknown), derive the random stream
 from (server seed, canonical body), maybe inject a transient fault, ask the policy for the
@@ -34,7 +37,7 @@ order are the wire's, and the server does no per-event work (benchmarks need tho
 requests a second). A dropped stream is the first part of the events, without the terminal.
 
 Tests: tests/sim/test_validation.py, tests/sim/test_faults_policy.py,
-tests/providers/test_sim.py.
+tests/providers/test_sim.py, tests/sim/test_completion.py.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ from starlette.routing import Route
 
 from collector.sim import anthropic as anthropic_wire
 from collector.sim import chat as chat_wire
+from collector.sim import completion as llama_wire
 from collector.sim import gemini as gemini_wire
 from collector.sim import responses as responses_wire
 from collector.sim.capacity import CapacityModel
@@ -257,9 +261,85 @@ async def _reply(sim: _Simulator, request: Request, dialect: Dialect, parse: Par
     return Response("".join(events), media_type="text/event-stream", headers=rate_headers)
 
 
+_LLAMA_ENDPOINTS = ("apply-template", "tokenize", "detokenize", "completion")
+
+
+def _llama_reply(error: SimError, headers: dict[str, str] | None = None) -> Response:
+    return Response(json.dumps(llama_wire.error_payload(error)), status_code=error.status, headers=headers,
+                    media_type="application/json")
+
+
+async def _llama(sim: _Simulator, request: Request, endpoint: str, path_model: str | None) -> Response:
+    """One of llama-server's token endpoints (`collector.sim.completion`)."""
+    try:
+        body = json.loads(await request.body())
+    except (ValueError, RecursionError):
+        return _llama_reply(llama_wire.LlamaError(400, "the request body is not valid JSON"))
+    if not isinstance(body, dict):
+        return _llama_reply(llama_wire.LlamaError(400, "the request body must be a JSON object"))
+    model = path_model if path_model is not None else body.get("model")
+    if not isinstance(model, str):
+        return _llama_reply(llama_wire.LlamaError(
+            400, "\"model\" is required: the simulator serves many models; name one in the body or "
+                 "call /llamacpp/{model}/" + endpoint))
+    preset = sim.presets.get(model)
+    if preset is None:
+        return _llama_reply(llama_wire.LlamaError(404, f"model '{model}' not found"))
+    try:
+        if endpoint == "apply-template":
+            return JSONResponse(llama_wire.apply_template(preset, body))
+        if endpoint == "tokenize":
+            return JSONResponse(llama_wire.tokenize_body(body))
+        if endpoint == "detokenize":
+            return JSONResponse(llama_wire.detokenize_body(body))
+        return await _llama_completion(sim, request, preset, body)
+    except RecursionError:
+        return _llama_reply(llama_wire.LlamaError(400, _TOO_DEEP))
+    except llama_wire.LlamaError as exc:
+        return _llama_reply(exc)
+
+
+async def _llama_completion(sim: _Simulator, request: Request, preset: ModelPreset,
+                            body: dict[str, Any]) -> Response:
+    prompt = llama_wire.prompt_of(body)
+    if preset.context_window is not None and len(prompt) > preset.context_window:
+        return Response(json.dumps(llama_wire.context_overflow(len(prompt), preset.context_window)),
+                        status_code=400, media_type="application/json")
+    canonical = json.dumps({k: v for k, v in body.items() if k not in llama_wire.OUTPUT_ONLY},
+                           sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    headers = request.headers
+    digest = sim.digest("completion", preset.name, canonical, headers.get("x-sim-seed", ""))
+    fault = sim.fault_for(preset, digest, headers.get("x-sim-fault"), False)
+    if fault is not None and fault not in FAULTS:
+        raise llama_wire.LlamaError(400, f"Unknown x-sim-fault {fault!r}.")
+    reply, gen = llama_wire.complete(preset, prompt, body, random.Random(int.from_bytes(digest, "big")))
+    latency = gen.latency_s
+    if "x-sim-latency-ms" in headers:
+        try:
+            latency = max(0.0, float(headers["x-sim-latency-ms"]) / 1000.0)
+        except ValueError:
+            raise llama_wire.LlamaError(400, "x-sim-latency-ms must be a number.") from None
+    if preset.capacity is not None:
+        served = await sim.capacity_for(preset).serve(latency, len(prompt), gen.cap, gen.output_tokens)
+        if not isinstance(served, dict):
+            return _llama_reply(llama_wire.LlamaError(served.status, served.message), served.headers)
+    elif latency > 0:
+        await asyncio.sleep(latency)
+    if fault == "rate_limit":
+        return _llama_reply(llama_wire.LlamaError(429, "Rate limit reached for the simulated model."),
+                            {"retry-after": str(preset.retry_after_s)})
+    if fault == "overload":
+        return _llama_reply(llama_wire.LlamaError(503, "Loading model"))
+    if fault == "server_error":
+        return _llama_reply(llama_wire.LlamaError(500, "The server had an error processing your request."))
+    return Response(json.dumps(reply), media_type="application/json")
+
+
 def create_app(seed: int = 0, presets: dict[str, ModelPreset] | None = None) -> Starlette:
     """The simulated provider: `/v1/chat/completions`, `/v1/responses`, `/v1/messages`,
-    `/v1beta/models/{model}:generateContent` and `:streamGenerateContent` (`?alt=sse`).
+    `/v1beta/models/{model}:generateContent` and `:streamGenerateContent` (`?alt=sse`), and
+    llama-server's `/apply-template`, `/tokenize`, `/detokenize`, `/completion` (also under
+    `/llamacpp/{model}/`).
 
     `presets` defaults to `collector.sim.presets.PRESETS`; a test may pass its own table.
     """
@@ -296,6 +376,16 @@ def create_app(seed: int = 0, presets: dict[str, ModelPreset] | None = None) -> 
     async def weight_version(request: Request) -> Response:
         return JSONResponse({"weight_version": sim.weights.version})  # SGLang's shape
 
+    def llama(endpoint: str) -> Route:
+        async def root(request: Request) -> Response:
+            return await _llama(sim, request, endpoint, None)
+        return Route("/" + endpoint, root, methods=["POST"])
+
+    def llama_of_model(endpoint: str) -> Route:
+        async def prefixed(request: Request) -> Response:
+            return await _llama(sim, request, endpoint, request.path_params["model"])
+        return Route("/llamacpp/{model}/" + endpoint, prefixed, methods=["POST"])
+
     return Starlette(routes=[
         Route("/sim/weights", weights, methods=["GET", "POST"]),
         Route("/model_info", weight_version, methods=["GET"]),  # SGLang's current endpoint
@@ -306,6 +396,9 @@ def create_app(seed: int = 0, presets: dict[str, ModelPreset] | None = None) -> 
         Route("/v1beta/models/{target:path}", gemini, methods=["POST"]),
         # google-genai says `v1` instead of `v1beta` when handed a custom base_url.
         Route("/v1/models/{target:path}", gemini, methods=["POST"]),
+        # llama-server's token endpoints (token-in mode): the model in the body, or in the path.
+        *(llama(e) for e in _LLAMA_ENDPOINTS),
+        *(llama_of_model(e) for e in _LLAMA_ENDPOINTS),
     ])
 
 

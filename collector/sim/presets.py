@@ -285,7 +285,7 @@ PRESETS: dict[str, ModelPreset] = {
         _like_terse(
             "sim-drift",
             "A thinking model behind a template that drifts like real ones: reasoning stripped "
-            "from history, tojson-re-serialized arguments, a seam merge after content.",
+            "from history, tojson-re-serialized arguments, a seam merge between content and calls.",
             preamble=LengthDist(zero_prob=0.3, median=6.0, sigma=0.8),
             thinking=LengthDist(zero_prob=0.0, median=20.0, sigma=0.5, max_tokens=256),
             template_drift=True,

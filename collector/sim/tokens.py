@@ -3,55 +3,66 @@
 The ids follow the simulator's own tokenizer (`collector.sim.tokenizer`): one id per run of
 up to 4 characters of a segment, two head ids per call (the opener and the name), one tail
 id when the call closed. So a turn's output ids are exactly `usage.completion_tokens`
-many, cut or not. A piece's id is a hash of its text, so the same text gives the same ids
-in a reply and, replayed, in the next prompt.
+many, cut or not. Ids come from the vocabulary (`collector.sim.vocab`): a piece's id is a
+function of its text, so the same text gives the same ids in a reply and, replayed, in the
+next prompt, and every id detokenizes back to its text. A call's ids read as one Hermes
+block: `<tool_call>`, `{"name": "...", "arguments": `, the argument pieces, `}</tool_call>`.
 
 The prompt is rendered from the request's messages with the same pieces, the way a chat
-template would: a begin id, one id pair per offered tool, then per message a role id, its
-content pieces (assistant: then each call's head, argument pieces and tail) and an end id,
-and the assistant role id last (the generation prompt). A faithful server's next prompt
-therefore starts with this prompt + this output; a preset with `rerender_history` inserts a
-whitespace id after a replayed assistant role and re-serializes the arguments, as templates
-that re-render tool calls do, and the prefix breaks.
+template would (`render_prompt` writes it as text, whose tokenizing gives `prompt_ids`;
+llama.cpp's `/apply-template` serves that text): a begin id, one id pair per offered tool,
+then per message a role id, its content pieces (assistant: then each call's head, argument
+pieces and tail) and an end id, and the assistant role id last (the generation prompt). A
+faithful server's next prompt therefore starts with this prompt + this output; a preset
+with `rerender_history` inserts a whitespace id after a replayed assistant role and
+re-serializes the arguments, as templates that re-render tool calls do, and the prefix breaks.
 
 A thinking model's output ids start with its reasoning tokens; the prompt renders only a
 replayed message's content, so its reasoning block is stripped from history, as Qwen3- and
 DeepSeek-style templates do. `template_drift` (preset `sim-drift`) adds the other two drifts
 measured on real templates: arguments re-serialized the way Jinja ``tojson`` does (a
-compact ``{"a":1}`` comes back ``{"a": 1}``), and a seam merge (a newline after the content
-re-tokenized into its last piece). Only the re-rendering changes; the ids of a token prompt
+compact ``{"a":1}`` comes back ``{"a": 1}``), and a seam merge (a newline between the
+content and the calls, re-tokenized into the content's last piece, as Qwen's template
+writes it). Only the re-rendering changes; the ids of a token prompt
 sent by the client (token-in) are taken as given.
 
-Tests: tests/sim/test_tokens.py.
+Tests: tests/sim/test_tokens.py, tests/sim/test_completion.py.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-from functools import lru_cache
 from typing import Any
 
 from collector.sim.generate import Generation
 from collector.sim.tokenizer import CHARS_PER_TOKEN
+from collector.sim.vocab import (
+    ASSISTANT,
+    BEGIN,
+    CALL_CLOSE,
+    CALL_OPEN,
+    END,
+    SPACE,
+    SPECIALS,
+    SYSTEM,
+    THINK,
+    TOOL,
+    TOOL_DEF,
+    USER,
+    header_id,
+    header_text,
+    piece_id,
+    tool_def_id,
+)
+
+__all__ = ["ASSISTANT", "BEGIN", "CALL_CLOSE", "CALL_OPEN", "END", "SPACE", "SYSTEM", "THINK", "TOOL",
+           "TOOL_DEF", "USER", "OutputTokens", "Tok", "logprob_of", "logprobs_block", "piece_id",
+           "prompt_ids", "prompt_tokens", "render_prompt"]
 
 Tok = tuple[int, str]
 """(id, text) of one token."""
 
-BEGIN, SYSTEM, USER, ASSISTANT, TOOL, END, CALL_OPEN, CALL_CLOSE, TOOL_DEF, SPACE, THINK = range(1, 12)
-_SPECIAL = {BEGIN: "<|begin|>", SYSTEM: "<|system|>", USER: "<|user|>", ASSISTANT: "<|assistant|>",
-            TOOL: "<|tool|>", END: "<|end|>", CALL_OPEN: "<tool_call>", CALL_CLOSE: "</tool_call>",
-            TOOL_DEF: "<|tool_def|>", SPACE: "\n", THINK: " "}
 _ROLES = {"system": SYSTEM, "developer": SYSTEM, "user": USER, "assistant": ASSISTANT, "tool": TOOL}
-_VOCAB = 100_000
-_FIRST_PIECE_ID = 1000
-
-
-@lru_cache(maxsize=65536)
-def piece_id(text: str) -> int:
-    """The id of one piece of text (stable across processes)."""
-    h = hashlib.blake2b(text.encode(), digest_size=4).digest()
-    return _FIRST_PIECE_ID + int.from_bytes(h, "big") % _VOCAB
 
 
 def logprob_of(token_id: int) -> float:
@@ -65,11 +76,11 @@ def _pieces(text: str) -> list[Tok]:
 
 
 def _special(token_id: int) -> Tok:
-    return token_id, _SPECIAL[token_id]
+    return token_id, SPECIALS[token_id]
 
 
-def _name(name: str) -> Tok:
-    return piece_id("name:" + name), name
+def _header(name: str) -> Tok:
+    return header_id(name), header_text(name)
 
 
 class OutputTokens:
@@ -88,7 +99,7 @@ class OutputTokens:
         self.calls: list[tuple[list[Tok], list[Tok], list[Tok]]] = []
         for c in gen.calls:
             tail = [_special(CALL_CLOSE)] if c.closed else []
-            self.calls.append(([_special(CALL_OPEN), _name(c.name)], _pieces(c.arguments), tail))
+            self.calls.append(([_special(CALL_OPEN), _header(c.name)], _pieces(c.arguments), tail))
         # A cut that left a single token for a call's two head tokens: its opener only.
         missing = gen.output_tokens - len(self.flat())
         self.stray = [_special(CALL_OPEN)] * max(0, missing)
@@ -101,34 +112,48 @@ class OutputTokens:
         return out + self.stray
 
 
-def prompt_ids(raw_messages: list[Any], tool_names: tuple[str, ...], rerender: bool,
-               template_drift: bool = False) -> list[int]:
+def prompt_tokens(raw_messages: list[Any], tool_names: tuple[str, ...], rerender: bool,
+                  template_drift: bool = False) -> list[Tok]:
     """The prompt as this simulated template renders it (see the module docstring)."""
-    ids = [BEGIN]
+    toks = [_special(BEGIN)]
     for name in tool_names:
-        ids += [TOOL_DEF, _name(name)[0]]
+        toks += [_special(TOOL_DEF), (tool_def_id(name), name)]
     for msg in raw_messages:
         role = msg.get("role")
-        ids.append(_ROLES.get(role, USER))
+        toks.append(_special(_ROLES.get(role, USER)))
         if role == "assistant" and rerender:
-            ids.append(SPACE)
+            toks.append(_special(SPACE))
         text = _text(msg.get("content"))
-        if role == "assistant" and template_drift and text:
-            # Seam merge: the template writes a newline after the content and the tokenizer
-            # merges it into the content's last piece (or adds a piece) on re-tokenizing.
+        calls = (msg.get("tool_calls") or []) if role == "assistant" else []
+        if role == "assistant" and template_drift and text and calls:
+            # Seam merge: the template writes a newline between the content and the calls and
+            # the tokenizer merges it into the content's last piece (or adds a piece).
             text += "\n"
-        ids += [t for t, _ in _pieces(text)]
-        for call in (msg.get("tool_calls") or []) if role == "assistant" else ():
+        toks += _pieces(text)
+        for call in calls:
             fn = call.get("function") or {}
             args = fn.get("arguments") or ""
             if rerender:
                 args = json.dumps(json.loads(args), sort_keys=True)
             elif template_drift:
                 args = _tojson(args)
-            ids += [CALL_OPEN, _name(str(fn.get("name")))[0]] + [t for t, _ in _pieces(args)] + [CALL_CLOSE]
-        ids.append(END)
-    ids.append(ASSISTANT)
-    return ids
+            toks += [_special(CALL_OPEN), _header(str(fn.get("name"))), *_pieces(args), _special(CALL_CLOSE)]
+        toks.append(_special(END))
+    toks.append(_special(ASSISTANT))
+    return toks
+
+
+def prompt_ids(raw_messages: list[Any], tool_names: tuple[str, ...], rerender: bool,
+               template_drift: bool = False) -> list[int]:
+    """The prompt's ids as this simulated template renders it (see the module docstring)."""
+    return [t for t, _ in prompt_tokens(raw_messages, tool_names, rerender, template_drift)]
+
+
+def render_prompt(raw_messages: list[Any], tool_names: tuple[str, ...], rerender: bool,
+                  template_drift: bool = False) -> str:
+    """The same prompt as text, without the begin token (a tokenizer adds it, as llama.cpp's
+    `add_special` adds BOS): `/apply-template`'s `prompt`."""
+    return "".join(text for _, text in prompt_tokens(raw_messages, tool_names, rerender, template_drift)[1:])
 
 
 def _tojson(args: str) -> str:
