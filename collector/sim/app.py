@@ -59,7 +59,7 @@ from collector.sim import chat as chat_wire
 from collector.sim import completion as llama_wire
 from collector.sim import gemini as gemini_wire
 from collector.sim import responses as responses_wire
-from collector.sim.capacity import CapacityModel
+from collector.sim.capacity import CapacityModel, vllm_metrics
 from collector.sim.errors import Dialect, SimError, context_overflow, error_payload, error_response
 from collector.sim.generate import Generation, generate
 from collector.sim.history import ParsedRequest
@@ -339,7 +339,7 @@ def create_app(seed: int = 0, presets: dict[str, ModelPreset] | None = None) -> 
     """The simulated provider: `/v1/chat/completions`, `/v1/responses`, `/v1/messages`,
     `/v1beta/models/{model}:generateContent` and `:streamGenerateContent` (`?alt=sse`), and
     llama-server's `/apply-template`, `/tokenize`, `/detokenize`, `/completion` (also under
-    `/llamacpp/{model}/`).
+    `/llamacpp/{model}/`), and `GET /metrics` (each capacity preset's load in vLLM's names).
 
     `presets` defaults to `collector.sim.presets.PRESETS`; a test may pass its own table.
     """
@@ -373,6 +373,9 @@ def create_app(seed: int = 0, presets: dict[str, ModelPreset] | None = None) -> 
         except ValueError as exc:
             return JSONResponse({"error": {"message": f"/sim/weights: {exc}"}}, status_code=400)
 
+    async def metrics(request: Request) -> Response:
+        return Response(vllm_metrics(sim.capacities), media_type="text/plain; version=0.0.4")
+
     async def weight_version(request: Request) -> Response:
         return JSONResponse({"weight_version": sim.weights.version})  # SGLang's shape
 
@@ -388,6 +391,7 @@ def create_app(seed: int = 0, presets: dict[str, ModelPreset] | None = None) -> 
 
     return Starlette(routes=[
         Route("/sim/weights", weights, methods=["GET", "POST"]),
+        Route("/metrics", metrics, methods=["GET"]),  # vLLM's Prometheus text of each capacity
         Route("/model_info", weight_version, methods=["GET"]),  # SGLang's current endpoint
         Route("/get_weight_version", weight_version, methods=["GET"]),  # and its former one
         Route("/v1/chat/completions", chat, methods=["POST"]),
