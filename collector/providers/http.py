@@ -340,8 +340,8 @@ class Http:
         self._urls: dict[str, httpx.URL] = {}
         """Each URL parsed once: httpx parses a str URL on every request (20 us a turn)."""
         self._fast = client if isinstance(client, FastClient) else None
-        self._targets: dict[tuple[str, tuple[tuple[str, str], ...] | None, bool], _Target | None] = {}
-        """The direct path's prebuilt requests, per (URL, extra headers, streaming)."""
+        self._targets: dict[tuple[str, bool], _Target | None] = {}
+        """The direct path's prebuilt requests, per (URL, streaming)."""
 
     def _url(self, url: str) -> httpx.URL:
         parsed = self._urls.get(url)
@@ -391,24 +391,35 @@ class Http:
             limit = f"provider.request_deadline_s = {self._deadline:g}s"
             raise ProviderUnavailable(f"{self._dialect}: reply not complete within {limit}") from None
 
-    def _target(self, url: str, extra_headers: Mapping[str, str] | None, sse: bool) -> _Target | None:
-        """The prebuilt request for the direct path, or None for httpx's client path.
+    def _target(self, url: str, extra_headers: Mapping[str, str] | None, sse: bool) -> _Direct | None:
+        """What the direct path sends, or None for httpx's client path.
 
         Direct only on the collector's own client (`FastClient`), and only while that client
         is open and holds no cookie: a cookie a server set once sends every later request
-        through the client layer, which attaches it exactly as httpx does.
+        through the client layer, which attaches it exactly as httpx does. The prebuilt part
+        is per (URL, streaming); extra headers (per episode, e.g. the simulator's seed) are
+        added per request, where httpx would put them.
         """
         client = self._fast
         if client is None or client.is_closed or client.cookies:
             return None
-        key = (url, tuple(extra_headers.items()) if extra_headers else None, sse)
-        try:
-            return self._targets[key]
-        except KeyError:
+        key = (url, sse)
+        target = self._targets.get(key)
+        if target is None:
+            if key in self._targets:
+                return None  # httpx's path for good (see `_Target.build`)
+            # Streaming: httpx's `accept` comes after the extra headers, unless it overrides
+            # one of the dialect's own (a dict keeps the first place of a key).
+            after = 1 if sse and "accept" not in self._headers else 0
             target = self._targets[key] = _Target.build(
-                client, self._url(url), self._request_headers(extra_headers, sse), self._params, self._timeout
+                client, self._url(url), self._request_headers(None, sse), after, self._params, self._timeout
             )
-            return target
+            if target is None:
+                return None
+        if not extra_headers:
+            return target, ()
+        extra = target.extra(extra_headers)
+        return None if extra is None else (target, extra)
 
     def _request_headers(self, extra_headers: Mapping[str, str] | None, sse: bool) -> Mapping[str, str]:
         if sse:
@@ -420,17 +431,18 @@ class Http:
     ) -> tuple[httpx.Response | Reply, bytes]:
         """One POST read whole: the response (a plain `Reply` on the direct path when it is a
         2xx with nothing for httpx to do) and its decoded body."""
-        target = self._target(url, extra_headers, False)
-        if target is None:
+        direct = self._target(url, extra_headers, False)
+        if direct is None:
             async with self._client.stream(
                 "POST", self._url(url), content=body, headers=self._request_headers(extra_headers, False),
                 params=self._params, timeout=self._timeout,
             ) as response:
                 content = await self._read_body(response)
             return response, content
+        target, extra = direct
         transport = target.client.direct
         if isinstance(transport, StreamTransport):
-            reply = await transport.exchange(target.origin, target.payload(body), target.timeouts)
+            reply = await transport.exchange(target.origin, target.payload(body, extra), target.timeouts)
             if reply.status_code < 300 and reply.plain():
                 try:
                     content = await self._read_reply(reply)
@@ -439,7 +451,7 @@ class Http:
                 return reply, content
             response = target.adopt(reply.response(target.request))
         else:
-            response = await target.send(transport, body)
+            response = await target.send(transport, body, extra)
         try:
             content = await self._read_body(response)
         finally:
@@ -490,20 +502,21 @@ class Http:
     async def _open_stream(self, url: str, body: bytes,
                            extra_headers: Mapping[str, str] | None) -> AsyncIterator[httpx.Response]:
         """The streaming POST's response, open for reading: through the client, or direct."""
-        target = self._target(url, extra_headers, True)
-        if target is None:
+        direct = self._target(url, extra_headers, True)
+        if direct is None:
             async with self._client.stream(
                 "POST", self._url(url), content=body, headers=self._request_headers(extra_headers, True),
                 params=self._params, timeout=self._timeout,
             ) as response:
                 yield response
             return
+        target, extra = direct
         transport = target.client.direct
         if isinstance(transport, StreamTransport):
-            reply = await transport.exchange(target.origin, target.payload(body), target.timeouts)
+            reply = await transport.exchange(target.origin, target.payload(body, extra), target.timeouts)
             response = target.adopt(reply.response(target.request))
         else:
-            response = await target.send(transport, body)
+            response = await target.send(transport, body, extra)
         try:
             yield response
         finally:
@@ -583,56 +596,91 @@ class Http:
                 return result
 
 
+RawHeaders = tuple[tuple[bytes, bytes], ...]
+
+
 class _Target:
     """One request the direct path sends again and again: built once by httpx itself.
 
     `client.build_request` makes it with the client's own merging (default headers, the
     query, Host, the timeout extension), so what goes on the wire is byte for byte what
-    the client layer would have sent; per turn only the body and its Content-Length change.
+    the client layer would have sent; per turn only the extra headers, the body and its
+    Content-Length are new.
     """
 
-    __slots__ = ("client", "headers", "origin", "prefix", "request", "timeouts")
+    __slots__ = ("after", "before", "client", "head", "length", "names", "origin", "request", "tail",
+                 "timeouts")
 
-    def __init__(self, client: FastClient, request: httpx.Request, prefix: bytes) -> None:
+    def __init__(self, client: FastClient, request: httpx.Request, after: int) -> None:
         self.client = client
         self.request = request
-        self.prefix = prefix
+        raw = request.headers.raw
+        split = len(raw) - 1 - after
+        self.before, self.after = raw[:split], raw[split:-1]
+        """The headers before and after where httpx puts the extra ones; then Content-Length."""
+        self.length = raw[-1][0] + b": "
+        self.names = frozenset(name.lower() for name, _ in raw)
+        lines = [b"POST " + (request.url.raw_path or b"/") + b" HTTP/1.1"]
+        lines.extend(name + b": " + value for name, value in self.before)
+        lines.append(b"")
+        self.head = b"\r\n".join(lines)
+        self.tail = b"".join(name + b": " + value + b"\r\n" for name, value in self.after)
         self.origin = origin_of(request.url)
         self.timeouts: Timeouts = request.extensions["timeout"]
-        self.headers = httpx.Headers(request.headers.raw[:-1])  # without the Content-Length
 
     @classmethod
-    def build(cls, client: FastClient, url: httpx.URL, headers: Mapping[str, str],
+    def build(cls, client: FastClient, url: httpx.URL, headers: Mapping[str, str], after: int,
               params: tuple[tuple[str, str], ...] | None, timeout: float | None) -> _Target | None:
+        """`after`: how many of `headers`' last entries httpx puts after a request's extra headers."""
         # A one-byte body, so that httpx puts its Content-Length last (an empty one goes first).
         request = client.build_request("POST", url, content=b"-", headers=headers, params=params,
                                        timeout=timeout)
         raw = request.headers.raw
         lengths = [i for i, (name, _) in enumerate(raw) if name.lower() == b"content-length"]
         if lengths != [len(raw) - 1] or any(name.lower() == b"transfer-encoding" for name, _ in raw):
-            return None  # a caller's own Content-Length or Transfer-Encoding: httpx's path
-        lines = [b"POST " + (request.url.raw_path or b"/") + b" HTTP/1.1"]
-        lines.extend(name + b": " + value for name, value in raw)
-        lines[-1] = raw[-1][0] + b": "
-        return cls(client, request, b"\r\n".join(lines))
+            return None  # the dialect's own Content-Length or Transfer-Encoding: httpx's path
+        return cls(client, request, after)
 
-    def payload(self, body: bytes) -> bytes:
+    def extra(self, extra_headers: Mapping[str, str]) -> RawHeaders | None:
+        """The extra headers as httpx encodes them, or None when httpx would merge one with a
+        header it already has (a run overriding `user-agent`, say): that request takes httpx's path."""
+        out = []
+        for name, value in extra_headers.items():
+            if not isinstance(name, str) or not isinstance(value, str):
+                return None
+            key = name.encode("ascii")
+            if key.lower() in self.names:
+                return None
+            out.append((key, value.encode("ascii")))
+        return tuple(out)
+
+    def payload(self, body: bytes, extra: RawHeaders) -> bytes:
         """The request on the wire: what `StreamTransport` serializes for httpx's request."""
-        return b"".join((self.prefix, str(len(body)).encode("ascii"), b"\r\n\r\n", body))
+        size = str(len(body)).encode("ascii")
+        if extra:
+            lines = b"".join(name + b": " + value + b"\r\n" for name, value in extra)
+            return b"".join((self.head, lines, self.tail, self.length, size, b"\r\n\r\n", body))
+        return b"".join((self.head, self.tail, self.length, size, b"\r\n\r\n", body))
 
     def adopt(self, response: httpx.Response) -> httpx.Response:
         """What the client layer does to a response it did not build: its cookies are stored."""
         self.client.cookies.extract_cookies(response)
         return response
 
-    async def send(self, transport: httpx.AsyncBaseTransport, body: bytes) -> httpx.Response:
+    async def send(self, transport: httpx.AsyncBaseTransport, body: bytes,
+                   extra: RawHeaders) -> httpx.Response:
         """Through a transport that wraps `StreamTransport` (admission): an httpx request
         built from the prebuilt parts, handed to the transport as the client would."""
-        request = httpx.Request("POST", self.request.url, headers=self.headers, content=body,
+        headers = [*self.before, *extra, *self.after]
+        request = httpx.Request("POST", self.request.url, headers=headers, content=body,
                                 extensions=self.request.extensions)
         response = await transport.handle_async_request(request)
         response.request = request
         return self.adopt(response)
+
+
+_Direct = tuple[_Target, RawHeaders]
+"""A direct send: the prebuilt request and this request's extra headers."""
 
 
 def retry_cause(exc: ProviderError) -> str:

@@ -164,7 +164,8 @@ def outcome(exc: ProviderError) -> tuple[type, str, int | None, str]:
 @pytest.mark.parametrize("dialect", DIALECTS)
 async def test_the_direct_path_sends_byte_for_byte_what_httpx_sends(dialect: str, stream: bool) -> None:
     """Each dialect's request (key header, content-type, accept, Basic auth from the URL, the
-    URL's query, a run's extra headers, httpx's default headers, Host) is the same on the wire
+    URL's query, a run's extra headers, varying or overriding one of httpx's, httpx's default
+    headers, Host) is the same on the wire
     whether it goes through httpx's client layer or past it; and the direct client really
     goes past it (no httpx request at all)."""
     body = build(dialect, Fab([FabCall("call_1", "refund", '{"order_id":"A-1","amount":5}',
@@ -180,26 +181,31 @@ async def test_the_direct_path_sends_byte_for_byte_what_httpx_sends(dialect: str
             endpoint = Endpoint(base, api_key="sk-test-SECRET-0123456789abcdef", streaming=stream,
                                 basic_auth=("user", "pass"), query=(("tenant", "t-1"),))
             provider = build_provider(dialect, endpoint, client, sleep=Sleeps(), rng=random.Random(0))
-            turns = [await provider.complete(turn_request({"x-run": "r-7", "OpenAI-Beta": "b"}))
-                     for _ in range(2)]
+            # Extra headers that change per episode (the worker's simulator seed), one that
+            # overrides a header httpx sets (it merges them), and none.
+            extras = [{"x-run": "r-7", "OpenAI-Beta": "b"}, {"x-run": "r-8", "User-Agent": "mine/1"}, {}]
+            turns = [await provider.complete(turn_request(extra)) for extra in extras]
             tool_calls[kind] = [[(c.name, c.arguments) for c in t.tool_calls] for t in turns]
             netloc = server.url.removeprefix("http://").encode()
             seen[kind] = [r.replace(netloc, b"SERVER") for r in server.requests]
             connections[kind] = server.connections
         if kind == "direct":
-            assert spy.through_httpx == 0
+            assert spy.through_httpx == 1  # only the turn whose extra header httpx merges
     assert seen["direct"] == seen["httpx"]
     assert seen["wrapped"] == seen["httpx"]
     # Whole replies: the second turn reused the connection. A stream the adapter stops
     # reading at its terminal event closes it, through httpx or not.
     assert connections["direct"] == connections["httpx"] == connections["wrapped"]
     assert stream or connections["direct"] == 1
+    assert len(seen["direct"]) == 3
     assert tool_calls["direct"] == tool_calls["httpx"] == tool_calls["wrapped"]
     assert tool_calls["direct"][0] == [("refund", {"order_id": "A-1", "amount": 5})]
     head = seen["direct"][0].split(b"\r\n\r\n", 1)[0].lower()
     assert b"?tenant=t-1" in head.split(b"\r\n", 1)[0]
     assert b"\r\nx-run: r-7" in head
     assert b"\r\nuser-agent: python-httpx/" in head
+    assert b"\r\nuser-agent: mine/1\r\n" in seen["direct"][1].lower()
+    assert b"python-httpx" not in seen["direct"][1]
     assert (b"\r\naccept: text/event-stream" in head) == stream
 
 
