@@ -52,11 +52,12 @@ The direct path. On the collector's own client (`transport.FastClient`, what the
 builds) a request does not go through httpx's client layer, which per request merges the
 client's URL, headers, cookies and timeout into a new `httpx.Request`, runs the auth,
 redirect and event-hook machinery and wraps the response: work the collector's client never
-needs (no auth, hooks, redirects or proxies), 0.1-0.4 ms of CPU a turn (BENCHMARKS.md a).
-Instead each (URL, extra headers, streaming) request is built once by httpx itself
-(`client.build_request`, so the bytes on the wire are what httpx would send) and each turn
-only the body and its Content-Length are new: on `StreamTransport` they go straight to
-`StreamTransport.exchange`, on a transport around it (admission) as an `httpx.Request`.
+needs (no auth, hooks, redirects or proxies), about 0.3 ms of CPU a turn (BENCHMARKS.md a).
+Instead each (URL, streaming) request is built once by httpx itself (`client.build_request`,
+so the bytes on the wire are what httpx would send) and each turn only the extra headers
+(where httpx puts them), the body and its Content-Length are new: on `StreamTransport`
+they go straight to `StreamTransport.exchange`, on a transport around it (admission) as
+an `httpx.Request`.
 Everything that classifies is shared (the transport's exceptions, `classify_http_error` on
 an `httpx.Response` for every non-2xx), and a reply httpx would act on (a Content-Encoding,
 a cookie) gets httpx's own handling. A client holding a cookie, a closed client and any
@@ -646,8 +647,8 @@ class _Target:
         header it already has (a run overriding `user-agent`, say): that request takes httpx's path."""
         out = []
         for name, value in extra_headers.items():
-            if not isinstance(name, str) or not isinstance(value, str):
-                return None
+            if not isinstance(name, str) or not isinstance(value, str) or not (name + value).isascii():
+                return None  # httpx's own TypeError / UnicodeEncodeError, from its own path
             key = name.encode("ascii")
             if key.lower() in self.names:
                 return None
