@@ -48,8 +48,24 @@ includes a header, the URL's query or the key; provider messages are truncated a
 of every credential the endpoint sends, in every form (`Endpoint.credentials`), and of
 key-shaped tokens (OpenAI echoes a masked key in its 401 message).
 
+The direct path. On the collector's own client (`transport.FastClient`, what the worker
+builds) a request does not go through httpx's client layer, which per request merges the
+client's URL, headers, cookies and timeout into a new `httpx.Request`, runs the auth,
+redirect and event-hook machinery and wraps the response: work the collector's client never
+needs (no auth, hooks, redirects or proxies), about 0.3 ms of CPU a turn (BENCHMARKS.md a).
+Instead each (URL, streaming) request is built once by httpx itself (`client.build_request`,
+so the bytes on the wire are what httpx would send) and each turn only the extra headers
+(where httpx puts them), the body and its Content-Length are new: on `StreamTransport`
+they go straight to `StreamTransport.exchange`, on a transport around it (admission) as
+an `httpx.Request`.
+Everything that classifies is shared (the transport's exceptions, `classify_http_error` on
+an `httpx.Response` for every non-2xx), and a reply httpx would act on (a Content-Encoding,
+a cookie) gets httpx's own handling. A client holding a cookie, a closed client and any
+other client (a user's proxies) keep httpx's client path.
+
 Tests: tests/providers/test_errors_retries.py, tests/providers/test_retry_causes.py,
-tests/providers/test_transport.py, tests/providers/test_finish.py (abort).
+tests/providers/test_transport.py, tests/providers/test_finish.py (abort),
+tests/providers/test_http_direct.py (the direct path against httpx's).
 """
 
 from __future__ import annotations
@@ -80,6 +96,7 @@ from collector.providers.base import Endpoint, basic_authorization
 from collector.providers.finish import is_abort
 from collector.providers.servercut import UnparsedArguments, says_arguments_unparsed, withhold_fragment
 from collector.providers.sse import SSEDecoder, SSEEvent
+from collector.providers.transport import FastClient, Reply, StreamTransport, Timeouts, origin_of
 from collector.turn import Turn
 
 __all__ = [
@@ -294,8 +311,8 @@ class Http:
     """One dialect's view of the handed-in client: URL-independent headers, retries, sleep."""
 
     __slots__ = (
-        "_client", "_deadline", "_dialect", "_headers", "_max_bytes", "_params", "_policy", "_rng",
-        "_secret", "_sleep", "_timeout", "_urls",
+        "_client", "_deadline", "_dialect", "_fast", "_headers", "_max_bytes", "_params", "_policy", "_rng",
+        "_secret", "_sleep", "_targets", "_timeout", "_urls",
     )
 
     def __init__(
@@ -323,6 +340,9 @@ class Http:
         self._rng = rng or random.Random()
         self._urls: dict[str, httpx.URL] = {}
         """Each URL parsed once: httpx parses a str URL on every request (20 us a turn)."""
+        self._fast = client if isinstance(client, FastClient) else None
+        self._targets: dict[tuple[str, bool], _Target | None] = {}
+        """The direct path's prebuilt requests, per (URL, streaming)."""
 
     def _url(self, url: str) -> httpx.URL:
         parsed = self._urls.get(url)
@@ -372,27 +392,136 @@ class Http:
             limit = f"provider.request_deadline_s = {self._deadline:g}s"
             raise ProviderUnavailable(f"{self._dialect}: reply not complete within {limit}") from None
 
+    def _target(self, url: str, extra_headers: Mapping[str, str] | None, sse: bool) -> _Direct | None:
+        """What the direct path sends, or None for httpx's client path.
+
+        Direct only on the collector's own client (`FastClient`), and only while that client
+        is open and holds no cookie: a cookie a server set once sends every later request
+        through the client layer, which attaches it exactly as httpx does. The prebuilt part
+        is per (URL, streaming); extra headers (per episode, e.g. the simulator's seed) are
+        added per request, where httpx would put them.
+        """
+        client = self._fast
+        if client is None or client.is_closed or client.cookies:
+            return None
+        key = (url, sse)
+        target = self._targets.get(key)
+        if target is None:
+            if key in self._targets:
+                return None  # httpx's path for good (see `_Target.build`)
+            # Streaming: httpx's `accept` comes after the extra headers, unless it overrides
+            # one of the dialect's own (a dict keeps the first place of a key).
+            after = 1 if sse and "accept" not in self._headers else 0
+            target = self._targets[key] = _Target.build(
+                client, self._url(url), self._request_headers(None, sse), after, self._params, self._timeout
+            )
+            if target is None:
+                return None
+        if not extra_headers:
+            return target, ()
+        extra = target.extra(extra_headers)
+        return None if extra is None else (target, extra)
+
+    def _request_headers(self, extra_headers: Mapping[str, str] | None, sse: bool) -> Mapping[str, str]:
+        if sse:
+            return {**self._headers, **(extra_headers or {}), "accept": "text/event-stream"}
+        return {**self._headers, **extra_headers} if extra_headers else self._headers
+
+    async def _send_whole(
+        self, url: str, body: bytes, extra_headers: Mapping[str, str] | None
+    ) -> tuple[httpx.Response | Reply, bytes]:
+        """One POST read whole: the response (a plain `Reply` on the direct path when it is a
+        2xx with nothing for httpx to do) and its decoded body."""
+        direct = self._target(url, extra_headers, False)
+        if direct is None:
+            async with self._client.stream(
+                "POST", self._url(url), content=body, headers=self._request_headers(extra_headers, False),
+                params=self._params, timeout=self._timeout,
+            ) as response:
+                content = await self._read_body(response)
+            return response, content
+        target, extra = direct
+        transport = target.client.direct
+        if isinstance(transport, StreamTransport):
+            reply = await transport.exchange(target.origin, target.payload(body, extra), target.timeouts)
+            if reply.status_code < 300 and reply.plain():
+                try:
+                    content = await self._read_reply(reply)
+                finally:
+                    await reply.aclose()
+                return reply, content
+            response = target.adopt(reply.response(target.request))
+        else:
+            response = await target.send(transport, body, extra)
+        try:
+            content = await self._read_body(response)
+        finally:
+            await response.aclose()
+        return response, content
+
     async def post_json(
         self, url: str, body: bytes, extra_headers: Mapping[str, str] | None = None
     ) -> tuple[Any, float]:
         """One POST; the decoded JSON reply and the seconds it took."""
-        headers = {**self._headers, **extra_headers} if extra_headers else self._headers
         started = time.perf_counter()
         try:
-            async with self._within_deadline(), self._client.stream(
-                "POST", self._url(url), content=body, headers=headers, params=self._params,
-                timeout=self._timeout,
-            ) as response:
-                content = await self._read_body(response)
+            if self._deadline is None:
+                response, content = await self._send_whole(url, body, extra_headers)
+            else:
+                async with self._within_deadline():
+                    response, content = await self._send_whole(url, body, extra_headers)
         except httpx.HTTPError as exc:
             raise self._transport_error(exc) from None
         elapsed = time.perf_counter() - started
         if response.status_code >= 300:
+            assert isinstance(response, httpx.Response)  # errors always take httpx's response
             raise classify_http_error(response, content, self._secret, self._dialect)
         try:
             return json.loads(content), elapsed
         except ValueError:
             raise self.protocol_error("reply body is not JSON") from None
+
+    async def _read_reply(self, reply: Reply) -> bytes:
+        """`_read_body` for a plain `Reply` (no Content-Encoding): the same limit, checked the same way."""
+        declared = reply.header(b"content-length") or b""
+        if declared.isdigit() and int(declared) > self._max_bytes:
+            raise self._oversize()
+        if reply.content is not None:
+            if len(reply.content) > self._max_bytes:
+                raise self._oversize()
+            return reply.content
+        parts: list[bytes] = []
+        size = 0
+        async for chunk in reply.aiter_bytes():
+            size += len(chunk)
+            if size > self._max_bytes:
+                raise self._oversize()
+            parts.append(chunk)
+        return b"".join(parts)
+
+    @contextlib.asynccontextmanager
+    async def _open_stream(self, url: str, body: bytes,
+                           extra_headers: Mapping[str, str] | None) -> AsyncIterator[httpx.Response]:
+        """The streaming POST's response, open for reading: through the client, or direct."""
+        direct = self._target(url, extra_headers, True)
+        if direct is None:
+            async with self._client.stream(
+                "POST", self._url(url), content=body, headers=self._request_headers(extra_headers, True),
+                params=self._params, timeout=self._timeout,
+            ) as response:
+                yield response
+            return
+        target, extra = direct
+        transport = target.client.direct
+        if isinstance(transport, StreamTransport):
+            reply = await transport.exchange(target.origin, target.payload(body, extra), target.timeouts)
+            response = target.adopt(reply.response(target.request))
+        else:
+            response = await target.send(transport, body, extra)
+        try:
+            yield response
+        finally:
+            await response.aclose()
 
     async def stream(
         self,
@@ -403,12 +532,8 @@ class Http:
     ) -> tuple[T, float]:
         """One streaming POST; `consume` reads the SSE events and returns what it built."""
         started = time.perf_counter()
-        headers = {**self._headers, **(extra_headers or {}), "accept": "text/event-stream"}
         try:
-            async with self._within_deadline(), self._client.stream(
-                "POST", self._url(url), content=body, headers=headers, params=self._params,
-                timeout=self._timeout,
-            ) as response:
+            async with self._within_deadline(), self._open_stream(url, body, extra_headers) as response:
                 if response.status_code >= 300:
                     content = await self._read_body(response)
                     raise classify_http_error(response, content, self._secret, self._dialect)
@@ -470,6 +595,93 @@ class Http:
                 if isinstance(result, Turn):
                     result.retries = tuple(causes)
                 return result
+
+
+RawHeaders = tuple[tuple[bytes, bytes], ...]
+
+
+class _Target:
+    """One request the direct path sends again and again: built once by httpx itself.
+
+    `client.build_request` makes it with the client's own merging (default headers, the
+    query, Host, the timeout extension), so what goes on the wire is byte for byte what
+    the client layer would have sent; per turn only the extra headers, the body and its
+    Content-Length are new.
+    """
+
+    __slots__ = ("after", "before", "client", "head", "length", "names", "origin", "request", "tail",
+                 "timeouts")
+
+    def __init__(self, client: FastClient, request: httpx.Request, after: int) -> None:
+        self.client = client
+        self.request = request
+        raw = request.headers.raw
+        split = len(raw) - 1 - after
+        self.before, self.after = raw[:split], raw[split:-1]
+        """The headers before and after where httpx puts the extra ones; then Content-Length."""
+        self.length = raw[-1][0] + b": "
+        self.names = frozenset(name.lower() for name, _ in raw)
+        lines = [b"POST " + (request.url.raw_path or b"/") + b" HTTP/1.1"]
+        lines.extend(name + b": " + value for name, value in self.before)
+        lines.append(b"")
+        self.head = b"\r\n".join(lines)
+        self.tail = b"".join(name + b": " + value + b"\r\n" for name, value in self.after)
+        self.origin = origin_of(request.url)
+        self.timeouts: Timeouts = request.extensions["timeout"]
+
+    @classmethod
+    def build(cls, client: FastClient, url: httpx.URL, headers: Mapping[str, str], after: int,
+              params: tuple[tuple[str, str], ...] | None, timeout: float | None) -> _Target | None:
+        """`after`: how many of `headers`' last entries httpx puts after a request's extra headers."""
+        # A one-byte body, so that httpx puts its Content-Length last (an empty one goes first).
+        request = client.build_request("POST", url, content=b"-", headers=headers, params=params,
+                                       timeout=timeout)
+        raw = request.headers.raw
+        lengths = [i for i, (name, _) in enumerate(raw) if name.lower() == b"content-length"]
+        if lengths != [len(raw) - 1] or any(name.lower() == b"transfer-encoding" for name, _ in raw):
+            return None  # the dialect's own Content-Length or Transfer-Encoding: httpx's path
+        return cls(client, request, after)
+
+    def extra(self, extra_headers: Mapping[str, str]) -> RawHeaders | None:
+        """The extra headers as httpx encodes them, or None when httpx would merge one with a
+        header it already has (a run overriding `user-agent`, say): that request takes httpx's path."""
+        out = []
+        for name, value in extra_headers.items():
+            if not isinstance(name, str) or not isinstance(value, str) or not (name + value).isascii():
+                return None  # httpx's own TypeError / UnicodeEncodeError, from its own path
+            key = name.encode("ascii")
+            if key.lower() in self.names:
+                return None
+            out.append((key, value.encode("ascii")))
+        return tuple(out)
+
+    def payload(self, body: bytes, extra: RawHeaders) -> bytes:
+        """The request on the wire: what `StreamTransport` serializes for httpx's request."""
+        size = str(len(body)).encode("ascii")
+        if extra:
+            lines = b"".join(name + b": " + value + b"\r\n" for name, value in extra)
+            return b"".join((self.head, lines, self.tail, self.length, size, b"\r\n\r\n", body))
+        return b"".join((self.head, self.tail, self.length, size, b"\r\n\r\n", body))
+
+    def adopt(self, response: httpx.Response) -> httpx.Response:
+        """What the client layer does to a response it did not build: its cookies are stored."""
+        self.client.cookies.extract_cookies(response)
+        return response
+
+    async def send(self, transport: httpx.AsyncBaseTransport, body: bytes,
+                   extra: RawHeaders) -> httpx.Response:
+        """Through a transport that wraps `StreamTransport` (admission): an httpx request
+        built from the prebuilt parts, handed to the transport as the client would."""
+        headers = [*self.before, *extra, *self.after]
+        request = httpx.Request("POST", self.request.url, headers=headers, content=body,
+                                extensions=self.request.extensions)
+        response = await transport.handle_async_request(request)
+        response.request = request
+        return self.adopt(response)
+
+
+_Direct = tuple[_Target, RawHeaders]
+"""A direct send: the prebuilt request and this request's extra headers."""
 
 
 def retry_cause(exc: ProviderError) -> str:

@@ -35,7 +35,14 @@ What it does, and only that:
   (`ConnectError`, `ReadTimeout`, `RemoteProtocolError`, ...), so
   `collector.providers.http` classifies them as it does httpcore's.
 
+`exchange` is the same transport without httpx's request and response objects: the
+collector's hot path (`collector.providers.http`) hands it a prebuilt request and reads the
+`Reply`. `FastClient` (from `fast_client`) marks the client the hot path may bypass.
+
 Not supported: HTTP/2, proxies, upgrades. Use httpx's default transport for those.
+
+Tests: tests/providers/test_transport.py, tests/providers/test_http_direct.py,
+tests/providers/test_limits.py.
 """
 
 from __future__ import annotations
@@ -43,21 +50,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from types import TracebackType
 
 import httpx
 
-__all__ = ["StreamTransport", "fast_client"]
+__all__ = ["FastClient", "Reply", "StreamTransport", "Timeouts", "fast_client", "origin_of"]
 
 _HEAD_LIMIT = 1 << 16
 _CHUNK = 1 << 16
 _NO_BODY_STATUSES = frozenset({204, 304})
+#: Response headers that httpx's response or client does something with (decode, store).
+_HTTPX_ACTS_ON = frozenset({b"content-encoding", b"set-cookie", b"set-cookie2"})
 #: Bodies up to this size with a Content-Length are read with the head (a model reply is a
 #: few KiB); longer ones, and chunked or close-delimited ones (real SSE), are streamed.
 _EAGER_LIMIT = 1 << 22
 
 Origin = tuple[str, str, int]
+#: The `timeout` extension of an httpx request: connect, read, write, pool (seconds or None).
+Timeouts = Mapping[str, float | None]
 
 
 class _Conn:
@@ -75,9 +86,61 @@ class _Conn:
         self.writer.close()
 
 
-def _timeout(request: httpx.Request, key: str) -> float | None:
-    value = request.extensions.get("timeout", {}).get(key)
-    return float(value) if value is not None else None
+def origin_of(url: httpx.URL) -> Origin:
+    """The pool key of a URL: (scheme, host, port), the port filled in from the scheme."""
+    scheme = url.scheme
+    return (scheme, url.host, url.port or (443 if scheme == "https" else 80))
+
+
+class Reply:
+    """A response as `StreamTransport.exchange` read it: the head, and either the whole body
+    (`content`, read with the head) or the rest of it (`stream`, to be read or closed).
+
+    `response()` makes it an `httpx.Response`; the hot path in `collector.providers.http`
+    reads a plain reply without one (`aiter_bytes`, `header`) and builds it only when httpx's
+    own handling is wanted (Content-Encoding to decode, an error status to classify, a
+    cookie to store, an SSE stream to decode as text).
+    """
+
+    __slots__ = ("content", "headers", "reason", "status_code", "stream", "version")
+
+    def __init__(self, status: int, reason: bytes, version: bytes, headers: list[tuple[bytes, bytes]],
+                 content: bytes | None, stream: _Body | None) -> None:
+        self.status_code = status
+        self.reason = reason
+        self.version = version
+        self.headers = headers
+        self.content = content
+        self.stream = stream
+
+    def header(self, name: bytes) -> bytes | None:
+        """Header `name` (lower case), or None; repeated ones joined by ", " as httpx's `get` does."""
+        values = [value for key, value in self.headers if key.lower() == name]
+        return b", ".join(values) if values else None
+
+    def plain(self) -> bool:
+        """No header httpx would act on: no Content-Encoding to decode, no cookie to store."""
+        return not any(key.lower() in _HTTPX_ACTS_ON for key, _ in self.headers)
+
+    def response(self, request: httpx.Request | None = None) -> httpx.Response:
+        stream: httpx.AsyncByteStream = self.stream if self.stream is not None else httpx.ByteStream(
+            self.content or b"")
+        extensions = {"http_version": self.version, "reason_phrase": self.reason}
+        return httpx.Response(self.status_code, headers=self.headers, stream=stream, extensions=extensions,
+                              request=request)
+
+    async def aiter_bytes(self) -> AsyncIterator[bytes]:
+        """The body as it came (the caller checks there is no Content-Encoding first)."""
+        if self.stream is None:
+            if self.content:
+                yield self.content
+            return
+        async for data in self.stream:
+            yield data
+
+    async def aclose(self) -> None:
+        if self.stream is not None:
+            await self.stream.aclose()
 
 
 class _Idle:
@@ -233,43 +296,54 @@ class StreamTransport(httpx.AsyncBaseTransport):
             conn.close()
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        url = request.url
+        payload = _serialize(request, await _body(request))
+        reply = await self.exchange(origin_of(url), payload, request.extensions.get("timeout", {}),
+                                    head=request.method == "HEAD")
+        return reply.response()
+
+    async def exchange(self, origin: Origin, payload: bytes, timeouts: Timeouts,
+                       head: bool = False) -> Reply:
+        """Send one serialized request and read the reply's head (and its body when small).
+
+        The shared core of `handle_async_request` and of the collector's hot path
+        (`collector.providers.http` sends its own prebuilt requests through it, skipping
+        httpx's client layer): the same pool, the same resend rule, the same timeouts and
+        the same httpx exception types either way.
+        """
         if self._closed:
             raise httpx.ConnectError("the transport is closed")
-        url = request.url
-        scheme = url.scheme
-        if scheme not in ("http", "https"):
-            raise httpx.UnsupportedProtocol(f"unsupported scheme {scheme!r}")
-        origin: Origin = (scheme, url.host, url.port or (443 if scheme == "https" else 80))
-        payload = _serialize(request, await _body(request))
+        if origin[0] not in ("http", "https"):
+            raise httpx.UnsupportedProtocol(f"unsupported scheme {origin[0]!r}")
         conn = self._idle_conn(origin)
         reused = conn is not None
         if conn is None:
-            conn = await self._connect(origin, _timeout(request, "connect"))
+            conn = await self._connect(origin, timeouts.get("connect"))
         try:
-            return await self._exchange(conn, request, payload)
+            return await self._exchange(conn, payload, timeouts, head)
         except _Stale:
             # No byte back on a kept-alive connection: most often the server had closed it
             # idle as we wrote. The server may also have read the request and dropped it;
             # resending a model call is accepted anyway (see the module docstring).
             if not reused:
                 raise httpx.RemoteProtocolError("server closed the connection without a reply") from None
-            conn = await self._connect(origin, _timeout(request, "connect"))
+            conn = await self._connect(origin, timeouts.get("connect"))
             try:
-                return await self._exchange(conn, request, payload)
+                return await self._exchange(conn, payload, timeouts, head)
             except _Stale:
                 raise httpx.RemoteProtocolError("server closed the connection without a reply") from None
 
-    async def _exchange(self, conn: _Conn, request: httpx.Request, payload: bytes) -> httpx.Response:
+    async def _exchange(self, conn: _Conn, payload: bytes, timeouts: Timeouts, head_request: bool) -> Reply:
         """Send the request and read the response head, and the body too when it is small and
         framed by Content-Length (the connection is free at once); any other
         body is streamed by `_Body`."""
-        read_timeout = _timeout(request, "read")
+        read_timeout = timeouts.get("read")
         got_head = False
         body: bytes | None = None
         try:
             conn.writer.write(payload)
             if conn.writer.transport.get_write_buffer_size() > _CHUNK:
-                async with asyncio.timeout(_timeout(request, "write")):
+                async with asyncio.timeout(timeouts.get("write")):
                     await conn.writer.drain()
             async with asyncio.timeout(None) as timer:
                 idle = _Idle(timer, read_timeout)
@@ -281,7 +355,7 @@ class StreamTransport(httpx.AsyncBaseTransport):
                         break
                 got_head = True
                 length, chunked, keep_alive = _framing(version, headers)
-                if request.method == "HEAD" or status in _NO_BODY_STATUSES:
+                if head_request or status in _NO_BODY_STATUSES:
                     length, chunked = 0, False
                 if not chunked and length is not None and length <= _EAGER_LIMIT:
                     body = b"".join([data async for data in _read_exactly(conn.reader, length, idle)])
@@ -307,13 +381,11 @@ class StreamTransport(httpx.AsyncBaseTransport):
         except BaseException:
             conn.close()  # cancelled mid-request: the connection's state is unknown
             raise
-        extensions = {"http_version": version, "reason_phrase": reason}
         if body is not None:
             self._release(conn, keep_alive)
-            whole = httpx.ByteStream(body)
-            return httpx.Response(status, headers=headers, stream=whole, extensions=extensions)
+            return Reply(status, reason, version, headers, body, None)
         stream = _Body(self, conn, None if chunked else length, chunked, keep_alive, read_timeout)
-        return httpx.Response(status, headers=headers, stream=stream, extensions=extensions)
+        return Reply(status, reason, version, headers, None, stream)
 
     async def aclose(self) -> None:
         self._closed = True
@@ -411,12 +483,26 @@ class _SetCookieCookies(httpx.Cookies):
             super().extract_cookies(response)
 
 
-def fast_client(transport: httpx.AsyncBaseTransport | None = None) -> httpx.AsyncClient:
+class FastClient(httpx.AsyncClient):
+    """The collector's own client (`fast_client`): an `httpx.AsyncClient` like any other for
+    every caller, which `collector.providers.http` also knows how to send through directly.
+
+    Being the collector's own is what makes the shortcut safe: no auth, no event hooks, no
+    redirects followed, no mounts or proxies (an explicit transport turns the proxy
+    environment off), so httpx's client layer would only rebuild the same request each turn.
+    `direct` is the transport to send through: the `StreamTransport` itself, or whatever
+    wraps it (the worker's `AdmissionTransport`).
+    """
+
+    def __init__(self, transport: httpx.AsyncBaseTransport) -> None:
+        super().__init__(transport=transport, timeout=None)
+        self.direct = transport
+        # httpx offers no switch for this; `_cookies` is what its `cookies` property wraps.
+        # tests/providers/test_transport.py checks that cookies still work through it.
+        self._cookies = _SetCookieCookies()
+
+
+def fast_client(transport: httpx.AsyncBaseTransport | None = None) -> FastClient:
     """The collector's HTTP client: `StreamTransport`, no client-wide timeout (each request
     sets its own), cookies extracted only from responses that set one."""
-    client = httpx.AsyncClient(transport=transport or StreamTransport(), timeout=None)
-    # httpx offers no switch for this; `_cookies` is what its `cookies` property wraps.
-    # tests/providers/test_transport.py checks that cookies still work through it.
-    client._cookies = _SetCookieCookies()
-    return client
-
+    return FastClient(transport or StreamTransport())

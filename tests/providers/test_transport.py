@@ -140,12 +140,14 @@ async def test_errors_are_httpx_types() -> None:
             await client.post(url, content=b"x")
 
 
+@pytest.mark.parametrize("direct", [False, True])
 @pytest.mark.parametrize("streaming", [False, True])
-async def test_adapters_over_the_simulator(streaming: bool) -> None:
-    """The chat adapter completes a turn over StreamTransport, streamed (SSE) and not."""
+async def test_adapters_over_the_simulator(streaming: bool, direct: bool) -> None:
+    """The chat adapter completes a turn over StreamTransport, streamed (SSE) and not, through
+    httpx's client and on the collector's direct path (`fast_client`)."""
     with SimServer() as sim:
         endpoint = Endpoint(base_url_for("chat", sim.base_url), streaming=streaming)
-        async with httpx.AsyncClient(transport=StreamTransport()) as client:
+        async with fast_client() if direct else httpx.AsyncClient(transport=StreamTransport()) as client:
             provider = build_provider("chat", endpoint, client)
             request = TurnRequest("sim-perfect", [UserMessage("What is the status of order A-1?")], [], 64,
                                   SamplingParams(seed=1))
