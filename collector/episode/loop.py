@@ -228,7 +228,13 @@ async def _drive(
     specs = tool_specs(tools)
     by_name = {t.name: t for t in tools}
     cut_streak = bad_streak = 0
-    schema_tokens = len(json.dumps([dataclasses.asdict(s) for s in specs])) // CHARS_PER_TOKEN
+    # The offered tools' share of the prompt, for the context-window clamp only: measured when
+    # a window is set (it cost ~0.3 ms an episode, `dataclasses.asdict` deep-copying every
+    # schema, in runs that never read it: BENCHMARKS.md §a).
+    schema_tokens = 0
+    if spec.context_window is not None:
+        offered = [{"name": s.name, "description": s.description, "parameters": s.parameters} for s in specs]
+        schema_tokens = len(json.dumps(offered)) // CHARS_PER_TOKEN
     for _ in range(settings.max_steps):
         cap = spec.budget
         if budget is not None:  # 0
