@@ -537,7 +537,9 @@ class Http:
                 if response.status_code >= 300:
                     content = await self._read_body(response)
                     raise classify_http_error(response, content, self._secret, self._dialect)
-                result = await consume(_events(response, self._max_bytes, self._oversize))
+                events = _events(response, self._max_bytes, self._oversize)
+                result = await consume(events)
+                await _drain(events)
         except httpx.HTTPError as exc:
             raise self._transport_error(exc) from None
         return result, time.perf_counter() - started
@@ -699,6 +701,31 @@ def retry_cause(exc: ProviderError) -> str:
     if "transport error" in exc.message or "stream ended" in exc.message:
         return "dropped"
     return "5xx"  # a transient error event inside a stream: the server's failure, in band
+
+
+DRAIN_EVENTS = 4
+"""Events read past the terminal one so the connection can be reused (see `_drain`)."""
+DRAIN_WAIT_S = 0.05
+"""How long `_drain` waits for the body's end: it is normally in the same read already."""
+
+
+async def _drain(events: AsyncIterator[SSEEvent]) -> None:
+    """Read what is left of a stream whose terminal event was consumed: the body's end (a
+    chunked `0\r\n\r\n`) usually follows in the same packet, and only a body read to its end
+    leaves the kept-alive connection in the pool; the adapters stop at the terminal event, so
+    without this every streamed turn opened a new connection (a new TLS handshake against a
+    hosted API). Bounded in events and time: a server that goes on sending, or holds the body
+    open, costs only the connection, which closing the response then drops."""
+
+    async def rest() -> None:
+        count = 0
+        async for _ in events:
+            count += 1
+            if count >= DRAIN_EVENTS:
+                return
+
+    with contextlib.suppress(TimeoutError, httpx.HTTPError, ProviderError):
+        await asyncio.wait_for(rest(), DRAIN_WAIT_S)
 
 
 async def _events(

@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from collector.errors import ProviderError, ProviderUnavailable, RequestRejected
-from collector.providers import build_provider
+from collector.providers import base_url_for, build_provider
 from collector.providers.base import Endpoint
 from collector.providers.http import Http, retry_cause
 from collector.providers.sse import SSEEvent
@@ -425,3 +425,19 @@ async def test_any_other_client_keeps_httpx_s_client_layer_proxies_included() ->
     assert payload == json.loads(chat_reply())
     assert proxy.requests[0].startswith(b"POST http://provider.test/v1/chat/completions HTTP/1.1\r\n")
     assert hooked == ["http://provider.test/v1/chat/completions"]
+
+
+@pytest.mark.parametrize("dialect", ["chat", "responses", "anthropic", "gemini"])
+async def test_streamed_turns_reuse_one_connection(dialect: str) -> None:
+    """The adapters stop reading at the terminal event; the rest of the body (the chunked
+    end) is read for them, so sequential streamed turns share one kept-alive connection
+    instead of opening one each (a TLS handshake per turn against a hosted API)."""
+    call = FabCall("call_1", "refund", '{"order_id":"A-1","amount":5}', {"order_id": "A-1", "amount": 5})
+    async with Scripted(chunked(build(dialect, Fab([call]), True))) as server, fast_client() as client:
+        endpoint = Endpoint(base_url_for(dialect, server.url), api_key="k", streaming=True)
+        provider = build_provider(dialect, endpoint, client)
+        for _ in range(3):
+            turn = await provider.complete(turn_request())
+            assert [c.name for c in turn.tool_calls] == ["refund"]
+    assert len(server.requests) == 3
+    assert server.connections == 1
