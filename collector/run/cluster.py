@@ -11,7 +11,8 @@ session, a notebook) that connection is used and left open. The embedded cluster
 loopback only, and the driver keeps its SIGTERM handler through Ray's shutdown
 (`DRIVER_INIT`, `EMBEDDED_INIT`).
 
-Tests: tests/run/test_loopback_cluster.py, tests/run/test_job.py, tests/run/test_ray_address.py.
+Tests: tests/run/test_loopback_cluster.py, tests/run/test_embedded_cluster.py, tests/run/test_job.py,
+tests/run/test_ray_address.py.
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ from collector.run.worker import EpisodeWorker, WorkerSetup
 from collector.run.worker_writes import WrittenBatch
 
 __all__ = [
-    "DRIVER_INIT", "EMBEDDED_INIT", "EMBEDDED_SYSTEM_CONFIG", "LOOPBACK", "OBJECT_STORE_BYTES", "RayPool", "ray_constants",
-    "ray_session", "ray_temp_dir", "resolve_address",
+    "DRIVER_INIT", "EMBEDDED_INIT", "EMBEDDED_SYSTEM_CONFIG", "LOOPBACK", "OBJECT_STORE_BYTES", "RayPool",
+    "ray_constants", "ray_session", "ray_temp_dir", "resolve_address",
 ]
 
 #: The embedded cluster's object store: episodes are small, and the machine is shared.

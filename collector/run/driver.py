@@ -21,9 +21,10 @@ driver fault tests in tests/faults.
    read (its call is forgotten), and any id that still reached the driver twice would be
    dropped before commit;
 4. the progress line counts episodes as workers finish them (each worker polled for its
-   running count), committed or not: display only.
+   running count when the line is drawn, not on every pass), committed or not: display only.
 
-Tests: tests/run/test_driver_loop.py, tests/run/test_driver_buffer.py, tests/run/test_driver_written.py.
+Tests: tests/run/test_driver_loop.py, tests/run/test_driver_buffer.py, tests/run/test_driver_written.py,
+tests/run/test_driver_progress.py.
 """
 
 from __future__ import annotations

@@ -68,4 +68,6 @@ def test_a_drawn_line_shows_what_the_workers_answer_to_its_own_poll(tmp_path: Pa
     clock.now += 5.0
     driver.show()
     last = stream.getvalue().splitlines()[-1]
-    assert "6/8" in last and "(0 committed)" in last and "done 6" in last, last
+    assert "6/8" in last, last
+    assert "(0 committed)" in last, last
+    assert "done 6" in last, last
