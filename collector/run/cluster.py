@@ -11,7 +11,8 @@ session, a notebook) that connection is used and left open. The embedded cluster
 loopback only, and the driver keeps its SIGTERM handler through Ray's shutdown
 (`DRIVER_INIT`, `EMBEDDED_INIT`).
 
-Tests: tests/run/test_loopback_cluster.py, tests/run/test_job.py, tests/run/test_ray_address.py.
+Tests: tests/run/test_loopback_cluster.py, tests/run/test_embedded_cluster.py, tests/run/test_job.py,
+tests/run/test_ray_address.py.
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ from collector.run.worker import EpisodeWorker, WorkerSetup
 from collector.run.worker_writes import WrittenBatch
 
 __all__ = [
-    "DRIVER_INIT", "EMBEDDED_INIT", "LOOPBACK", "OBJECT_STORE_BYTES", "RayPool", "ray_constants",
-    "ray_session", "ray_temp_dir", "resolve_address",
+    "DRIVER_INIT", "EMBEDDED_INIT", "EMBEDDED_SYSTEM_CONFIG", "LOOPBACK", "OBJECT_STORE_BYTES", "RayPool",
+    "ray_constants", "ray_session", "ray_temp_dir", "resolve_address",
 ]
 
 #: The embedded cluster's object store: episodes are small, and the machine is shared.
@@ -134,6 +135,22 @@ DRIVER_INIT = {"RAY_DISABLE_FAILURE_SIGNAL_HANDLER": True}
 EMBEDDED_INIT = {**DRIVER_INIT, "ENABLE_RAY_CLUSTER": False}
 
 
+#: The embedded cluster's Ray settings (`_system_config`, read by every process of the tree):
+#: what only Ray's observability reads is off, since nothing of the collector reads it and it
+#: costs CPU on the run's own core(s) while episodes run (BENCHMARKS.md section n):
+#: - no worker prestarted for the first driver: the collector starts its actors itself, and
+#:   the prestarted `ray::IDLE` process only polled (~10-15 µs of CPU per turn at 64 in flight);
+#: - no metrics collection (Ray's Prometheus metrics, exported by the dashboard agent);
+#: - no task events (the state API's and the dashboard's task list: a report per actor call).
+#: Worker logs still reach the driver's stderr (the log monitor), and errors still come back
+#: with each call's result.
+EMBEDDED_SYSTEM_CONFIG: dict[str, object] = {
+    "prestart_worker_first_driver": False,
+    "enable_metrics_collection": False,
+    "task_events_report_interval_ms": 0,
+}
+
+
 @contextlib.contextmanager
 def ray_session(
     address: str | None, workers: int, start_timeout_s: float = 60.0, temp_dir: str | None = None
@@ -173,6 +190,7 @@ def _init(address: str | None, workers: int, temp_dir: str | None) -> None:
                 logging_level=logging.WARNING,  # Ray's start-up chatter would bury the progress line
                 _temp_dir=temp_dir,
                 _node_ip_address=LOOPBACK,  # the collector's own processes: nothing listens outside
+                _system_config=EMBEDDED_SYSTEM_CONFIG,
             )
     finally:
         notice.removeFilter(quiet)

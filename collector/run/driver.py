@@ -21,9 +21,10 @@ driver fault tests in tests/faults.
    read (its call is forgotten), and any id that still reached the driver twice would be
    dropped before commit;
 4. the progress line counts episodes as workers finish them (each worker polled for its
-   running count), committed or not: display only.
+   running count when the line is drawn, not on every pass), committed or not: display only.
 
-Tests: tests/run/test_driver_loop.py, tests/run/test_driver_buffer.py, tests/run/test_driver_written.py.
+Tests: tests/run/test_driver_loop.py, tests/run/test_driver_buffer.py, tests/run/test_driver_written.py,
+tests/run/test_driver_progress.py.
 """
 
 from __future__ import annotations
@@ -57,6 +58,9 @@ if TYPE_CHECKING:
 
 #: How long the driver blocks waiting for a call before refreshing the progress line.
 WAIT_S = 0.25
+#: How long drawing the progress line waits for the workers' answers to its poll (a healthy
+#: worker answers in a few ms; a busy or frozen one is read at the next line).
+POLL_WAIT_S = 0.05
 #: Replacement actors allowed per configured worker before the run gives up.
 RESTARTS_PER_WORKER = 3
 #: Slack added to the derived batch deadline (env start and grading run outside the
@@ -430,11 +434,18 @@ class Driver:
 
     # --- progress -----------------------------------------------------------------------
 
-    def poll_finished(self) -> None:
+    def poll_finished(self, wait_s: float = 0.0) -> None:
         """Ask each ready worker how many episodes it has finished (one call in flight per
-        worker; the answers of earlier calls are read without waiting)."""
-        if self.polls:
-            for call in self.pool.wait(list(self.polls), 0):
+        worker) and read the answers that come back within `wait_s` (0: only those already
+        back; the others are read next time)."""
+        asked = set(self.polls.values())
+        for slot in self.slots:
+            if slot.starting is None and slot.key not in asked:
+                self.polls[self.pool.poll(slot.actor)] = slot.key
+        deadline = time.monotonic() + wait_s
+        while self.polls:
+            done = self.pool.wait(list(self.polls), max(0.0, deadline - time.monotonic()))
+            for call in done:
                 worker = self.polls.pop(call)
                 try:
                     finished = self.pool.result(call)
@@ -442,18 +453,20 @@ class Driver:
                     continue  # a dead worker's count is moot
                 assert isinstance(finished, dict)
                 self.live.reported(worker, finished)
-        asked = set(self.polls.values())
-        for slot in self.slots:
-            if slot.starting is None and slot.key not in asked:
-                self.polls[self.pool.poll(slot.actor)] = slot.key
+            if not done or time.monotonic() >= deadline:
+                break
 
     def live_counts(self) -> Counter[str]:
         return self.live.counts(s.key for s in self.slots)
 
     def show(self, force: bool = False) -> None:
-        if self.progress is None:
+        """Draw the progress line if it is due. The workers are polled only then, and their
+        answers awaited a moment (`POLL_WAIT_S`): polling on every pass of the loop was one
+        Ray call per returned batch and per idle pass, for a line drawn at most 5 times a
+        second (every 5 s into a log) (BENCHMARKS.md section n)."""
+        if self.progress is None or not (force or self.progress.due()):
             return
-        self.poll_finished()
+        self.poll_finished(POLL_WAIT_S)
         notes = []
         if self.result.retried_errors:
             notes.append(f"{self.result.retried_errors} earlier errors re-run")

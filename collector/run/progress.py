@@ -164,6 +164,11 @@ class Progress:
             parts.append(note)
         return " | ".join(parts)
 
+    def due(self) -> bool:
+        """Whether `update` would draw a line now: the driver asks its workers for their counts
+        only then (a Ray call per worker), not on every pass of its loop."""
+        return self._clock() - self._last >= self._interval
+
     def update(
         self,
         committed: int,

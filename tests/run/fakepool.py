@@ -52,6 +52,8 @@ class FakePool:
         self.killed: list[Hashable] = []
         self.closed: list[Hashable] = []
         self.finished: Counter[Hashable] = Counter()
+        self.polls = 0
+        """`poll` calls made (the progress line's Ray calls)."""
 
     def _call(self, result: object) -> int:
         self._next += 1
@@ -81,6 +83,7 @@ class FakePool:
         return call
 
     def poll(self, actor: Hashable) -> Hashable:
+        self.polls += 1
         return self._call({"done": self.finished[actor]})
 
     def wait(self, calls: Sequence[Hashable], timeout_s: float) -> list[Hashable]:
