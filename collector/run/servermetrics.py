@@ -38,6 +38,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -151,6 +152,8 @@ class MetricsReader:
         """Failed scrapes in a row."""
         self.stopped = False
         self.scrapes = 0
+        self.verdicts: Counter[str] = Counter()
+        """Verdicts by reason, for tests and debugging."""
 
     def judge(self, load: EngineLoad) -> LoadVerdict:
         """The verdict on `load` given the previous scrape (see the module docstring)."""
@@ -185,7 +188,9 @@ class MetricsReader:
                             "admission goes on without them", self._where, self.failures, self.kind)
             return None
         self.failures = 0
-        return self.judge(load)
+        verdict = self.judge(load)
+        self.verdicts[verdict.reason] += 1
+        return verdict
 
 
 def default_metrics_url(base_url: str) -> str:

@@ -52,6 +52,7 @@ from collector.run.endpoints import endpoint_for, read_api_key
 from collector.run.plan import WorkItem, load_env, select_tasks
 from collector.run.policyversion import DeclaredVersion, VersionedProvider, declared_version
 from collector.run.preflight import check_providers
+from collector.run.servermetrics import metrics_reader
 from collector.run.worker_writes import WrittenBatch, write_kept
 from collector.storage.location import is_uri
 from collector.storage.pending import ShardSink
@@ -193,15 +194,24 @@ class EpisodeWorker:
             config = (self.cfg.sweep.providers or [self.cfg.provider])[index]
             # Declared budgets are split evenly over the workers (collector.run.admission).
             share = self.cfg.ray.workers
+            endpoint = self._endpoints[index]
             gate = Admission(
                 self.in_flight,
                 config.requests_per_minute / share if config.requests_per_minute else None,
                 config.tokens_per_minute / share if config.tokens_per_minute else None,
+                # The engine's /metrics, read through an ungated client: a scrape is no model call.
+                metrics=metrics_reader(config, endpoint, self._clients[0]),
             )
             client = fast_client(AdmissionTransport(StreamTransport(), gate))
             self._clients.append(client)
             self._gates[key] = gate
-            provider = self._gated[key] = build_provider(config.wire, self._endpoints[index], client)
+            # The same provider `_provider` builds (token-in, a declared policy version), gated.
+            kind: str = "token_in" if self.cfg.sampling.token_in else config.wire
+            provider = build_provider(kind, endpoint, client)
+            declared = self._declared.setdefault(index, declared_version(config))
+            if declared is not None:  # its version URL fetched ungated, like the metrics
+                provider = VersionedProvider(provider, declared, self._clients[0])
+            self._gated[key] = provider
         return provider
 
     async def run_batch(self, items: Sequence[WorkItem]) -> list[Episode]:

@@ -12,6 +12,7 @@ from collector.analysis.stats import aggregate
 from collector.record.shards import episodes_to_table
 from collector.sim.capacity import Capacity
 from collector.sim.presets import PRESETS
+from collector.sim.server import SimServer
 from collector.stop import StopReason
 from tests.run.helpers import small_config
 from tests.run.test_worker import run_plan
@@ -36,3 +37,21 @@ def test_rate_limited_run_has_no_error_and_counts_429s(
     (group,) = stats.groups
     assert group.errors == 0
     assert group.retries.get("429", 0) > 0  # the budget was really hit, and counted by cause
+
+
+def test_adaptive_admission_keeps_token_in_and_the_declared_version(tmp_path: Path) -> None:
+    """The gated provider is the one the static path builds: with `sampling.token_in` every
+    later turn's prompt goes as ids (it was the plain chat adapter behind the gate), and a
+    declared policy version is still recorded per turn."""
+    with SimServer(seed=3) as sim:
+        cfg = small_config(
+            tmp_path / "run", sweep__models=["sim-drift"], sweep__budgets=[512],
+            env__name="support_desk", env__tasks=4, samples_per_task=1,
+            provider={"kind": "chat", "base_url": f"{sim.base_url}/llamacpp/sim-drift/v1",
+                      "policy_version": "step-7"},
+            sampling__token_in=True, ray__admission="adaptive")
+        episodes = run_plan(cfg)
+    later = [t for e in episodes for t in e.turns[1:]]
+    assert later
+    assert all(t.prompt_sent_as_ids for t in later)
+    assert {t.policy_version for e in episodes for t in e.turns} == {"step-7"}

@@ -6,15 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import logging
+from pathlib import Path
 
 import httpx
 import pytest
 
 from collector.config import ProviderConfig, RunConfig
 from collector.providers.base import Endpoint
+from collector.record.episode import Episode
 from collector.run.admission import DECREASE, Admission, AdmissionTransport, AimdController
 from collector.run.endpoints import endpoint_for
+from collector.run.plan import plan_work
 from collector.run.servermetrics import (
     KV_FULL,
     MAX_FAILURES,
@@ -25,7 +29,12 @@ from collector.run.servermetrics import (
     metrics_reader,
     parse_load,
 )
+from collector.run.simlaunch import provider_urls
+from collector.run.worker import EpisodeWorker, WorkerSetup
 from collector.sim.capacity import Capacity, CapacityModel, vllm_metrics
+from collector.sim.presets import PRESETS
+from collector.stop import StopReason
+from tests.run.helpers import small_config
 
 # The shape vLLM's v1 engine publishes (two engines of one model: samples are summed).
 VLLM = """\
@@ -267,3 +276,37 @@ async def test_the_simulators_gpu_server_publishes_its_load_in_vllms_names() -> 
     assert parse_load(vllm_metrics({"sim-gpu": model}), "vllm") == EngineLoad(2.0, 2.0, 0.4, 0.0)
     for q in queued:
         q.cancel()
+
+
+def test_a_worker_reads_the_simulated_engines_metrics(tmp_path: Path) -> None:
+    """The worker's gate for (provider, model) scrapes the simulator's `/metrics` (the default
+    URL beside `/v1`) through an ungated client, every scrape reads as the engine's load, and
+    every episode ends normally. (What a verdict does is tested above without a server: which
+    verdict a scrape meets depends on when it lands.)"""
+    small = dataclasses.replace(PRESETS["sim-gpu"], capacity=Capacity(slots=2, queue_limit=64, slowdown=0.0),
+                                latency_ms_median=30.0)
+    cfg = small_config(tmp_path / "run", sweep__models=["sim-gpu"], sweep__budgets=[64], env__tasks=16,
+                       ray__admission="adaptive", ray__episodes_in_flight=16,
+                       provider__server_metrics="vllm")
+    plan = plan_work(cfg)
+
+    async def run() -> tuple[list[Episode], MetricsReader]:
+        with provider_urls(plan.providers, cfg.seed) as urls:
+            worker = EpisodeWorker(WorkerSetup(cfg, plan.run_id, urls, "w"))
+            try:
+                episodes = await worker.run_batch(plan.items)
+                (gate,) = worker._gates.values()
+                assert gate.metrics is not None
+                return episodes, gate.metrics
+            finally:
+                await worker.close()
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(PRESETS, "sim-gpu", small)
+        episodes, reader = asyncio.run(run())
+    assert len(episodes) == len(plan.items)
+    assert not [e for e in episodes if e.stop_reason == StopReason.ERROR]
+    assert reader.failures == 0
+    assert not reader.stopped
+    assert reader.scrapes >= 1
+    assert sum(reader.verdicts.values()) == reader.scrapes  # every scrape read the engine's load
