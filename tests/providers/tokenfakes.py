@@ -120,7 +120,7 @@ class FakeVllm:
     """vLLM's `/tokenize` and `/v1/completions` (see the module docstring)."""
 
     def __init__(self, model: Model | None = None, *, refuse_probes: bool = False, no_ids_once: bool = False,
-                 error_with: str | None = None) -> None:
+                 error_with: tuple[int, str] | None = None) -> None:
         self.model = model or Model()
         self.refuse_probes = refuse_probes
         self.no_ids_once = no_ids_once
@@ -151,9 +151,10 @@ class FakeVllm:
             return httpx.Response(200, json={"count": len(ids), "max_model_len": 32768, "tokens": ids,
                                              "token_strs": None})
         assert path == "/v1/completions", path
-        if self.error_with is not None:
-            return httpx.Response(400, json={"object": "error", "message": f"bad key {self.error_with}",
-                                             "type": "BadRequestError", "param": None, "code": 400})
+        if self.error_with is not None:  # an error body (or, 200, a reply of no known shape) echoing the key
+            status, key = self.error_with
+            return httpx.Response(status, json={"object": "error", "message": f"bad key {key}",
+                                                "type": "BadRequestError", "param": None, "code": status})
         assert body["return_token_ids"] is True
         self.sent.append(body["prompt"])
         ids, word = self.model.sample(_prompt_text(self.model, body, "prompt"), body.get("stop") or [])
@@ -186,7 +187,7 @@ class FakeSglang:
     """SGLang's `/v1/chat/completions` (prompt ids), `/v1/tokenize` and `/generate`."""
 
     def __init__(self, model: Model | None = None, *, refuse_probes: bool = False, abort_once: bool = False,
-                 error_with: str | None = None) -> None:
+                 error_with: tuple[int, str] | None = None) -> None:
         self.model = model or Model()
         self.refuse_probes = refuse_probes
         self.abort_once = abort_once
@@ -222,9 +223,9 @@ class FakeSglang:
             ids = tok.encode(body["prompt"])
             return httpx.Response(200, json={"tokens": ids, "count": len(ids), "max_model_len": 32768})
         assert path == "/generate", path
-        if self.error_with is not None:
-            return httpx.Response(400, json={"object": "error", "message": f"bad key {self.error_with}",
-                                             "type": "Bad Request", "param": None, "code": 400})
+        if self.error_with is not None:  # an error body (or, 200, a reply of no known shape) echoing the key
+            status, key = self.error_with
+            return httpx.Response(status, json={"message": f"bad key {key}", "code": status})
         assert body["return_logprob"] is True
         self.sent.append(body["input_ids"])
         sampling = body["sampling_params"]
