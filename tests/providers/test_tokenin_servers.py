@@ -163,9 +163,15 @@ async def test_unreplayed_turn_and_unknown_seam_fall_back(name: str) -> None:
         turn = await provider.complete(_request(name, history, TokenPrefix([5, 6], "", 0)))
         assert turn.token_in_fallback == "assistant_not_replayed"
         history[1] = AssistantMessage("hello", [])
-        turn = await provider.complete(_request(name, history, TokenPrefix([5, 6], "", 1)))
+        request = _request(name, history, TokenPrefix([5, 6], "", 1))
+        turn = await provider.complete(request)
         assert turn.token_in_fallback == "stop_text_unproven"
         assert turn.prompt_token_ids == turn.rerendered_prompt_ids
+        # This episode's cache now has that turn's seam (it ended on EOS), but for ids of
+        # another length: not the ids this prefix extends, so still unknown.
+        again = _request(name, history, TokenPrefix([5, 6, 7], "", 1))
+        again.wire_cache = request.wire_cache
+        assert (await provider.complete(again)).token_in_fallback == "stop_text_unproven"
 
 
 @pytest.mark.parametrize("name", SERVERS)
