@@ -23,7 +23,8 @@ repository was too large to fetch whole):
   or may not end with it: the bridge accepts both.
 
 The text fallback sends the server's own rendering (the chat endpoint's prompt ids) as
-`input_ids`.
+`input_ids`. `sampling.extra_body` is merged into the `/generate` body as is, so SGLang's
+own sampling fields go there nested, as `{"sampling_params": {...}}`.
 
 Tests: tests/providers/test_tokenin_servers.py.
 """
