@@ -183,9 +183,11 @@ class SamplingConfig(_Model):
     ids, the previous prompt + output ids + the server-tokenized rest, so an episode is one
     sequence by construction; a turn whose bridge cannot be proven safe goes as text and
     records why (docs/tokens.md). Chat wire only."""
-    token_in_server: Literal["llama.cpp"] = "llama.cpp"
-    """With `token_in`: the server's token endpoints (llama.cpp `llama-server`:
-    `/completion`, `/tokenize`, `/apply-template`)."""
+    token_in_server: Literal["llama.cpp", "vllm", "sglang"] = "llama.cpp"
+    """With `token_in`: whose token endpoints (docs/tokens.md): llama.cpp `llama-server`
+    (`/apply-template`, `/tokenize`, `/completion`), vLLM (`/tokenize` with messages,
+    `/v1/completions` with a token prompt) or SGLang (`/v1/chat/completions` prompt ids,
+    `/v1/tokenize`, `/generate` with `input_ids`)."""
     extra_body: dict[str, object] = {}
     """Server-specific request fields (vLLM, llama.cpp), merged into every request body."""
     reasoning_effort: str | None = None

@@ -7,6 +7,10 @@
 - ``"anthropic"``  Anthropic Messages;
 - ``"gemini"``     Gemini generateContent / streamGenerateContent.
 
+``"token_in"`` is not a wire of its own: it is token-in mode (`sampling.token_in`) on a chat
+server, `collector.providers.tokenin.TokenInProvider`, whose dialect (llama.cpp, vLLM,
+SGLang) each request names in `SamplingParams.token_in`.
+
 `Endpoint.base_url` follows each official SDK's convention: the OpenAI families include the
 version prefix (``http://host:8000/v1``), Anthropic and Gemini take the server root
 (``https://api.anthropic.com``, ``https://generativelanguage.googleapis.com``).
@@ -17,7 +21,8 @@ collector hands them is built in `collector.run.worker` (one client per worker, 
 episode slots) over `collector.providers.transport.StreamTransport`, whose module docstring
 and `collector.run.worker`'s say why that layout holds up under thousands of episodes in flight.
 
-Tests: tests/providers/test_package.py, tests/providers/test_sim.py.
+Tests: tests/providers/test_package.py, tests/providers/test_sim.py,
+tests/providers/test_tokenin_servers.py.
 """
 
 from __future__ import annotations

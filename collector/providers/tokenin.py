@@ -1,4 +1,4 @@
-"""Token-in mode (`sampling.token_in`): every later turn's prompt sent as ids, llama.cpp dialect.
+"""Token-in mode (`sampling.token_in`): every later turn's prompt sent as ids; the bridge.
 
 On a multi-turn episode a chat endpoint re-renders the whole history from messages at every
 turn, and the ids of turn k+1's prompt need not extend turn k's prompt + output (templates
@@ -7,90 +7,101 @@ Here the client sends the prompt as ids instead, built by extending what was alr
 and sampled, so each turn's prompt is by construction the previous prompt + output + the
 new tokens: the episode is one training sequence.
 
-Server: llama.cpp `llama-server` (read from its tools/server source and checked against a
-real one, `scripts/real_llama/token_truth.py`): `POST /apply-template` (chat messages and
-tools -> the template's text, `add_generation_prompt` true), `POST /tokenize`
-(`content`, `add_special`, `parse_special`), `POST /completion` (`prompt` as a token array or
-text, `n_predict`, `stop`, `return_tokens`, `n_probs`; the reply's `content`, `tokens`,
-`completion_probabilities`, `stop_type` `eos`/`word`/`limit`, `stopping_word`,
-`tokens_predicted`, `tokens_evaluated`). The endpoint root is the configured chat base URL
-without its `/v1`. vLLM (`/v1/completions` with a token prompt, `/tokenize` with messages)
-and SGLang (`/generate` with `input_ids`) are not implemented: config accepts only
-`token_in_server = "llama.cpp"`.
+The mode and its bridge are written once, here; each server is a small dialect
+(`collector.providers.tokenin_dialect.TokenServer`: render, tokenize, generate), picked per
+request by `SamplingParams.token_in` (`sampling.token_in_server`): llama.cpp
+(`collector.providers.tokenin_llama`), vLLM (`tokenin_vllm`), SGLang (`tokenin_sglang`);
+their module docstrings name the endpoints, fields and the source read.
 
 Per turn:
 
-1. render the whole history with the server's template (`/apply-template`) and tokenize it
-   (`/tokenize`, BOS added as the chat endpoint does: measured, the same count as its
-   `prompt_tokens`): the server's own re-rendering, kept on the turn for the drift
-   diagnostic (`Turn.rerendered_prompt_ids`). On the first turn these ids are the prompt.
-2. later turns, the bridge: ids = the previous prompt ids + its output ids + ids(closing +
-   suffix), where the suffix is what the template renders after the previous assistant turn
-   (the tool results, notices, the next generation prompt) and the closing is the stop string
-   that ended that turn when its ids do not hold it (llama.cpp's ids end before a matched
-   stop string, like its logprobs; `stopping_word` names it). How the suffix is found and
-   proven: the history is rendered twice more with the previous assistant message replaced
-   by a one-character text turn ("A", then "B"); the two renders differ only in that
-   character, so their common tail is exactly what the template writes after an assistant
-   turn's content: its end-of-turn text + the later messages + the generation prompt. The
-   bridge is safe when the real render ends with that tail (the template closes a call turn
-   the way it closes a text turn) and, before it, with the stop string the ids lack (the
-   template puts the closing where the model stopped). `/apply-template` refuses a history
-   that ends on an assistant turn (llama.cpp prefills it), which is why the probes keep the
-   later messages instead of rendering "through the assistant turn".
-3. otherwise the turn falls back to text (the rendered prompt, as a chat endpoint would send
-   it) and `Turn.token_in_fallback` says why: `no_previous_ids` (the previous turn returned
-   none), `assistant_not_replayed` (the loop did not replay the previous turn: it showed
-   nothing), `render_failed` (the server refused a probe render), `suffix_unproven`,
-   `stop_text_unproven`.
+1. render the whole history with the server's template: the server's own re-rendering, kept
+   on the turn for the drift diagnostic (`Turn.rerendered_prompt_ids`; llama.cpp's text is
+   tokenized with BOS added, as its chat endpoint does). On the first turn it is the prompt.
+2. later turns, the bridge: ids = the previous prompt ids + its output ids + the closing +
+   the suffix, where the suffix is what the template renders after the previous assistant
+   turn (the tool results, notices, the next generation prompt). How the suffix is found:
+   the history is rendered twice more with the previous assistant message replaced by a
+   one-character text turn ("A", then "B"); the two renders differ only in that character,
+   so their common tail is exactly what the template writes after an assistant turn's
+   content: its end-of-turn + the later messages + the generation prompt. The bridge is
+   safe when the real render ends with that tail (the template closes a call turn the way
+   it closes a text turn) and, before it, with where the model stopped. Proven on the form
+   the server renders in:
 
-Output: `/completion` returns raw text, so tool calls are parsed from the template's
-`<tool_call>` blocks in it (`text_tool_calls`): a block closed in the text, or by the matched
-stop string, is a call (`{"name", "arguments"}` JSON; anything else is malformed, never run);
-an unclosed block stays in the text, where `finish_turn`'s `unclosed_template` finds it as
-on the chat wire, with every other length signal (`limit` is the cap). The raw finish
-reason is `stop_type` verbatim. Transport, retries and errors are `collector.providers.http`'s.
+   - on text (llama.cpp): the tail is the common character tail; the closing is the stop
+     string the ids lack (`TokenPrefix.stop_text`: llama.cpp's ids end before a matched
+     stop string), which the real render must have right before the tail; closing + tail
+     are tokenized by the server;
+   - on ids (vLLM, SGLang: the render is ids): the probes must differ in exactly one id,
+     the probe character's own id (`tokenize("A")`, `tokenize("B")`: one id each), so the
+     common id tail starts on a token boundary right after the content; the real render's
+     ids must end with that tail. Before it, the seam (`Seam`, kept per episode in
+     `TurnRequest.wire_cache`): a matched stop string, which these servers keep in the ids,
+     must end both the output ids and the render's head (its ids, tokenized alone); a stop
+     token (EOS) must be the tail's first id (the template closes the turn with the token
+     the model stopped on), counted once whether the ids hold it or not; a cut turn adds
+     the tail to the ids as they are.
 
-Tests: tests/providers/test_tokenin.py.
+   `/apply-template` refuses a history that ends on an assistant turn (llama.cpp prefills
+   it), which is why the probes keep the later messages instead of rendering "through the
+   assistant turn".
+3. otherwise the turn falls back to the server's own rendering (llama.cpp: the rendered
+   text, as its chat endpoint would send it; vLLM and SGLang: the render's ids, which are
+   what their chat endpoints would tokenize) and `Turn.token_in_fallback` says why:
+   `no_previous_ids` (the previous turn returned none), `assistant_not_replayed` (the loop
+   did not replay the previous turn: it showed nothing), `render_failed` (the server
+   refused a probe render), `suffix_unproven` (no common tail, the real render does not end
+   with it, or on ids: the probes differ in more than their character's id),
+   `stop_text_unproven` (the render does not have the stop string or stop token where the
+   model stopped, or on ids: the previous turn's seam is unknown).
+
+Output: the servers return raw text, so tool calls are parsed from the template's
+`<tool_call>` blocks in it (`collector.providers.textcalls.text_tool_calls`), the matched
+stop string closing a block; the length checks and finish mapping are `finish_turn`'s.
+Transport, retries and errors are `collector.providers.http`'s.
+
+Tests: tests/providers/test_tokenin.py, tests/providers/test_tokenin_servers.py.
 """
 
 from __future__ import annotations
 
-import json
-import math
 import random
-import re
-from typing import Any
+from collections.abc import Sequence
 
 import httpx
 
-from collector.errors import ProviderError
+from collector.errors import ConfigError, ProviderError
 from collector.providers.base import Endpoint
 from collector.providers.chat import chat_messages
-from collector.providers.common import as_int, call_from_text, encode_body, finish_turn, merge_extra
 from collector.providers.http import Http, Sleep
-from collector.turn import (
-    ArgStatus,
-    FinishClass,
-    JSONObject,
-    TokenPrefix,
-    ToolCall,
-    Turn,
-    TurnRequest,
-    Usage,
-)
+from collector.providers.textcalls import CALL_CLOSE, CALL_OPEN, text_tool_calls
+from collector.providers.tokenin_dialect import Rendered, Seam, TokenServer
+from collector.providers.tokenin_llama import LlamaServer
+from collector.providers.tokenin_sglang import SglangServer
+from collector.providers.tokenin_vllm import VllmServer
+from collector.turn import JSONObject, TokenPrefix, Turn, TurnRequest
 
-__all__ = ["CALL_CLOSE", "CALL_OPEN", "TokenInProvider", "common_suffix", "text_tool_calls"]
+__all__ = [
+    "CALL_CLOSE", "CALL_OPEN", "SERVERS", "TokenInProvider", "common_prefix_len", "common_suffix",
+    "prove_on_ids", "text_tool_calls",
+]
 
-CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
-"""The Hermes-style call block the templates served here write (Qwen, the real-llama Gemma)."""
-_PARSE_ERRORS = (KeyError, TypeError, AttributeError, IndexError, ValueError)
+SERVERS: dict[str, type[LlamaServer | VllmServer | SglangServer]] = {
+    "llama.cpp": LlamaServer,
+    "vllm": VllmServer,
+    "sglang": SglangServer,
+}
+"""`sampling.token_in_server` -> its dialect."""
 _PROBES = ("A", "B")
-_NAME = re.compile(r'"name"\s*:\s*"([^"\\]{1,200})"')
+_SEAM = "token_in_seam"
+"""`TurnRequest.wire_cache` key: (length of the ids it belongs to, the previous turn's `Seam`)."""
+_TOKENIZED_MAX = 256
+"""Bound on the per-provider cache of tokenized probe characters and stop strings."""
 
 
-def common_suffix(a: str, b: str) -> int:
-    """How many trailing characters `a` and `b` share."""
+def common_suffix(a: Sequence[object], b: Sequence[object]) -> int:
+    """How many trailing items (characters, ids) `a` and `b` share."""
     n = min(len(a), len(b))
     i = 0
     while i < n and a[-1 - i] == b[-1 - i]:
@@ -98,61 +109,49 @@ def common_suffix(a: str, b: str) -> int:
     return i
 
 
-def _call(block: str, call_id: str) -> ToolCall:
-    """One `<tool_call>` block's body as a call; not `{"name": str, "arguments": object}`:
-    malformed (never run), the name kept when one can be read."""
-    try:
-        value = json.loads(block)
-    except ValueError:
-        value = None
-    if isinstance(value, dict) and isinstance(value.get("name"), str):
-        args = value.get("arguments")
-        if isinstance(args, str):  # some templates write the arguments as a JSON string
-            return call_from_text(call_id, value["name"], args, False)
-        if isinstance(args, dict):
-            # The block parsed as a whole, so the arguments are valid JSON; their text is the
-            # object re-encoded (what llama.cpp's own chat parser hands on, too).
-            return call_from_text(call_id, value["name"], json.dumps(args, ensure_ascii=False), False)
-    found = _NAME.search(block)
-    return ToolCall(call_id, found.group(1) if found else "", None, ArgStatus.MALFORMED,
-                    raw_arguments=block, had_wire_id=False)
+def common_prefix_len(a: Sequence[object], b: Sequence[object]) -> int:
+    """How many leading items `a` and `b` share."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
 
 
-def text_tool_calls(content: str, stop_text: str, id_prefix: str) -> tuple[str, list[ToolCall]]:
-    """(the text outside complete call blocks, the calls), from raw completion text.
+def prove_on_ids(ids: list[int], seam: Seam | None, rendered: list[int], probes: Sequence[list[int]],
+                 probe_ids: Sequence[list[int]], stop_ids: list[int]) -> tuple[list[int] | None, str | None]:
+    """The bridge proven on ids (see the module docstring): (the prompt ids, None) or (None, reason).
 
-    A block is complete when its closer is in the text or is the stop string that ended the
-    turn (the server removed it from `content`). An unclosed block is left in the text, so
-    the length checks see it as on the chat wire. Call ids are `{id_prefix}_{k}` (the
-    server sends none; `had_wire_id` is False)."""
-    text = content + CALL_CLOSE if stop_text == CALL_CLOSE else content
-    kept: list[str] = []
-    calls: list[ToolCall] = []
-    pos = 0
-    while True:
-        start = text.find(CALL_OPEN, pos)
-        end = text.find(CALL_CLOSE, start + len(CALL_OPEN)) if start >= 0 else -1
-        if start < 0 or end < 0:
-            rest = text[pos:]
-            if stop_text == CALL_CLOSE and rest.endswith(CALL_CLOSE):
-                rest = rest[: -len(CALL_CLOSE)]  # a stray closer we added ourselves
-            kept.append(rest)
-            break
-        kept.append(text[pos:start])
-        calls.append(_call(text[start + len(CALL_OPEN):end].strip(), f"{id_prefix}_{len(calls)}"))
-        pos = end + len(CALL_CLOSE)
-    joined = "".join(kept)
-    return (joined.strip() if calls else joined), calls
-
-
-def _ints(value: Any) -> list[int]:
-    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-        raise ValueError("not a list of token ids")
-    return value
+    `ids`: the previous prompt + output ids; `seam`: how they end (None: unknown);
+    `rendered`: the real render's ids; `probes`: the "A" and "B" renders' ids; `probe_ids`:
+    "A" and "B" tokenized alone; `stop_ids`: the seam's stop string tokenized alone."""
+    a, b = probes
+    tail = common_suffix(a, b)
+    lead = common_prefix_len(a, b)
+    one_id_apart = len(a) == len(b) == lead + 1 + tail
+    if not one_id_apart or [a[lead]] != probe_ids[0] or [b[lead]] != probe_ids[1]:
+        return None, "suffix_unproven"  # the probe character merged with the template's text
+    if tail == 0 or common_suffix(rendered, a) < tail:
+        return None, "suffix_unproven"
+    closing = a[len(a) - tail:]
+    head = rendered[: len(rendered) - tail]
+    if seam is None:
+        return None, "stop_text_unproven"
+    if seam.stop:
+        n = len(stop_ids)
+        if not n or ids[len(ids) - n:] != stop_ids or head[len(head) - n:] != stop_ids:
+            return None, "stop_text_unproven"
+        return ids + closing, None
+    if seam.token is not None:
+        if closing[0] != seam.token:
+            return None, "stop_text_unproven"
+        held = ids[-1:] == [seam.token]
+        return ids + (closing[1:] if held else closing), None
+    return ids + closing, None
 
 
 class TokenInProvider:
-    """The token-in adapter for llama.cpp's `llama-server` (see the module docstring)."""
+    """The token-in adapter: the bridge, over the server dialect each request names."""
 
     kind = "chat"
 
@@ -168,47 +167,64 @@ class TokenInProvider:
         self._http = Http(client, endpoint, "chat", headers, sleep, rng)
         root = endpoint.base_url.rstrip("/")
         self._root = root[: -len("/v1")] if root.endswith("/v1") else root
+        self._servers: dict[str, TokenServer] = {}
+        self._tokenized: dict[tuple[str, str], list[int]] = {}
 
-    async def _post(self, path: str, body: JSONObject, extra: dict[str, str]) -> tuple[Any, float]:
-        data = encode_body(body)
-        return await self._http.retrying(lambda: self._http.post_json(self._root + path, data, extra))
+    def _server(self, name: str | None) -> TokenServer:
+        server = self._servers.get(name or "llama.cpp")
+        if server is None:
+            try:
+                dialect = SERVERS[name or "llama.cpp"]
+            except KeyError:
+                raise ConfigError(
+                    f"unknown token_in server {name!r}; expected one of {', '.join(SERVERS)}") from None
+            server = self._servers[name or "llama.cpp"] = dialect(self._http, self._root)
+        return server
 
-    async def render(self, messages: list[JSONObject], tools: list[JSONObject] | None,
-                     extra: dict[str, str]) -> str:
-        """The server's template applied to `messages` (with the generation prompt)."""
-        body: JSONObject = {"messages": messages}
-        if tools:
-            body["tools"] = tools
-        payload, _ = await self._post("/apply-template", body, extra)
-        prompt = payload.get("prompt") if isinstance(payload, dict) else None
-        if not isinstance(prompt, str):
-            raise self._http.protocol_error("apply-template reply has no prompt text")
-        return prompt
+    async def _tokenized_alone(self, server: TokenServer, model: str, text: str,
+                               extra: dict[str, str]) -> list[int]:
+        """`text` tokenized alone (no special tokens added), cached per (model, text): the
+        probe characters and the stop strings are the same every turn."""
+        key = (model, text)
+        ids = self._tokenized.get(key)
+        if ids is None:
+            ids = await server.tokenize(model, text, False, extra)
+            if len(self._tokenized) < _TOKENIZED_MAX:
+                self._tokenized[key] = ids
+        return ids
 
-    async def tokenize(self, text: str, add_special: bool, extra: dict[str, str]) -> list[int]:
-        """The server's tokenizer on `text`, special tokens parsed (template markup is special)."""
-        payload, _ = await self._post(
-            "/tokenize", {"content": text, "add_special": add_special, "parse_special": True}, extra)
-        try:
-            return list(_ints(payload["tokens"]))
-        except _PARSE_ERRORS:
-            raise self._http.protocol_error("tokenize reply has no token ids") from None
-
-    async def _bridge(self, prefix: TokenPrefix, messages: list[JSONObject], tools: list[JSONObject] | None,
-                      rendered: str, extra: dict[str, str]) -> tuple[list[int] | None, str | None]:
+    async def _bridge(self, server: TokenServer, request: TurnRequest, prefix: TokenPrefix,
+                      messages: list[JSONObject], tools: list[JSONObject] | None, rendered: Rendered,
+                      extra: dict[str, str]) -> tuple[list[int] | None, str | None]:
         """(the prompt ids, None) when the bridge is proven safe, else (None, the reason)."""
         if prefix.ids is None:
             return None, "no_previous_ids"
         at = prefix.assistant_at
         if at >= len(messages) or messages[at].get("role") != "assistant":
             return None, "assistant_not_replayed"
-        probes = []
+        probes: list[Rendered] = []
         for char in _PROBES:
             probe = [*messages[:at], {"role": "assistant", "content": char}, *messages[at + 1:]]
             try:
-                probes.append(await self.render(probe, tools, extra))
+                probes.append(await server.render(request.model, probe, tools, extra))
             except ProviderError:  # a template that refuses the probe: the bridge is unproven
                 return None, "render_failed"
+        if isinstance(rendered, str):
+            texts = [p for p in probes if isinstance(p, str)]
+            return await self._prove_on_text(server, request.model, prefix, rendered, texts, extra)
+        id_probes = [p for p in probes if isinstance(p, list)]
+        stored = request.wire_cache.get(_SEAM)
+        seam = stored[1] if isinstance(stored, tuple) and stored[0] == len(prefix.ids) else None
+        probe_ids = [await self._tokenized_alone(server, request.model, c, extra) for c in _PROBES]
+        stop_ids = (await self._tokenized_alone(server, request.model, seam.stop, extra)
+                    if seam is not None and seam.stop else [])
+        return prove_on_ids(prefix.ids, seam, rendered, id_probes, probe_ids, stop_ids)
+
+    async def _prove_on_text(self, server: TokenServer, model: str, prefix: TokenPrefix, rendered: str,
+                             probes: list[str], extra: dict[str, str]) -> tuple[list[int] | None, str | None]:
+        assert prefix.ids is not None
+        if len(probes) != len(_PROBES):
+            return None, "suffix_unproven"  # a server that rendered one probe in another form
         tail = common_suffix(*probes)
         if tail == 0 or common_suffix(rendered, probes[0]) < tail:
             return None, "suffix_unproven"
@@ -216,85 +232,33 @@ class TokenInProvider:
         if not head.endswith(prefix.stop_text):
             return None, "stop_text_unproven"
         closing = prefix.stop_text + rendered[len(rendered) - tail:]
-        return prefix.ids + await self.tokenize(closing, False, extra), None
+        return prefix.ids + await server.tokenize(model, closing, False, extra), None
 
     async def complete(self, request: TurnRequest) -> Turn:
         p = request.params
+        server = self._server(p.token_in)
         extra = dict(p.extra_headers)
         messages = chat_messages(request.messages)
         tools = [{"type": "function", "function": {"name": t.name, "description": t.description,
                                                    "parameters": t.parameters}}
                  for t in request.tools] or None
-        rendered = await self.render(messages, tools, extra)
-        server_ids = await self.tokenize(rendered, True, extra)
+        rendered = await server.render(request.model, messages, tools, extra)
+        server_ids = (rendered if isinstance(rendered, list)
+                      else await server.tokenize(request.model, rendered, True, extra))
         fallback: str | None = None
-        sent: list[int] | str = server_ids
+        sent: Rendered = server_ids
         if request.token_prefix is not None:
-            bridged, fallback = await self._bridge(request.token_prefix, messages, tools, rendered, extra)
+            bridged, fallback = await self._bridge(server, request, request.token_prefix, messages, tools,
+                                                   rendered, extra)
             sent = bridged if bridged is not None else rendered
-        body: JSONObject = {"prompt": sent, "n_predict": request.max_output_tokens, "return_tokens": True,
-                            "n_probs": max(1, p.top_logprobs or 0), "cache_prompt": True}
-        if p.temperature is not None:
-            body["temperature"] = p.temperature
-        if p.top_p is not None:
-            body["top_p"] = p.top_p
-        if p.seed is not None:
-            body["seed"] = p.seed
-        if p.stop:
-            body["stop"] = list(p.stop)
-        if p.extra_body:
-            merge_extra(body, p.extra_body)
-        payload, elapsed = await self._post("/completion", body, extra)
-        try:
-            turn = self._parse(payload, request, elapsed)
-        except _PARSE_ERRORS:
-            raise self._http.protocol_error("reply is not a llama.cpp completion") from None
-        turn.prompt_token_ids = sent if isinstance(sent, list) else server_ids
-        turn.prompt_sent_as_ids = isinstance(sent, list)
+        turn, seam = await server.generate(request, sent, extra)
+        sent_ids = sent if isinstance(sent, list) else server_ids
+        turn.prompt_token_ids = sent_ids
+        turn.prompt_sent_as_ids = fallback is None
         turn.token_in_fallback = fallback
         turn.rerendered_prompt_ids = server_ids
+        if turn.token_ids is not None:  # how these ids end, for the next turn's bridge on ids
+            request.wire_cache[_SEAM] = (len(sent_ids) + len(turn.token_ids), seam)
+        else:
+            request.wire_cache.pop(_SEAM, None)
         return turn
-
-    def _parse(self, payload: Any, request: TurnRequest, elapsed: float) -> Turn:
-        if payload.get("error"):
-            raise self._http.stream_error(payload)
-        content = payload["content"]
-        if not isinstance(content, str):
-            raise ValueError("content is not text")
-        stop_type = payload.get("stop_type")
-        stop_type = stop_type if isinstance(stop_type, str) else None
-        word = payload.get("stopping_word")
-        word = word if isinstance(word, str) and stop_type == "word" else ""
-        tokens = _ints(payload.get("tokens") or [])
-        logprobs: list[float] = []
-        for entry in payload.get("completion_probabilities") or ():
-            value = entry.get("logprob") if isinstance(entry, dict) else None
-            if isinstance(value, int | float) and not isinstance(value, bool):
-                logprobs.append(float(value))
-            else:
-                logprobs.append(math.nan)
-        # llama.cpp's `tokens` hold the stop string's ids, its probabilities do not (it trims
-        # them by tokenizing `stopping_word`): the ids are cut to the ones with a logprob, so
-        # ids and logprobs stay aligned and the stop string is the bridge's closing text.
-        if word and len(logprobs) < len(tokens):
-            tokens = tokens[: len(logprobs)]
-        text, calls = text_tool_calls(content, word, f"call_{len(request.messages)}")
-        mapped = FinishClass.LENGTH if stop_type == "limit" else (
-            FinishClass.TOOL_CALLS if calls else FinishClass.STOP)
-        model = payload.get("model")
-        turn = finish_turn(
-            text=text,
-            tool_calls=calls,
-            raw_finish_reason=stop_type,
-            mapped=mapped,
-            says_length=stop_type == "limit",
-            usage=Usage(as_int(payload.get("tokens_evaluated")), as_int(payload.get("tokens_predicted"))),
-            max_output_tokens=request.max_output_tokens,
-            latency_s=elapsed,
-            token_ids=list(tokens) or None,
-            logprobs=logprobs or None,
-            response_model=model if isinstance(model, str) else None,
-        )
-        turn.unreturned_stop = word or None
-        return turn
-

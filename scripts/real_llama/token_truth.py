@@ -51,6 +51,7 @@ from collector.providers import base_url_for, build_provider
 from collector.providers.base import Endpoint
 from collector.providers.chat import build_chat_body
 from collector.providers.tokenin import TokenInProvider
+from collector.providers.tokenin_llama import LlamaServer
 from collector.record.shards import episodes_to_table
 from collector.turn import (
     ArgStatus,
@@ -128,6 +129,24 @@ class RenderedPrompts:
         return getattr(self.inner, name)
 
 
+class _RecordedLlama(LlamaServer):
+    """llama.cpp's dialect, handing each `/completion` prompt and reply to `log`."""
+
+    def __init__(self, http: Any, root: str, log: RecordedTokenIn) -> None:
+        super().__init__(http, root)
+        self.log = log
+
+    async def post(self, path: str, body: dict[str, Any], extra: dict[str, str]) -> tuple[Any, float]:
+        if path == "/completion":
+            self.log.sent.append(body["prompt"])
+        return await super().post(path, body, extra)
+
+    def _parse(self, payload: Any, request: TurnRequest, elapsed: float) -> Turn:
+        turn = super()._parse(payload, request, elapsed)
+        self.log.raw.append((str(payload.get("content")), turn.token_ids))
+        return turn
+
+
 class RecordedTokenIn(TokenInProvider):
     """The token-in adapter, keeping what went over the wire: each `/completion` prompt as
     sent, and each reply's raw text with the output ids the turn stores."""
@@ -136,16 +155,7 @@ class RecordedTokenIn(TokenInProvider):
         super().__init__(*args, **kwargs)
         self.sent: list[list[int] | str] = []
         self.raw: list[tuple[str, list[int] | None]] = []
-
-    async def _post(self, path: str, body: dict[str, Any], extra: dict[str, str]) -> tuple[Any, float]:
-        if path == "/completion":
-            self.sent.append(body["prompt"])
-        return await super()._post(path, body, extra)
-
-    def _parse(self, payload: Any, request: TurnRequest, elapsed: float) -> Turn:
-        turn = super()._parse(payload, request, elapsed)
-        self.raw.append((str(payload.get("content")), turn.token_ids))
-        return turn
+        self._servers["llama.cpp"] = _RecordedLlama(self._http, self._root, self)
 
 
 def _pct(n: int, d: int) -> str:

@@ -20,7 +20,7 @@ from collector.config import LoopConfig, RunConfig
 from collector.episode.loop import EpisodeSpec, run_episode
 from collector.providers import build_provider
 from collector.providers.base import Endpoint
-from collector.providers.tokenin import text_tool_calls
+from collector.providers.textcalls import text_tool_calls
 from collector.record.shards import episodes_to_table
 from collector.run.worker import sampling_params
 from collector.stop import StopReason

@@ -1,0 +1,88 @@
+"""What a token-in server dialect is: the three things the bridge asks of a server.
+
+Token-in mode (`collector.providers.tokenin`) is written once; each server it speaks to is a
+small dialect (`collector.providers.tokenin_llama`, `tokenin_vllm`, `tokenin_sglang`) that
+answers three questions:
+
+- `render`: the server's chat template applied to the history (with the generation prompt),
+  in the form the server gives it: text (llama.cpp `/apply-template`; the bridge is then
+  proven on text, `proves_on = "text"`) or ids (vLLM's `/tokenize` with messages, SGLang's
+  chat endpoint's prompt ids: the bridge is proven on ids, `proves_on = "ids"`);
+- `tokenize`: the server's tokenizer on a piece of text (special tokens parsed, none added
+  unless asked: the closing, a probe character, a stop string);
+- `generate`: one completion from a prompt given as ids (or, llama.cpp's text fallback, as
+  text), parsed into a `Turn`, with the `Seam`: how the output ids end, which the next
+  turn's bridge needs (a matched stop string held in the ids, the stop token, or nothing).
+
+The endpoint root is the configured chat base URL without its `/v1`; every POST goes
+through `collector.providers.http.Http` (retries, typed errors, secrets scrubbed).
+
+Tests: tests/providers/test_tokenin.py, tests/providers/test_tokenin_servers.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal, Protocol
+
+from collector.providers.common import encode_body
+from collector.providers.http import Http
+from collector.turn import JSONObject, Turn, TurnRequest
+
+__all__ = ["PARSE_ERRORS", "Rendered", "Seam", "TokenServer", "TokenServerBase", "ints"]
+
+PARSE_ERRORS = (KeyError, TypeError, AttributeError, IndexError, ValueError)
+"""What reading a reply that is not the dialect's shape raises (turned into a protocol error)."""
+
+Rendered = str | list[int]
+"""A template render: text (llama.cpp) or ids (vLLM, SGLang)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Seam:
+    """How a turn's output ids end, for the next turn's bridge on ids.
+
+    `stop`: the matched stop string, which the ids hold (vLLM and SGLang trim it from the
+    text only). `token`: the stop token that ended the turn (EOS or a stop token id); the
+    ids may hold it (vLLM) or not (SGLang trims a matched stop token). Neither: the turn
+    ended at the cap, or the server said nothing (the closing follows the ids directly)."""
+
+    stop: str = ""
+    token: int | None = None
+
+
+def ints(value: Any) -> list[int]:
+    """`value` as token ids, or ValueError."""
+    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise ValueError("not a list of token ids")
+    return value
+
+
+class TokenServer(Protocol):
+    """A token-in dialect (see the module docstring)."""
+
+    proves_on: ClassVar[Literal["text", "ids"]]
+
+    async def render(self, model: str, messages: list[JSONObject], tools: list[JSONObject] | None,
+                     extra: dict[str, str]) -> Rendered: ...
+
+    async def tokenize(self, model: str, text: str, add_special: bool,
+                       extra: dict[str, str]) -> list[int]: ...
+
+    async def generate(self, request: TurnRequest, prompt: Rendered,
+                       extra: dict[str, str]) -> tuple[Turn, Seam]: ...
+
+
+class TokenServerBase:
+    """What every dialect shares: the `Http` view and the server root."""
+
+    __slots__ = ("http", "root")
+
+    def __init__(self, http: Http, root: str) -> None:
+        self.http = http
+        self.root = root
+
+    async def post(self, path: str, body: JSONObject, extra: dict[str, str]) -> tuple[Any, float]:
+        """One POST with the endpoint's retries: the decoded reply and the seconds it took."""
+        data = encode_body(body)
+        return await self.http.retrying(lambda: self.http.post_json(self.root + path, data, extra))

@@ -1,0 +1,127 @@
+"""The llama.cpp `llama-server` token-in dialect (`sampling.token_in_server = "llama.cpp"`).
+
+Read from llama.cpp's tools/server source and checked against a real one
+(`scripts/real_llama/token_truth.py`):
+
+- `POST /apply-template` (chat `messages` and `tools` -> `{"prompt": text}`, the generation
+  prompt added): the render is text, so the bridge is proven on text. It refuses a history
+  that ends on an assistant turn (it prefills it), which is why the probes keep the later
+  messages;
+- `POST /tokenize` (`content`, `add_special`, `parse_special` -> `{"tokens"}`); the first
+  turn's ids are the render tokenized with BOS added, as the chat endpoint does (measured:
+  the same count as its `prompt_tokens`);
+- `POST /completion` (`prompt` as a token array or text, `n_predict`, `stop`,
+  `return_tokens`, `n_probs`, `cache_prompt`; the reply's `content`, `tokens`,
+  `completion_probabilities`, `stop_type` `eos`/`word`/`limit`, `stopping_word`,
+  `tokens_predicted`, `tokens_evaluated`). A matched stop string is in neither `content` nor
+  the probabilities; its ids are cut from `tokens` so ids and logprobs stay aligned, and it
+  becomes `Turn.unreturned_stop`: the closing text the next bridge adds. The raw finish
+  reason is `stop_type` verbatim (`limit` is the cap).
+
+Tests: tests/providers/test_tokenin.py.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar, Literal
+
+from collector.providers.common import as_int, finish_turn, merge_extra
+from collector.providers.textcalls import text_tool_calls
+from collector.providers.tokenin_dialect import PARSE_ERRORS, Rendered, Seam, TokenServerBase, ints
+from collector.turn import FinishClass, JSONObject, Turn, TurnRequest, Usage
+
+__all__ = ["LlamaServer"]
+
+
+class LlamaServer(TokenServerBase):
+    """llama.cpp's token endpoints (see the module docstring)."""
+
+    proves_on: ClassVar[Literal["text", "ids"]] = "text"
+
+    async def render(self, model: str, messages: list[JSONObject], tools: list[JSONObject] | None,
+                     extra: dict[str, str]) -> Rendered:
+        """The server's template applied to `messages` (with the generation prompt)."""
+        body: JSONObject = {"messages": messages}
+        if tools:
+            body["tools"] = tools
+        payload, _ = await self.post("/apply-template", body, extra)
+        prompt = payload.get("prompt") if isinstance(payload, dict) else None
+        if not isinstance(prompt, str):
+            raise self.http.protocol_error("apply-template reply has no prompt text")
+        return prompt
+
+    async def tokenize(self, model: str, text: str, add_special: bool, extra: dict[str, str]) -> list[int]:
+        """The server's tokenizer on `text`, special tokens parsed (template markup is special)."""
+        payload, _ = await self.post(
+            "/tokenize", {"content": text, "add_special": add_special, "parse_special": True}, extra)
+        try:
+            return list(ints(payload["tokens"]))
+        except PARSE_ERRORS:
+            raise self.http.protocol_error("tokenize reply has no token ids") from None
+
+    async def generate(self, request: TurnRequest, prompt: Rendered,
+                       extra: dict[str, str]) -> tuple[Turn, Seam]:
+        p = request.params
+        body: JSONObject = {"prompt": prompt, "n_predict": request.max_output_tokens, "return_tokens": True,
+                            "n_probs": max(1, p.top_logprobs or 0), "cache_prompt": True}
+        if p.temperature is not None:
+            body["temperature"] = p.temperature
+        if p.top_p is not None:
+            body["top_p"] = p.top_p
+        if p.seed is not None:
+            body["seed"] = p.seed
+        if p.stop:
+            body["stop"] = list(p.stop)
+        if p.extra_body:
+            merge_extra(body, p.extra_body)
+        payload, elapsed = await self.post("/completion", body, extra)
+        try:
+            turn = self._parse(payload, request, elapsed)
+        except PARSE_ERRORS:
+            raise self.http.protocol_error("reply is not a llama.cpp completion") from None
+        # The bridge on text reads the closing from `unreturned_stop` (the tracker hands it on).
+        return turn, Seam()
+
+    def _parse(self, payload: Any, request: TurnRequest, elapsed: float) -> Turn:
+        if payload.get("error"):
+            raise self.http.stream_error(payload)
+        content = payload["content"]
+        if not isinstance(content, str):
+            raise ValueError("content is not text")
+        stop_type = payload.get("stop_type")
+        stop_type = stop_type if isinstance(stop_type, str) else None
+        word = payload.get("stopping_word")
+        word = word if isinstance(word, str) and stop_type == "word" else ""
+        tokens = ints(payload.get("tokens") or [])
+        logprobs: list[float] = []
+        for entry in payload.get("completion_probabilities") or ():
+            value = entry.get("logprob") if isinstance(entry, dict) else None
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                logprobs.append(float(value))
+            else:
+                logprobs.append(math.nan)
+        # llama.cpp's `tokens` hold the stop string's ids, its probabilities do not (it trims
+        # them by tokenizing `stopping_word`): the ids are cut to the ones with a logprob, so
+        # ids and logprobs stay aligned and the stop string is the bridge's closing text.
+        if word and len(logprobs) < len(tokens):
+            tokens = tokens[: len(logprobs)]
+        text, calls = text_tool_calls(content, word, f"call_{len(request.messages)}")
+        mapped = FinishClass.LENGTH if stop_type == "limit" else (
+            FinishClass.TOOL_CALLS if calls else FinishClass.STOP)
+        model = payload.get("model")
+        turn = finish_turn(
+            text=text,
+            tool_calls=calls,
+            raw_finish_reason=stop_type,
+            mapped=mapped,
+            says_length=stop_type == "limit",
+            usage=Usage(as_int(payload.get("tokens_evaluated")), as_int(payload.get("tokens_predicted"))),
+            max_output_tokens=request.max_output_tokens,
+            latency_s=elapsed,
+            token_ids=list(tokens) or None,
+            logprobs=logprobs or None,
+            response_model=model if isinstance(model, str) else None,
+        )
+        turn.unreturned_stop = word or None
+        return turn
