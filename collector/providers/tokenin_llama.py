@@ -15,7 +15,10 @@ Read from llama.cpp's tools/server source and checked against a real one
   `completion_probabilities`, `stop_type` `eos`/`word`/`limit`, `stopping_word`,
   `tokens_predicted`, `tokens_evaluated`). A matched stop string is in neither `content` nor
   the probabilities; its ids are cut from `tokens` so ids and logprobs stay aligned, and it
-  becomes `Turn.unreturned_stop`: the closing text the next bridge adds. The raw finish
+  becomes `Turn.unreturned_stop`: the closing text the next bridge adds. The cut is checked:
+  llama.cpp trims as many probabilities as the stop string has tokens on its own, which is
+  not where it sat when it began or ended inside a sampled token; then the ids kept do not
+  spell `content`, and the turn keeps no ids (the next one goes as text). The raw finish
   reason is `stop_type` verbatim (`limit` is the cap).
 
 Tests: tests/providers/test_tokenin.py.
@@ -106,6 +109,13 @@ class LlamaServer(TokenServerBase):
         # ids and logprobs stay aligned and the stop string is the bridge's closing text.
         if word and len(logprobs) < len(tokens):
             tokens = tokens[: len(logprobs)]
+            if _spelled(payload.get("completion_probabilities") or ()) != content:
+                # The stop string began or ended inside a token: llama.cpp trimmed as many
+                # probabilities as the stop string has tokens alone, which is not where it sat,
+                # so the ids kept do not spell the text (a lost `}` before `</tool_call>`, say).
+                # No ids at all beats ids that lie: the next turn goes as text
+                # (`no_previous_ids`) and the trainer view leaves the episode out.
+                tokens, logprobs = [], []
         text, calls = text_tool_calls(content, word, f"call_{len(request.messages)}")
         mapped = FinishClass.LENGTH if stop_type == "limit" else (
             FinishClass.TOOL_CALLS if calls else FinishClass.STOP)
@@ -125,3 +135,18 @@ class LlamaServer(TokenServerBase):
         )
         turn.unreturned_stop = word or None
         return turn
+
+
+def _spelled(entries: Any) -> str | None:
+    """The text the probability entries' tokens spell (their `bytes`, else `token`), or None
+    when an entry carries neither."""
+    out = bytearray()
+    for entry in entries:
+        raw = entry.get("bytes") if isinstance(entry, dict) else None
+        if isinstance(raw, list) and all(isinstance(b, int) and 0 <= b < 256 for b in raw):
+            out += bytes(raw)
+        elif isinstance(entry, dict) and isinstance(entry.get("token"), str):
+            out += entry["token"].encode()
+        else:
+            return None
+    return out.decode("utf-8", "replace")

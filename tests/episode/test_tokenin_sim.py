@@ -125,3 +125,30 @@ async def test_on_a_faithful_template_the_sent_ids_equal_the_servers_rendering(
     assert later
     # drift_offset stays None only when the re-rendered ids equal the sent ones exactly.
     assert all(t.prompt_sent_as_ids and t.prefix_consistent and t.drift_offset is None for t in later)
+
+
+async def test_a_stop_string_inside_a_token_leaves_no_ids_that_lie(
+        sim: tuple[Recording, httpx.AsyncClient]) -> None:
+    """The simulator's call ends in one `}</tool_call>` token, so `stop = ["</tool_call>"]`
+    ends inside it and llama.cpp's trim (as many probabilities as the stop string's own
+    tokens) cuts real tokens: those turns keep no ids, the next turn goes as text, and every
+    id a turn does keep spells its raw text."""
+    transport, client = sim
+    provider = build_provider("token_in", Endpoint("http://sim.test/llamacpp/sim-perfect/v1"), client)
+    params = SamplingParams(token_ids=True, temperature=0.7, token_in="llama.cpp", stop=["</tool_call>"])
+    episodes = []
+    for task in ENV.tasks():
+        spec = EpisodeSpec("tok", "sim-perfect", "chat", 256, task, env_name=ENV.name, sampling=params)
+        episodes.append(await run_episode(spec, provider, ENV, LoopConfig()))
+    assert all(ep.stop_reason is StopReason.DONE for ep in episodes)
+    replies = iter(reply for _, reply in transport.completions)
+    cut = 0
+    for ep in episodes:
+        for k, turn in enumerate(ep.turns):
+            reply = next(replies)
+            if turn.output_token_ids is not None:
+                assert vocab.detokenize(turn.output_token_ids) == reply["content"]
+            elif reply.get("stopping_word"):
+                cut += 1
+                assert ep.turns[k + 1].token_in_fallback == "no_previous_ids"
+    assert cut > 0  # the case arose

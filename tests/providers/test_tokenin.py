@@ -116,7 +116,10 @@ class FakeLlama:
             "content": content, "tokens": ids, "tokens_predicted": len(ids),
             "tokens_evaluated": len(tokenize(prompt)), "stop_type": stop_type,
             "stopping_word": word if stop_type == "word" else "", "model": "fake",
-            "completion_probabilities": [{"id": i, "logprob": -0.5} for i in ids[:kept]],
+            # llama.cpp's entries: the id, its text and bytes, the logprob.
+            "completion_probabilities": [
+                {"id": i, "token": detokenize([i]), "bytes": list(detokenize([i]).encode()), "logprob": -0.5}
+                for i in ids[:kept]],
         })
 
 
