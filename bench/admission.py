@@ -5,7 +5,9 @@ in its own process: `sim-hosted` (a tokens-per-minute budget, 429 + Retry-After 
 `sim-gpu` (16 sequences at once, a queue of 16 whose wait is latency, 503 past it). On
 each, one `EpisodeWorker` (no Ray around it) runs the same episodes with `ray.admission =
 "static"` at 2, 4, 8, 12, 16, 24, 32, 64, 128 and 256 episodes in flight, and with
-`"adaptive"` (ceiling: the default `ray.episodes_in_flight`, 64, untuned). The variants run
+`"adaptive"` (ceiling: the default `ray.episodes_in_flight`, 64, untuned), with and without
+the engine's `/metrics` (`provider.server_metrics = "vllm"`: the simulator publishes its
+queue and KV use in vLLM's names). The variants run
 in interleaved rounds, each round starting a fresh simulator (so no run inherits another's
 queue or bucket), and the median over rounds is reported.
 
@@ -39,10 +41,13 @@ PRESETS = ("sim-hosted", "sim-gpu")
 DEFAULT_STATIC = 64  # ray.episodes_in_flight's default
 
 
-async def _run(model: str, in_flight: int, adaptive: bool, episodes: int, root: str) -> dict[str, Any]:
+async def _run(model: str, in_flight: int, adaptive: bool, episodes: int, root: str,
+               metrics: bool = False) -> dict[str, Any]:
     base = make_config(model, episodes, in_flight)
     data = base.model_dump(mode="json")
     data["ray"]["admission"] = "adaptive" if adaptive else "static"
+    if metrics:  # the simulator's /metrics, in vLLM's names (collector.sim.capacity)
+        data["provider"]["server_metrics"] = "vllm"
     cfg = config_from_dict(data)
     items = items_for(cfg, episodes)
     worker = worker_for(cfg, root)
@@ -74,7 +79,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     rounds = args.rounds or (1 if args.quick else 2)
     if args.quick:
         args.episodes, args.static = 24, [64]
-    variants: list[tuple[str, int, bool]] = [("adaptive", DEFAULT_STATIC, True)]
+    variants: list[tuple[str, int, bool]] = [("adaptive", DEFAULT_STATIC, True),
+                                             ("adaptive + /metrics", DEFAULT_STATIC, True)]
     variants += [(f"static {n}", n, False) for n in args.static]
     samples: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for rnd in range(rounds):
@@ -82,7 +88,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             order = variants if rnd % 2 == 0 else variants[::-1]
             for label, n, adaptive in order:
                 with SimProcess(seed=rnd) as sim:
-                    row = asyncio.run(_run(model, n, adaptive, args.episodes, sim.root))
+                    row = asyncio.run(_run(model, n, adaptive, args.episodes, sim.root,
+                                           metrics=label.endswith("/metrics")))
                 samples.setdefault((model, label), []).append(row)
                 print(f"round {rnd} {model} {label}: {row['goodput']:.1f} ep/s, errors {row['errors']}",
                       file=sys.stderr, flush=True)

@@ -10,10 +10,10 @@ feeds what it reads to the AIMD controller (`collector.run.admission.AimdControl
 
 - overloaded, one multiplicative decrease per scrape at most: the preemption counter rose
   since the last scrape (the engine evicted a sequence and recomputes it: more in flight
-  costs throughput), or requests have waited on two scrapes in a row with the queue not
-  shrinking (the engine cannot take what is sent);
-- full, no increase until a scrape says otherwise: any request waiting, or the KV cache at
-  `KV_FULL` or more (the next sequences would wait or preempt);
+  costs throughput), or the queue stood at `QUEUE_HOLD` x the running requests or more on
+  two scrapes in a row without shrinking (the engine cannot take what is sent);
+- full, no increase until a scrape says otherwise: that many requests waiting, or the KV
+  cache at `KV_FULL` or more (the next sequences would wait or preempt);
 - otherwise nothing changes: the latency and status signals rule as before.
 
 Names read (from vLLM's `vllm/v1/metrics/loggers.py` and SGLang's `srt/metrics/collector.py`;
@@ -60,6 +60,10 @@ SCRAPE_TIMEOUT_S = 2.0
 MAX_METRICS_BYTES = 4 * 1024 * 1024
 """A longer `/metrics` body is a failed scrape, not read whole."""
 """Least time between two scrapes of one gate (vLLM refreshes its gauges every step)."""
+QUEUE_HOLD = 0.5
+"""Waiting requests, as a share of the running ones, from which the engine is taken as full.
+A short queue is wanted: it keeps every slot busy while finished requests' episodes run
+their tools; a long one is only latency."""
 KV_FULL = 0.95
 """KV-cache usage from which the engine is taken as full (no increase)."""
 MAX_FAILURES = 5
@@ -162,10 +166,11 @@ class MetricsReader:
                 and load.preemptions > before.preemptions):
             return LoadVerdict(True, True, "preempted")
         waiting = load.waiting or 0.0
-        if (waiting > 0 and before is not None and (before.waiting or 0.0) > 0
+        bound = max(1.0, QUEUE_HOLD * (load.running or 0.0))
+        if (waiting >= bound and before is not None and (before.waiting or 0.0) >= bound
                 and waiting >= (before.waiting or 0.0)):
             return LoadVerdict(True, True, "queue not draining")
-        if waiting > 0:
+        if waiting >= bound:
             return LoadVerdict(False, True, "queued")
         if load.kv_usage is not None and load.kv_usage >= KV_FULL:
             return LoadVerdict(False, True, "kv cache full")

@@ -95,7 +95,7 @@ def reader_of(*texts: str) -> MetricsReader:
 
 
 def load(waiting: float = 0, kv: float = 0.5, preempted: float = 0) -> str:
-    return (f"vllm:num_requests_waiting {waiting}\nvllm:num_requests_running 16\n"
+    return (f"vllm:num_requests_waiting {waiting}\nvllm:num_requests_running 2\n"
             f"vllm:kv_cache_usage_perc {kv}\nvllm:num_preemptions_total {preempted}\n")
 
 
@@ -107,9 +107,12 @@ def test_verdicts_against_the_previous_scrape() -> None:
     assert judge(EngineLoad(0, 16, 0.5, 4)) == LoadVerdict(False, False, "room")  # first: counters unknown
     assert judge(EngineLoad(0, 16, 0.5, 5)).overloaded  # the counter rose
     assert not judge(EngineLoad(0, 16, 0.5, 5)).overloaded  # and stayed
-    assert judge(EngineLoad(2, 16, 0.5, 5)) == LoadVerdict(False, True, "queued")
-    assert judge(EngineLoad(3, 16, 0.5, 5)) == LoadVerdict(True, True, "queue not draining")
-    assert judge(EngineLoad(1, 16, 0.5, 5)) == LoadVerdict(False, True, "queued")  # draining
+    # A short queue (under QUEUE_HOLD x running: 8 of 16) keeps the slots busy: room.
+    assert judge(EngineLoad(7, 16, 0.5, 5)) == LoadVerdict(False, False, "room")
+    assert judge(EngineLoad(8, 16, 0.5, 5)) == LoadVerdict(False, True, "queued")
+    assert judge(EngineLoad(9, 16, 0.5, 5)) == LoadVerdict(True, True, "queue not draining")
+    assert judge(EngineLoad(8.5, 16, 0.5, 5)) == LoadVerdict(False, True, "queued")  # draining
+    assert judge(EngineLoad(1, 0, 0.5, 5)) == LoadVerdict(False, True, "queued")  # nothing runs
     assert judge(EngineLoad(0, 16, KV_FULL, 5)) == LoadVerdict(False, True, "kv cache full")
     assert judge(EngineLoad(0, 16, 0.2, 5)) == LoadVerdict(False, False, "room")
 
@@ -241,7 +244,7 @@ async def test_reader_fetches_the_root_metrics_with_the_providers_key_and_bounds
                             server_metrics="vllm")
     reader = metrics_reader(config, endpoint_for(config, config.base_url or "", "sk-PLANTED"), client)
     assert reader is not None
-    assert await reader.scrape() == LoadVerdict(False, True, "queued")
+    assert await reader.scrape() == LoadVerdict(False, True, "kv cache full")
     assert str(seen[0].url) == "http://127.0.0.1:8000/metrics"
     assert seen[0].headers["authorization"] == "Bearer sk-PLANTED"
     # Without a key, the base URL's user info goes as Basic, as to the model endpoint.
