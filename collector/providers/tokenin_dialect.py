@@ -22,14 +22,15 @@ Tests: tests/providers/test_tokenin.py, tests/providers/test_tokenin_servers.py.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Protocol
 
 from collector.providers.common import encode_body
 from collector.providers.http import Http
-from collector.turn import JSONObject, Turn, TurnRequest
+from collector.turn import JSONObject, SamplingParams, Turn, TurnRequest
 
-__all__ = ["PARSE_ERRORS", "Rendered", "Seam", "TokenServer", "TokenServerBase", "ints"]
+__all__ = ["PARSE_ERRORS", "Rendered", "Seam", "TokenServer", "TokenServerBase", "ints", "sampling_fields"]
 
 PARSE_ERRORS = (KeyError, TypeError, AttributeError, IndexError, ValueError)
 """What reading a reply that is not the dialect's shape raises (turned into a protocol error)."""
@@ -86,3 +87,38 @@ class TokenServerBase:
         """One POST with the endpoint's retries: the decoded reply and the seconds it took."""
         data = encode_body(body)
         return await self.http.retrying(lambda: self.http.post_json(self.root + path, data, extra))
+
+    async def generate_parsed(self, path: str, body: JSONObject, extra: dict[str, str],
+                              parse: Callable[[Any, float], tuple[Turn, Seam]],
+                              shape: str) -> tuple[Turn, Seam]:
+        """One generation POST whose reply is parsed inside the retry loop, so that a reply
+        finished with `abort` is sent again there; a reply not of the
+        dialect's shape is a protocol error naming `shape`."""
+        data = encode_body(body)
+        seams: list[Seam] = []
+
+        async def attempt() -> Turn:
+            # A Turn, not the pair: `Http.retrying` reads an abort off the Turn it is handed.
+            payload, elapsed = await self.http.post_json(self.root + path, data, extra)
+            try:
+                turn, seam = parse(payload, elapsed)
+            except PARSE_ERRORS:
+                raise self.http.protocol_error(f"reply is not {shape}") from None
+            seams.append(seam)
+            return turn
+
+        turn = await self.http.retrying(attempt)
+        return turn, seams[-1]
+
+
+def sampling_fields(body: JSONObject, p: SamplingParams, seed_field: str = "seed") -> None:
+    """The sampling parameters a request sets, under the names vLLM, SGLang and llama.cpp
+    share (`temperature`, `top_p`, `stop`; the seed's name differs: SGLang `sampling_seed`)."""
+    if p.temperature is not None:
+        body["temperature"] = p.temperature
+    if p.top_p is not None:
+        body["top_p"] = p.top_p
+    if p.seed is not None:
+        body[seed_field] = p.seed
+    if p.stop:
+        body["stop"] = list(p.stop)

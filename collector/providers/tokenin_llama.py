@@ -31,7 +31,14 @@ from typing import Any, ClassVar, Literal
 
 from collector.providers.common import as_int, finish_turn, merge_extra
 from collector.providers.textcalls import text_tool_calls
-from collector.providers.tokenin_dialect import PARSE_ERRORS, Rendered, Seam, TokenServerBase, ints
+from collector.providers.tokenin_dialect import (
+    PARSE_ERRORS,
+    Rendered,
+    Seam,
+    TokenServerBase,
+    ints,
+    sampling_fields,
+)
 from collector.turn import FinishClass, JSONObject, Turn, TurnRequest, Usage
 
 __all__ = ["LlamaServer"]
@@ -68,14 +75,7 @@ class LlamaServer(TokenServerBase):
         p = request.params
         body: JSONObject = {"prompt": prompt, "n_predict": request.max_output_tokens, "return_tokens": True,
                             "n_probs": max(1, p.top_logprobs or 0), "cache_prompt": True}
-        if p.temperature is not None:
-            body["temperature"] = p.temperature
-        if p.top_p is not None:
-            body["top_p"] = p.top_p
-        if p.seed is not None:
-            body["seed"] = p.seed
-        if p.stop:
-            body["stop"] = list(p.stop)
+        sampling_fields(body, p)
         if p.extra_body:
             merge_extra(body, p.extra_body)
         payload, elapsed = await self.post("/completion", body, extra)

@@ -34,10 +34,17 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar, Literal
 
-from collector.providers.common import as_int, encode_body, finish_turn, merge_extra
+from collector.providers.common import as_int, finish_turn, merge_extra
 from collector.providers.finish import finish_class
 from collector.providers.textcalls import text_tool_calls
-from collector.providers.tokenin_dialect import PARSE_ERRORS, Rendered, Seam, TokenServerBase, ints
+from collector.providers.tokenin_dialect import (
+    PARSE_ERRORS,
+    Rendered,
+    Seam,
+    TokenServerBase,
+    ints,
+    sampling_fields,
+)
 from collector.turn import JSONObject, Turn, TurnRequest, Usage
 
 __all__ = ["SglangServer"]
@@ -73,33 +80,14 @@ class SglangServer(TokenServerBase):
                        extra: dict[str, str]) -> tuple[Turn, Seam]:
         p = request.params
         sampling: JSONObject = {"max_new_tokens": request.max_output_tokens}
-        if p.temperature is not None:
-            sampling["temperature"] = p.temperature
-        if p.top_p is not None:
-            sampling["top_p"] = p.top_p
-        if p.seed is not None:
-            sampling["sampling_seed"] = p.seed
-        if p.stop:
-            sampling["stop"] = list(p.stop)
+        sampling_fields(sampling, p, seed_field="sampling_seed")
         body: JSONObject = {"input_ids": prompt, "sampling_params": sampling, "return_logprob": True,
                             "top_logprobs_num": max(1, p.top_logprobs or 0), "stream": False}
         if p.extra_body:
             merge_extra(body, p.extra_body)
-        data = encode_body(body)
-        seams: list[Seam] = []
-
-        async def attempt() -> Turn:
-            # Parsed inside the retry loop: a reply finished with `abort` is sent again there.
-            payload, elapsed = await self.http.post_json(self.root + "/generate", data, extra)
-            try:
-                turn, seam = self._parse(payload, request, elapsed)
-            except PARSE_ERRORS:
-                raise self.http.protocol_error("reply is not an SGLang generation") from None
-            seams.append(seam)
-            return turn
-
-        turn = await self.http.retrying(attempt)
-        return turn, seams[-1]
+        return await self.generate_parsed("/generate", body, extra,
+                                          lambda payload, elapsed: self._parse(payload, request, elapsed),
+                                          "an SGLang generation")
 
     def _parse(self, payload: Any, request: TurnRequest, elapsed: float) -> tuple[Turn, Seam]:
         if payload.get("object") == "error":

@@ -37,10 +37,17 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar, Literal
 
-from collector.providers.common import as_int, encode_body, finish_turn, merge_extra
+from collector.providers.common import as_int, finish_turn, merge_extra
 from collector.providers.finish import finish_class
 from collector.providers.textcalls import text_tool_calls
-from collector.providers.tokenin_dialect import PARSE_ERRORS, Rendered, Seam, TokenServerBase, ints
+from collector.providers.tokenin_dialect import (
+    PARSE_ERRORS,
+    Rendered,
+    Seam,
+    TokenServerBase,
+    ints,
+    sampling_fields,
+)
 from collector.turn import JSONObject, Turn, TurnRequest, Usage
 
 __all__ = ["VllmServer"]
@@ -75,31 +82,12 @@ class VllmServer(TokenServerBase):
         p = request.params
         body: JSONObject = {"model": request.model, "prompt": prompt, "max_tokens": request.max_output_tokens,
                             "return_token_ids": True, "logprobs": max(1, p.top_logprobs or 0)}
-        if p.temperature is not None:
-            body["temperature"] = p.temperature
-        if p.top_p is not None:
-            body["top_p"] = p.top_p
-        if p.seed is not None:
-            body["seed"] = p.seed
-        if p.stop:
-            body["stop"] = list(p.stop)
+        sampling_fields(body, p)
         if p.extra_body:
             merge_extra(body, p.extra_body)
-        data = encode_body(body)
-        seams: list[Seam] = []
-
-        async def attempt() -> Turn:
-            # Parsed inside the retry loop: a reply finished with `abort` is sent again there.
-            payload, elapsed = await self.http.post_json(self.root + "/v1/completions", data, extra)
-            try:
-                turn, seam = self._parse(payload, request, elapsed)
-            except PARSE_ERRORS:
-                raise self.http.protocol_error("reply is not a vLLM completion") from None
-            seams.append(seam)
-            return turn
-
-        turn = await self.http.retrying(attempt)
-        return turn, seams[-1]
+        return await self.generate_parsed("/v1/completions", body, extra,
+                                          lambda payload, elapsed: self._parse(payload, request, elapsed),
+                                          "a vLLM completion")
 
     def _parse(self, payload: Any, request: TurnRequest, elapsed: float) -> tuple[Turn, Seam]:
         if payload.get("object") == "error":
