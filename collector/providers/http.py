@@ -370,9 +370,13 @@ class Http:
         declared = response.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > self._max_bytes:
             raise self._oversize()
+        return await self._bounded(response.aiter_bytes())
+
+    async def _bounded(self, chunks: AsyncIterator[bytes]) -> bytes:
+        """The chunks joined, or a ProtocolViolation as soon as they exceed the limit."""
         parts: list[bytes] = []
         size = 0
-        async for chunk in response.aiter_bytes():
+        async for chunk in chunks:
             size += len(chunk)
             if size > self._max_bytes:
                 raise self._oversize()
@@ -490,14 +494,7 @@ class Http:
             if len(reply.content) > self._max_bytes:
                 raise self._oversize()
             return reply.content
-        parts: list[bytes] = []
-        size = 0
-        async for chunk in reply.aiter_bytes():
-            size += len(chunk)
-            if size > self._max_bytes:
-                raise self._oversize()
-            parts.append(chunk)
-        return b"".join(parts)
+        return await self._bounded(reply.aiter_bytes())
 
     @contextlib.asynccontextmanager
     async def _open_stream(self, url: str, body: bytes,
