@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import random
 from collections.abc import AsyncIterator
 from typing import Any
@@ -42,6 +41,7 @@ from collector.providers.common import (
     as_int,
     call_from_text,
     finish_turn,
+    logprob_or_nan,
     merge_extra,
     replay_text,
 )
@@ -155,9 +155,7 @@ def _logprobs_of(logprobs: Any, into: list[float], ids: list[int | None]) -> Non
         for entry in logprobs.get("content") or ():
             if not isinstance(entry, dict):
                 continue
-            value = entry.get("logprob")
-            into.append(float(value) if isinstance(value, int | float) and not isinstance(value, bool)
-                        else math.nan)
+            into.append(logprob_or_nan(entry.get("logprob")))
             token_id = entry.get("id")
             ids.append(token_id if isinstance(token_id, int) and not isinstance(token_id, bool) else None)
 

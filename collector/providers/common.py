@@ -42,6 +42,7 @@ tests/providers/test_real_servers.py.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from collector.providers.arguments import has_template_opener, parse_arguments, unclosed_template
@@ -61,6 +62,7 @@ __all__ = [
     "call_from_text",
     "encode_body",
     "finish_turn",
+    "logprob_or_nan",
     "merge_extra",
     "replay_object",
     "replay_text",
@@ -87,6 +89,12 @@ def merge_extra(body: JSONObject, extra: JSONObject) -> None:
             body[key] = merged
         else:
             body[key] = value
+
+
+def logprob_or_nan(value: Any) -> float:
+    """A reply's logprob as a float, NaN where it is missing or not a number (a list of them
+    stays aligned with the tokens)."""
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else math.nan
 
 
 def as_int(value: Any) -> int:

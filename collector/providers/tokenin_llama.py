@@ -26,10 +26,9 @@ Tests: tests/providers/test_tokenin.py.
 
 from __future__ import annotations
 
-import math
 from typing import Any, ClassVar, Literal
 
-from collector.providers.common import as_int, finish_turn, merge_extra
+from collector.providers.common import as_int, finish_turn, logprob_or_nan, merge_extra
 from collector.providers.textcalls import text_tool_calls
 from collector.providers.tokenin_dialect import (
     PARSE_ERRORS,
@@ -97,13 +96,8 @@ class LlamaServer(TokenServerBase):
         word = payload.get("stopping_word")
         word = word if isinstance(word, str) and stop_type == "word" else ""
         tokens = ints(payload.get("tokens") or [])
-        logprobs: list[float] = []
-        for entry in payload.get("completion_probabilities") or ():
-            value = entry.get("logprob") if isinstance(entry, dict) else None
-            if isinstance(value, int | float) and not isinstance(value, bool):
-                logprobs.append(float(value))
-            else:
-                logprobs.append(math.nan)
+        logprobs = [logprob_or_nan(entry.get("logprob") if isinstance(entry, dict) else None)
+                    for entry in payload.get("completion_probabilities") or ()]
         # llama.cpp's `tokens` hold the stop string's ids, its probabilities do not (it trims
         # them by tokenizing `stopping_word`): the ids are cut to the ones with a logprob, so
         # ids and logprobs stay aligned and the stop string is the bridge's closing text.

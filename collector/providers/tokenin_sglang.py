@@ -31,10 +31,9 @@ Tests: tests/providers/test_tokenin_servers.py.
 
 from __future__ import annotations
 
-import math
 from typing import Any, ClassVar, Literal
 
-from collector.providers.common import as_int, finish_turn, merge_extra
+from collector.providers.common import as_int, finish_turn, logprob_or_nan, merge_extra
 from collector.providers.finish import finish_class
 from collector.providers.textcalls import text_tool_calls
 from collector.providers.tokenin_dialect import (
@@ -101,8 +100,8 @@ class SglangServer(TokenServerBase):
         finish = finish if isinstance(finish, str) else None
         matched = reason.get("matched")
         tokens = ints(payload.get("output_ids") or [])
-        logprobs = [float(e[0]) if isinstance(e, list) and e and isinstance(e[0], int | float)
-                    and not isinstance(e[0], bool) else math.nan
+        # Each entry is [logprob, token id, token text].
+        logprobs = [logprob_or_nan(e[0] if isinstance(e, list) and e else None)
                     for e in meta.get("output_token_logprobs") or ()]
         stop = matched if finish == "stop" and isinstance(matched, str) else ""
         text, calls = text_tool_calls(content, stop, f"call_{len(request.messages)}")

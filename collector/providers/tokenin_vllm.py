@@ -34,10 +34,9 @@ Tests: tests/providers/test_tokenin_servers.py.
 
 from __future__ import annotations
 
-import math
 from typing import Any, ClassVar, Literal
 
-from collector.providers.common import as_int, finish_turn, merge_extra
+from collector.providers.common import as_int, finish_turn, logprob_or_nan, merge_extra
 from collector.providers.finish import finish_class
 from collector.providers.textcalls import text_tool_calls
 from collector.providers.tokenin_dialect import (
@@ -100,8 +99,7 @@ class VllmServer(TokenServerBase):
         finish = finish if isinstance(finish, str) else None
         reason = choice.get("stop_reason")
         tokens = ints(choice.get("token_ids") or [])
-        logprobs = [float(v) if isinstance(v, int | float) and not isinstance(v, bool) else math.nan
-                    for v in ((choice.get("logprobs") or {}).get("token_logprobs") or ())]
+        logprobs = [logprob_or_nan(v) for v in ((choice.get("logprobs") or {}).get("token_logprobs") or ())]
         matched = reason if finish == "stop" and isinstance(reason, str) else ""
         text, calls = text_tool_calls(content, matched, f"call_{len(request.messages)}")
         usage = payload.get("usage") or {}
