@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.million                       # 1,000,000 episodes, then a killed + resumed run
     .venv/bin/python -m bench.million --episodes 20000      # a smoke run (about two minutes)
+    .venv/bin/python -m bench.million --episodes 0 --resume-episodes 1000000   # only the killed one
 
 One real `collector run` subprocess: a sweep of 2 models x 2 budgets of the arithmetic
 environment's two-turn tool episode (1,000 tasks, `samples_per_task` scaled so that the
@@ -357,7 +358,8 @@ def _sizes(label: str, run_dir: Path) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = parser(__doc__)
-    p.add_argument("--episodes", type=int, default=1_000_000, help="episodes of the uninterrupted run")
+    p.add_argument("--episodes", type=int, default=1_000_000,
+                   help="episodes of the uninterrupted run (0: skip it)")
     p.add_argument("--resume-episodes", type=int, default=None,
                    help="episodes of the killed-and-resumed run (default: --episodes; 0: skip it)")
     p.add_argument("--interval", type=float, default=5.0, help="seconds between samples")
@@ -377,7 +379,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     sizes: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="million-", dir=base) as tmp, SimProcess() as sim:
         log = Path(tmp) / "runs.log"
-        plans = [("full", args.episodes, None)]
+        plans = [("full", args.episodes, None)] if args.episodes else []
         if resume_n:
             plans.append(("killed", resume_n, resume_n // 2))
         for label, n, kill_at in plans:

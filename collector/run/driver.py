@@ -20,7 +20,9 @@ driver fault tests in tests/faults.
    holds within that many episode timeouts. A late reply of the abandoned actor is never
    read (its call is forgotten), and any id that still reached the driver twice would be
    dropped before commit;
-4. the progress line counts episodes as workers finish them (each worker polled for its
+4. the plan is read as the workers need it (`WorkQueue`): a million-episode sweep is never
+   held whole in the driver, and ids already committed are dropped as their items come up;
+5. the progress line counts episodes as workers finish them (each worker polled for its
    running count when the line is drawn, not on every pass), committed or not: display only.
 
 Tests: tests/run/test_driver_loop.py, tests/run/test_driver_buffer.py, tests/run/test_driver_written.py,
@@ -120,6 +122,34 @@ class Snapshot:
     """Handles of actors with batches outstanding, busiest first."""
 
 
+class WorkQueue:
+    """The items left to hand out, in plan order: those put back (a lost worker's) first,
+    then the plan's, drawn from its iterator only as batches are made."""
+
+    def __init__(self, items: Iterable[WorkItem]) -> None:
+        self._plan = iter(items)
+        self._ready: deque[WorkItem] = deque()
+
+    def __bool__(self) -> bool:
+        if not self._ready:
+            item = next(self._plan, None)
+            if item is None:
+                return False
+            self._ready.append(item)
+        return True
+
+    def take(self, n: int) -> list[WorkItem]:
+        """Up to `n` items, fewer only once the plan is spent."""
+        taken: list[WorkItem] = []
+        while len(taken) < n and self:
+            taken.append(self._ready.popleft())
+        return taken
+
+    def put_back(self, items: list[WorkItem]) -> None:
+        """Items to hand out again before any other (their order kept)."""
+        self._ready.extendleft(reversed(items))
+
+
 class _Slot:
     """One worker position: its current actor (replaced when it dies) and outstanding calls."""
 
@@ -171,7 +201,8 @@ class Driver:
         """Wraps every commit: a signal arriving inside is raised once it is done
         (`collector.run.signals.RunSignals.deferred`), so no taken episode is dropped."""
         self.progress: Progress | None = None
-        self.queue: deque[WorkItem] = deque(todo)
+        self.store = store
+        self.queue = WorkQueue(todo)
         self.inflight: dict[Call, tuple[_Slot, int, list[WorkItem]]] = {}
         self.dispatched_at: dict[Call, float] = {}
         """When each in-flight batch was handed out (its deadline counts from there)."""
@@ -181,6 +212,8 @@ class Driver:
         self.shards: CommitBuffer[Written] = shard_buffer(store, cfg.output)
         """With worker-side writes, the shards workers wrote and the driver has not committed yet."""
         self.seen: set[str] = set()
+        """Ids kept since the last commit. Older ones are the store's (`holds`): a set of every
+        id of the run beside the store's own cost ~60 bytes an episode at a million."""
         self.stop_reason: CollectorError | None = None
         self.uncommitted: CommitIncomplete | None = None
         """The last commit that left episodes out; reported when the run ends (the rest goes on)."""
@@ -307,7 +340,7 @@ class Driver:
         per_worker = self._per_worker(batch)
         for slot in self.slots:
             while slot.starting is None and self.queue and slot.outstanding < per_worker:
-                items = [self.queue.popleft() for _ in range(min(batch, len(self.queue)))]
+                items = self.queue.take(batch)
                 call = self.pool.run(slot.actor, items, write=self.writes_on_workers)
                 self.inflight[call] = (slot, slot.generation, items)
                 self.dispatched_at[call] = time.monotonic()
@@ -324,7 +357,7 @@ class Driver:
 
     def _requeue(self, items: list[WorkItem]) -> None:
         self.result.redispatched += len(items)
-        self.queue.extendleft(reversed(items))
+        self.queue.put_back(items)
 
     def check_batches(self) -> None:
         """Give up on every actor holding a batch past its deadline: re-run its items elsewhere."""
@@ -372,7 +405,7 @@ class Driver:
 
     def _keep(self, episode: Episode | Outcome) -> bool:
         """Whether a returned episode is one to commit: not seen before, not one that stops the run."""
-        if episode.episode_id in self.seen:
+        if episode.episode_id in self.seen or self.store.holds(episode.episode_id):
             self.result.duplicates_dropped += 1
             return False
         stopper = run_stopper(episode, self.cfg)
@@ -422,6 +455,9 @@ class Driver:
             self.uncommitted = done.left_out
             self.uncommitted_count += len(done.left_out.uncommitted)
         self.result.committed += done.written
+        # Committed or left out, they have left the buffer: the store answers for them now
+        # (one left out may come back as a late copy and is tried again).
+        self.seen.difference_update(e.episode_id for e in done.episodes)
         self.result.duplicates_dropped += len(done.episodes) - done.written
         self.result.counts.update(str(e.stop_reason) for e in done.episodes)
         self.result.retries.update(cause for e in done.episodes for cause in e.retries)

@@ -150,21 +150,23 @@ def _run_job(
     with opened as store:
         retried = 0
         if retry_errors:
-            planned_ids = {item.episode_id for item in plan.items}
+            errors = committed_error_ids(store)
             # Only ids of this plan: an error in a cell the sweep no longer selects would
             # be deleted and never collected again.
-            retried = store.forget(committed_error_ids(store) & planned_ids)
-        committed = store.committed_ids()
-        todo = [item for item in plan.items if item.episode_id not in committed]
+            retried = store.forget({i.episode_id for i in plan.iter_items() if i.episode_id in errors})
+        # Resume is a set difference, read twice from the plan rather than held: once to
+        # count what is done, then by the driver as it hands work out.
+        already = sum(store.holds(item.episode_id) for item in plan.iter_items())
         result = JobResult(
             str(where) if isinstance(where, ObjectLocation) else where,
             plan.run_id,
-            len(plan.items),
-            len(plan.items) - len(todo),
+            plan.size,
+            already,
             warnings=list(store.warnings),
             retried_errors=retried,
         )
-        if not todo:
+        todo = (item for item in plan.iter_items() if not store.holds(item.episode_id))
+        if already == plan.size:
             result.elapsed_s = time.monotonic() - started
             return result
         sink = store.sink() if writes_on_workers(cfg.output) else None

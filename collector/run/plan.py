@@ -14,7 +14,8 @@ every cell of the sweep: a run stopped early still has a little of everything.
 
 Bounded and lazy. At most `MAX_TASKS` tasks are read from the environment and at most
 `MAX_EPISODES` episodes planned (one line otherwise), and the items are enumerated only when
-first asked for: `collector validate` reports the size from the shape alone, at once.
+first asked for: `collector validate` reports the size from the shape alone, at once, and
+the job streams them (`Plan.iter_items`) instead of holding the list.
 
 This module imports no Ray: it is cheap, and the worker uses it too.
 """
@@ -102,10 +103,15 @@ class Plan:
 
     @property
     def items(self) -> list[WorkItem]:
-        """Every episode, in a deterministic order (enumerated on first use)."""
+        """Every episode, in a deterministic order (enumerated on first use and kept)."""
         if self._items is None:
             self._items = list(_enumerate(self))
         return self._items
+
+    def iter_items(self) -> Iterator[WorkItem]:
+        """The same items, enumerated afresh and kept by nobody: what the job reads, so that a
+        million-episode plan (~230 bytes an item) is never held whole."""
+        return iter(self._items) if self._items is not None else _enumerate(self)
 
     def describe(self) -> str:
         """A few human lines: the sweep's shape and its identity."""

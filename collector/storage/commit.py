@@ -88,7 +88,6 @@ class CommitStore(StoreState, ABC):
     rows_per_shard: int
     _seq: int
     _base_through: int
-    _where: dict[str, str]
     _lock_lost: str | None
     _closed: bool
 
@@ -206,7 +205,6 @@ class CommitStore(StoreState, ABC):
         committed = 0
         for entry, chunk_ids in zip(entries, shard_ids, strict=True):
             self._where.update(dict.fromkeys(chunk_ids, entry["path"]))
-            self._ids.update(chunk_ids)
             committed += len(chunk_ids)
         self._check_lock_after_record(f"its last commit ({committed} episodes)")
         self._publish(entries)
@@ -243,7 +241,7 @@ class CommitStore(StoreState, ABC):
         is committed, and `CommitIncomplete` names what was left out.
         """
         self._check_writable()
-        fresh = fresh_by_cell(episodes, self._ids)
+        fresh = fresh_by_cell(episodes, self._where.keys())
         if not fresh:
             return 0
         written: list[str] = []
@@ -329,7 +327,7 @@ class CommitStore(StoreState, ABC):
         seen: set[str] = set()
         for shard in shards:
             ids = set(shard.episode_ids)
-            old = {i for i in ids if i in self._ids or i in seen}
+            old = {i for i in ids if i in self._where or i in seen}
             if old == ids:
                 dropped.append(shard.path)
                 continue
@@ -380,7 +378,7 @@ class CommitStore(StoreState, ABC):
         removed and OutputError raised.
         """
         self._check_writable()
-        gone = {i for i in ids if i in self._ids}
+        gone = {i for i in ids if i in self._where}
         if not gone:
             return 0
         touched = {self._where[i] for i in gone}
@@ -414,7 +412,6 @@ class CommitStore(StoreState, ABC):
                     log.info("retired shard %s of %s not put back yet: %s", rel, self.root, _describe(why))
             self._remove_pending(written)
             raise self._aborted(e, "forgetting episodes in") from e
-        self._ids -= gone
         for i in gone:
             del self._where[i]
         self._check_lock_after_record("its last change")
@@ -438,7 +435,6 @@ class CommitStore(StoreState, ABC):
         kept = []
         for entry, (ids, problem) in zip(entries, verdicts, strict=True):
             if problem is None:
-                self._ids.update(ids)
                 self._where.update(dict.fromkeys(ids, entry["path"]))
                 kept.append(entry)
                 continue

@@ -92,6 +92,8 @@ class RunStore(Protocol):
 
     def committed_ids(self) -> set[str]: ...
 
+    def holds(self, episode_id: str) -> bool: ...
+
     @property
     def shards(self) -> list[dict[str, Any]]: ...
 
@@ -119,13 +121,19 @@ class StoreState:
     compacted into the base."""
 
     warnings: list[str]
-    _ids: set[str]
+    # Which shard (manifest path) holds each committed id. Its keys are the committed ids
+    # themselves, kept once: a second set of them cost ~70 bytes an episode at a million.
+    _where: dict[str, str]
     _manifest: dict[str, Any]
     _clean: bool
 
     def committed_ids(self) -> set[str]:
         """Ids of every committed episode (a copy: the caller may subtract from it)."""
-        return set(self._ids)
+        return set(self._where)
+
+    def holds(self, episode_id: str) -> bool:
+        """Whether `episode_id` is committed (no copy: the driver asks once per returned episode)."""
+        return episode_id in self._where
 
     @property
     def shards(self) -> list[dict[str, Any]]:

@@ -122,7 +122,6 @@ class S3RunStore(CommitStore):
         self._base_through = base_through
         self._base_etag = base_etag
         self._clean = True  # as in LocalRunStore: False once an operation was cut short
-        self._ids: set[str] = set()
         self._where: dict[str, str] = {}
         self._lock_lost: str | None = None
         self._closed = False

@@ -121,7 +121,7 @@ def deliver(driver: Driver, pool: FakePool, replies: Sequence[object]) -> None:
         work = item(f"call-{pool._next}-{len(items)}")
         pool.script[work.episode_id] = reply
         items.append(work)
-    driver.queue.extend(items)
+    driver.queue.put_back(items)
     driver.fill()
     for call in pool.wait(list(driver.inflight), 0):
         driver.collect(call)

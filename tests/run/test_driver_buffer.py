@@ -21,6 +21,9 @@ class RecordingStore:
     def __init__(self) -> None:
         self.commits: list[list[Episode]] = []
 
+    def holds(self, episode_id: str) -> bool:
+        return any(e.episode_id == episode_id for c in self.commits for e in c)
+
     def commit(self, episodes: Sequence[Episode]) -> int:
         self.commits.append(list(episodes))
         return len(episodes)

@@ -5,7 +5,7 @@ our own code stops the run, an id seen twice is committed once."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -13,6 +13,7 @@ import pytest
 from collector.errors import CollectorError, ConfigError, QuotaExhausted
 from collector.record.episode import Episode, EpisodeError
 from collector.run.driver import Driver
+from collector.run.plan import WorkItem
 from collector.run.pool import WorkerFailed, WorkerLost
 from collector.stop import StopReason
 from collector.storage.pending import PendingShard
@@ -25,6 +26,9 @@ class Store:
 
     def __init__(self) -> None:
         self.ids: list[str] = []
+
+    def holds(self, episode_id: str) -> bool:
+        return episode_id in self.ids
 
     def commit(self, episodes: Sequence[Episode]) -> int:
         fresh = [e.episode_id for e in episodes if e.episode_id not in self.ids]
@@ -107,3 +111,26 @@ def test_a_quota_episode_stops_handing_out_work(tmp_path: Path) -> None:
     assert isinstance(driver.stop_reason, QuotaExhausted)
     assert len(pool.batches) < 40  # stopped handing out work
     assert "e0" not in store.ids
+
+
+def test_the_plan_is_read_as_batches_are_handed_out(tmp_path: Path) -> None:
+    """The driver draws items from the plan only to fill the workers' outstanding batches: a
+    million-episode plan is never held whole, and every item still runs once, in order."""
+    drawn: list[str] = []
+
+    def plan() -> Iterator[WorkItem]:
+        for i in range(500):
+            drawn.append(f"e{i}")
+            yield item(f"e{i}", sample=i)
+
+    pool = FakePool()
+    cfg = small_config(tmp_path / "run", ray__batch_size=4, ray__workers=2)
+    store = Store()
+    driver = fake_driver(cfg, store, pool, plan(), planned=500)
+    driver.fill()
+    handed = sum(len(items) for _, items in pool.batches)
+    assert 0 < handed < 100
+    assert len(drawn) <= handed + 1  # one item peeked at most
+    driver.loop()
+    driver.commit(force=True)
+    assert sorted(store.ids) == sorted(f"e{i}" for i in range(500))

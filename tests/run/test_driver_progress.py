@@ -19,6 +19,9 @@ class Store:
     def __init__(self) -> None:
         self.ids: list[str] = []
 
+    def holds(self, episode_id: str) -> bool:
+        return episode_id in self.ids
+
     def commit(self, episodes: Sequence[Episode]) -> int:
         self.ids += [e.episode_id for e in episodes]
         return len(episodes)

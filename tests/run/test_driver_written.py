@@ -46,6 +46,27 @@ def test_a_batch_that_comes_back_twice_is_committed_once(tmp_path: Path) -> None
     assert set(counts.values()) == {1}
 
 
+def test_a_batch_that_comes_back_after_its_commit_is_dropped_too(tmp_path: Path) -> None:
+    """The driver forgets the ids it committed (the store holds them): a late copy arriving
+    after the commit is still discarded whole or filtered, never a shard left out."""
+    work = make_batch(6)
+    with LocalRunStore.open(tmp_path / "run", "fp", {}, "arrow", 512) as store:
+        d, pool = writing_driver(tmp_path, store)
+        sink = store.sink()
+        deliver(d, pool, [write_kept(sink, work[:4])])
+        d.commit(force=True)
+        assert not d.seen  # committed ids are the store's to remember
+        # The partly committed copy first: nothing seen since the commit may hide its old half.
+        deliver(d, pool, [write_kept(sink, work[2:]), write_kept(sink, work[:4])])
+        d.commit(force=True)
+        assert d.uncommitted is None
+        assert d.result.committed == 6
+        assert d.result.duplicates_dropped == 6
+    counts = committed_id_counts(tmp_path / "run")
+    assert set(counts) == {e.episode_id for e in work}
+    assert set(counts.values()) == {1}
+
+
 def test_pending_shards_are_committed_on_the_driver_side_cadence(tmp_path: Path) -> None:
     """A cell is committed once its pending rows reach rows_per_shard; past max_buffered_rows the
     largest cells go first; the rest waits for the interval or the end."""
