@@ -204,7 +204,7 @@ class CommitStore(StoreState, ABC):
             raise self._aborted(e) from e
         committed = 0
         for entry, chunk_ids in zip(entries, shard_ids, strict=True):
-            self._where.update(dict.fromkeys(chunk_ids, entry["path"]))
+            self._committed.add(chunk_ids, entry["path"])
             committed += len(chunk_ids)
         self._check_lock_after_record(f"its last commit ({committed} episodes)")
         self._publish(entries)
@@ -241,7 +241,7 @@ class CommitStore(StoreState, ABC):
         is committed, and `CommitIncomplete` names what was left out.
         """
         self._check_writable()
-        fresh = fresh_by_cell(episodes, self._where.keys())
+        fresh = fresh_by_cell(episodes, self._committed)
         if not fresh:
             return 0
         written: list[str] = []
@@ -327,7 +327,7 @@ class CommitStore(StoreState, ABC):
         seen: set[str] = set()
         for shard in shards:
             ids = set(shard.episode_ids)
-            old = {i for i in ids if i in self._where or i in seen}
+            old = {i for i in ids if i in self._committed or i in seen}
             if old == ids:
                 dropped.append(shard.path)
                 continue
@@ -378,10 +378,10 @@ class CommitStore(StoreState, ABC):
         removed and OutputError raised.
         """
         self._check_writable()
-        gone = {i for i in ids if i in self._where}
+        gone = {i for i in ids if i in self._committed}
         if not gone:
             return 0
-        touched = {self._where[i] for i in gone}
+        touched = self._committed.shards_of(gone)
         old = [e for e in self._manifest["shards"] if e["path"] in touched]
         written: list[str] = []
         retired: list[str] = []
@@ -412,11 +412,10 @@ class CommitStore(StoreState, ABC):
                     log.info("retired shard %s of %s not put back yet: %s", rel, self.root, _describe(why))
             self._remove_pending(written)
             raise self._aborted(e, "forgetting episodes in") from e
-        for i in gone:
-            del self._where[i]
+        self._committed.discard(gone)
         self._check_lock_after_record("its last change")
         for entry, kept_ids in replacements:
-            self._where.update(dict.fromkeys(kept_ids, entry["path"]))
+            self._committed.add(kept_ids, entry["path"])
         self._publish([e for e, _ in replacements])
         # Committed state is already the new one; an old file left pending is deleted by the
         # next open, so a failed delete is not an error.
@@ -435,7 +434,7 @@ class CommitStore(StoreState, ABC):
         kept = []
         for entry, (ids, problem) in zip(entries, verdicts, strict=True):
             if problem is None:
-                self._where.update(dict.fromkeys(ids, entry["path"]))
+                self._committed.add(ids, entry["path"])
                 kept.append(entry)
                 continue
             moved = quarantine(entry["path"])

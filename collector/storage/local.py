@@ -107,6 +107,7 @@ from collector.record.shards import (
     write_shard,
 )
 from collector.storage.commit import CommitStore, check_open_arguments
+from collector.storage.committed import CommittedIds
 from collector.storage.manifest import (
     CHECKSUM_ALGORITHM,
     DATA_DIR,
@@ -183,7 +184,7 @@ class LocalRunStore(CommitStore):
         self._clean = True
         # Which shard holds each committed id: `forget` then rewrites only the shards
         # concerned instead of reading the ids of every shard again.
-        self._where: dict[str, str] = {}
+        self._committed = CommittedIds()
         self._lock_fd = lock_fd
         # The lock file this store holds, by identity: a file at the lock's path with another
         # inode (deleted and re-created, by a user or a second writer) is not our lock.

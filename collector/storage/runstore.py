@@ -23,6 +23,7 @@ import pyarrow as pa
 from collector.errors import OutputError
 from collector.record.episode import SCHEMA_VERSION, Episode
 from collector.record.shards import schema_version_of
+from collector.storage.committed import CommittedIds
 from collector.storage.pending import PendingShard, ShardSink
 
 __all__ = ["CommitIncomplete", "LockLost", "RunStore", "StoreState", "fresh_by_cell", "verified_ids"]
@@ -121,19 +122,18 @@ class StoreState:
     compacted into the base."""
 
     warnings: list[str]
-    # Which shard (manifest path) holds each committed id. Its keys are the committed ids
-    # themselves, kept once: a second set of them cost ~70 bytes an episode at a million.
-    _where: dict[str, str]
+    # The committed ids and the shard (manifest path) holding each, ~16 bytes an episode.
+    _committed: CommittedIds
     _manifest: dict[str, Any]
     _clean: bool
 
     def committed_ids(self) -> set[str]:
         """Ids of every committed episode (a copy: the caller may subtract from it)."""
-        return set(self._where)
+        return set(self._committed)
 
     def holds(self, episode_id: str) -> bool:
         """Whether `episode_id` is committed (no copy: the driver asks once per returned episode)."""
-        return episode_id in self._where
+        return episode_id in self._committed
 
     @property
     def shards(self) -> list[dict[str, Any]]:

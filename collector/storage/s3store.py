@@ -64,6 +64,7 @@ from collector.errors import OutputError
 from collector.record.episode import SCHEMA_VERSION
 from collector.record.shards import EXTENSIONS, ShardError, ShardFormat
 from collector.storage.commit import CommitStore, RecordInDoubt, check_open_arguments
+from collector.storage.committed import CommittedIds
 from collector.storage.location import ObjectLocation, parse_location
 from collector.storage.manifest import (
     CHECKSUM_ALGORITHM,
@@ -122,7 +123,7 @@ class S3RunStore(CommitStore):
         self._base_through = base_through
         self._base_etag = base_etag
         self._clean = True  # as in LocalRunStore: False once an operation was cut short
-        self._where: dict[str, str] = {}
+        self._committed = CommittedIds()
         self._lock_lost: str | None = None
         self._closed = False
 

@@ -1,8 +1,9 @@
-"""What an open run store keeps per committed episode: its id once, with the shard holding it.
+"""What an open run store keeps per committed episode: its id once, packed, with the shard
+holding it (`collector.storage.committed`).
 
-The driver's memory at a million episodes is mostly this map (bench/million.py). A second
-copy of the ids (a set beside the map, as the store once kept) costs ~40-60 bytes an
-episode more, which this bound catches.
+The driver's memory at a million episodes is mostly this record (bench/million.py). As a dict
+of id strings it held ~94 bytes an episode (199 with a second set of the ids beside it, as
+the store once kept); packed, 16 bytes plus the not yet merged ids.
 """
 
 from __future__ import annotations
@@ -11,15 +12,21 @@ import gc
 import tracemalloc
 from pathlib import Path
 
+import pytest
+
+from collector.storage import committed
 from collector.storage.local import LocalRunStore
 from tests.record.factory import make_batch
 
 EPISODES = 20_000
-#: A 24-character id is a 73-byte str; the map's entry adds ~40 bytes at its usual load.
-BYTES_PER_EPISODE = 135
+#: 16 bytes an id once merged, plus the dict of ids not merged yet (at most MERGE_AT of them,
+#: 4,096 here: ~20 bytes an episode of this run).
+BYTES_PER_EPISODE = 48
 
 
-def test_an_open_store_keeps_each_committed_id_once(tmp_path: Path) -> None:
+def test_an_open_store_keeps_each_committed_id_once_and_packed(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(committed, "MERGE_AT", 4096)
     cfg = {"name": "memory", "sweep": {"models": ["sim-perfect"], "budgets": [128]}}
     with LocalRunStore.open(tmp_path / "run", "fp-memory", cfg, "arrow", 4096) as st:
         st.commit(make_batch(EPISODES))
