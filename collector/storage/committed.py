@@ -63,7 +63,13 @@ class CommittedIds:
         if episode_id in self._recent or episode_id in self._other:
             return True
         packed = _packed(episode_id)
-        return packed is not None and bool(self._positions([packed])[1][0])
+        if packed is None or not len(self._keys):
+            return False
+        # One id (the driver asks once per returned episode): a scalar search, ~5x faster
+        # than building a query array. The element read back has its trailing zero bytes
+        # dropped, so it is compared with the id's bytes stripped the same way.
+        at = int(self._keys.searchsorted(packed))
+        return at < len(self._keys) and bool(self._keys[at] == packed.rstrip(b"\0"))
 
     def __iter__(self) -> Iterator[str]:
         raw = self._keys.tobytes()
