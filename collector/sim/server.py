@@ -9,18 +9,21 @@ connections, and `stop()` waits for the thread to end.
 bound here, not inside uvicorn, for two reasons: a port that is taken or a host that does
 not resolve raises `OSError` to the caller (uvicorn would log it and `sys.exit(3)`), and the
 address the caller announces is the one actually listening (port 0 becomes the real port),
-announced only once the server accepts connections.
+announced only once the server accepts connections. SIGINT and SIGTERM stop it as Ctrl-C
+does, even in a process that inherited SIGINT ignored (a shell's background job).
 
-Tests: tests/sim/test_sdks.py, tests/faults/test_provider_storms.py.
+Tests: tests/sim/test_sdks.py, tests/sim/test_cli_sim.py, tests/faults/test_provider_storms.py.
 """
 
 from __future__ import annotations
 
+import signal
 import socket
 import threading
 import time
 from collections.abc import Callable
-from types import TracebackType
+from types import FrameType, TracebackType
+from typing import Any
 
 import uvicorn
 
@@ -127,9 +130,26 @@ def serve(host: str = "127.0.0.1", port: int = 8000, seed: int = 0,
     is served. Ctrl-C stops the server, then `KeyboardInterrupt` propagates to the caller.
     """
     server = SimServer(seed=seed, host=host, port=port).start()
+    stopping = _stop_on_signals()
     try:
         if on_ready is not None:
             on_ready(server.base_url)
         server.wait()
     finally:
         server.stop()
+        for signum, previous in stopping.items():
+            signal.signal(signum, previous)
+
+
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def _stop_on_signals() -> dict[int, Any]:
+    """SIGINT and SIGTERM stop the foreground server as Ctrl-C does, whatever this process
+    inherited: a shell starts a background job with SIGINT ignored (and Python then leaves it
+    ignored), so `collector sim &` would outlive `kill -INT`. Returns the handlers replaced
+    (none off the main thread, where signals cannot be caught)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {signum: signal.signal(signum, _raise_interrupt) for signum in (signal.SIGINT, signal.SIGTERM)}

@@ -63,9 +63,16 @@ def test_sim_server_refuses_a_bad_port() -> None:
         SimServer(port=70000).start()
 
 
-def test_announced_address_accepts_requests_and_ctrl_c_stops_cleanly() -> None:
-    """`collector sim --port 0` prints the real bound address only once it answers, and SIGINT exits 0."""
-    code = "import sys; from collector.cli import main; sys.exit(main(['sim', '--port', '0', '--seed', '3']))"
+@pytest.mark.parametrize(("signum", "inherited"), [(signal.SIGINT, "default"), (signal.SIGINT, "ignored"),
+                                                   (signal.SIGTERM, "default")],
+                         ids=["ctrl-c", "sigint-in-a-background-job", "sigterm"])
+def test_announced_address_accepts_requests_and_ctrl_c_stops_cleanly(signum: int, inherited: str) -> None:
+    """`collector sim --port 0` prints the real bound address only once it answers; SIGINT and
+    SIGTERM exit 0, also when started as a shell starts a background job (SIGINT ignored)."""
+    ignore = "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); " if inherited == "ignored" else ""
+    code = ignore + (
+        "import sys; from collector.cli import main; sys.exit(main(['sim', '--port', '0', '--seed', '3']))"
+    )
     proc = subprocess.Popen(
         [sys.executable, "-c", code],
         stdout=subprocess.DEVNULL,
@@ -85,7 +92,7 @@ def test_announced_address_accepts_requests_and_ctrl_c_stops_cleanly() -> None:
             f"{base_url}/v1/chat/completions", json=chat_body("sim-perfect", ARITH, 64), timeout=10
         )
         assert reply.status_code == 200
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signum)
         assert proc.wait(timeout=20) == EXIT_OK
         assert proc.stderr.read() == "collector: simulated provider stopped\n"
     finally:
