@@ -182,8 +182,8 @@ class LocalRunStore(CommitStore):
         # the in-memory state may then hold what never reached the disk (or miss what did), so
         # it is never compacted into the base again; the records on disk stay the truth.
         self._clean = True
-        # Which shard holds each committed id: `forget` then rewrites only the shards
-        # concerned instead of reading the ids of every shard again.
+        # The committed ids, each with the shard holding it: `forget` then rewrites only the
+        # shards concerned instead of reading the ids of every shard again.
         self._committed = CommittedIds()
         self._lock_fd = lock_fd
         # The lock file this store holds, by identity: a file at the lock's path with another
