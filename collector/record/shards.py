@@ -27,13 +27,14 @@ data (bump SCHEMA_VERSION when you do). Three kinds of columns are special:
 - unknown columns met on read (a newer writer) are ignored, and fields missing from an
   older shard take the dataclass default, so old shards stay readable where possible.
 
-Conversion builds each column in one pass over the episodes and calls `pa.array` once per
-column with the explicit type: never a table per row (that is the driver's hot path).
+Conversion is column-wise (`episodes_to_table`): each field's values across the rows, nested
+structs included, go to `pa.array` as one flat list; never a table or a dict per row.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import operator
 import os
 import types
 import typing
@@ -206,76 +207,112 @@ def _build_schema() -> pa.Schema:
 SCHEMA: pa.Schema = _build_schema()
 
 
-# --- Episode -> Python values per column ---------------------------------------------------
+# --- Episode -> Arrow columns -------------------------------------------------------------
+#
+# Every column is built column-wise: the values of one field across all rows (or all nested
+# structs of all rows) are read in one C-level pass (`operator.attrgetter` of every field,
+# transposed with `zip`) and handed to `pa.array` as a flat list of scalars; a list of
+# structs becomes the flattened structs plus offsets (`ListArray.from_arrays`). Building a
+# dict per struct for `pa.array` to walk instead cost 2-2.7x the CPU (BENCHMARKS.md section
+# n), and this conversion runs once per episode on the worker's hot path.
 
-_Dump = Callable[[Any], Any]
+_Encode = Callable[[list[Any]], pa.Array]
 
 
-def _dumper(hint: Any) -> _Dump | None:
-    """A converter from a record value to what `pa.array` takes; None when it is the identity."""
-    inner, optional = _unwrap_optional(hint)
-    if isinstance(inner, type) and dataclasses.is_dataclass(inner):
-        dump_struct = _struct_dumper(inner)
-        if optional:
-            return lambda v: None if v is None else dump_struct(v)
-        return dump_struct
+def _is_record(hint: Any) -> bool:
+    return isinstance(hint, type) and dataclasses.is_dataclass(hint)
+
+
+def _encoder(hint: Any) -> _Encode:
+    """The column builder for values of the record annotation `hint` (None where nullable)."""
+    inner, _ = _unwrap_optional(hint)
+    arrow = arrow_type(hint)
+    if _is_record(inner):
+        return _struct_encoder(inner, arrow)
     if typing.get_origin(inner) is list:
         (item,) = typing.get_args(inner)
-        dump_item = _dumper(item)
-        if dump_item is None:
-            return None
-        if optional:
-            return lambda v: None if v is None else [dump_item(x) for x in v]
-        return lambda v: [dump_item(x) for x in v]
-    return None  # scalars; a str-valued Enum member is a str, which pyarrow takes as is
+        if _is_record(_unwrap_optional(item)[0]):
+            return _list_encoder(_encoder(item), arrow)
+    # Scalars and lists of scalars: pyarrow's own converter is C all the way down (a
+    # str-valued Enum member is a str, which it takes as is).
+    return lambda values: pa.array(values, type=arrow)
 
 
-def _struct_dumper(cls: type) -> _Dump:
+def _list_encoder(encode_item: _Encode, arrow: pa.DataType) -> _Encode:
+    def encode(values: list[Any]) -> pa.Array:
+        offsets = [0]
+        flat: list[Any] = []
+        has_null = False
+        for value in values:
+            if value is None:
+                has_null = True
+            else:
+                flat.extend(value)
+            offsets.append(len(flat))
+        mask = pa.array([v is None for v in values], type=pa.bool_()) if has_null else None
+        offsets_array = pa.array(offsets, type=pa.int32())
+        return pa.ListArray.from_arrays(offsets_array, encode_item(flat), type=arrow, mask=mask)
+
+    return encode
+
+
+#: Zero values by Arrow type id, for the children of a null struct (`_struct_encoder`).
+_ZEROS: dict[int, Any] = {
+    pa.int64().id: 0,
+    pa.float64().id: 0.0,
+    pa.string().id: "",
+    pa.bool_().id: False,
+    pa.list_(pa.int64()).id: [],
+}
+
+
+def _struct_encoder(cls: type, arrow: pa.DataType) -> _Encode:
     hints = typing.get_type_hints(cls)
-    specs = [(f.name, _dumper(hints[f.name])) for f in dataclasses.fields(cls)]
+    names = [f.name for f in dataclasses.fields(cls)]
+    encoders = [_encoder(hints[name]) for name in names]
+    fields = [arrow.field(i) for i in range(arrow.num_fields)]
+    get = operator.attrgetter(*names)
+    # What a null struct's children hold: the zero of each non-nullable field, as pyarrow's
+    # row-wise converter fills them (a Parquet writer refuses nulls in a non-nullable child).
+    blank = tuple(None if f.nullable else _ZEROS.get(f.type.id) for f in fields)
 
-    def dump(obj: Any) -> dict[str, Any]:
-        return {
-            name: getattr(obj, name) if conv is None else conv(getattr(obj, name)) for name, conv in specs
-        }
-
-    return dump
-
-
-def _column_getters() -> list[tuple[str, Callable[[Episode], Any]]]:
-    hints = typing.get_type_hints(Episode)
-    getters: list[tuple[str, Callable[[Episode], Any]]] = []
-    for field in SCHEMA:
-        name = field.name
-        if name == "stop_reason":
-            continue  # built separately against the fixed dictionary
-        conv = None if name in DERIVED_COLUMNS else _dumper(hints[name])
-        if conv is None:
-            getters.append((name, typing.cast(Callable[[Episode], Any], _attrgetter(name))))
+    def encode(values: list[Any]) -> pa.Array:
+        mask = None
+        if any(v is None for v in values):
+            mask = pa.array([v is None for v in values], type=pa.bool_())
+            rows = [blank if v is None else get(v) for v in values]
         else:
-            getters.append((name, _composed(name, conv)))
-    return getters
+            rows = list(map(get, values))
+        columns = zip(*rows, strict=True) if rows else iter([()] * len(names))
+        children = [build(list(column)) for build, column in zip(encoders, columns, strict=True)]
+        return pa.StructArray.from_arrays(children, fields=fields, mask=mask)
+
+    return encode
 
 
-def _attrgetter(name: str) -> Callable[[Any], Any]:
-    return lambda obj: getattr(obj, name)
+def _episode_columns() -> list[tuple[str, _Encode]]:
+    """(name, builder) of every column read straight off an `Episode` attribute, SCHEMA order;
+    the derived columns read the properties of the same name."""
+    hints = typing.get_type_hints(Episode)
+    columns = []
+    for f in SCHEMA:
+        if f.name in ("stop_reason", "tools"):
+            continue  # dictionary-encoded: built on their own
+        hint = DERIVED_COLUMNS[f.name] if f.name in DERIVED_COLUMNS else hints[f.name]
+        columns.append((f.name, _encoder(hint)))
+    return columns
 
 
-def _composed(name: str, conv: _Dump) -> Callable[[Any], Any]:
-    return lambda obj: conv(getattr(obj, name))
-
-
-_GETTERS = _column_getters()
+_COLUMNS = _episode_columns()
+_GET_COLUMNS = operator.attrgetter(*(name for name, _ in _COLUMNS))
 
 
 def episodes_to_table(episodes: Sequence[Episode]) -> pa.Table:
-    """Build the shard table for `episodes`: one row each, columns in one pass, SCHEMA exactly."""
-    arrays: dict[str, pa.Array] = {}
-    for name, get in _GETTERS:
-        if name == "tools":
-            arrays[name] = pa.array([get(ep) for ep in episodes], type=pa.string()).dictionary_encode()
-            continue
-        arrays[name] = pa.array([get(ep) for ep in episodes], type=SCHEMA.field(name).type)
+    """Build the shard table for `episodes`: one row each, column-wise, SCHEMA exactly."""
+    rows = list(map(_GET_COLUMNS, episodes))
+    columns = zip(*rows, strict=True) if rows else iter([()] * len(_COLUMNS))
+    arrays = {name: encode(list(values)) for (name, encode), values in zip(_COLUMNS, columns, strict=True)}
+    arrays["tools"] = pa.array([ep.tools for ep in episodes], type=pa.string()).dictionary_encode()
     indices = pa.array([_REASON_INDEX[ep.stop_reason.value] for ep in episodes], type=pa.int8())
     arrays["stop_reason"] = pa.DictionaryArray.from_arrays(indices, pa.array(STOP_REASONS))
     return pa.Table.from_arrays([arrays[f.name] for f in SCHEMA], schema=SCHEMA)

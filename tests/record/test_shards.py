@@ -10,7 +10,16 @@ import pytest
 
 from collector.errors import OutputError
 from collector.record import shards
-from collector.record.episode import SCHEMA_VERSION, Episode, MessageRecord, ToolCallRecord, TurnRecord
+from collector.record.episode import (
+    SCHEMA_VERSION,
+    ChatFunction,
+    ChatMessage,
+    ChatToolCall,
+    Episode,
+    MessageRecord,
+    ToolCallRecord,
+    TurnRecord,
+)
 from collector.stop import StopReason
 from tests.record.factory import make_batch, make_episode
 
@@ -117,3 +126,44 @@ def test_old_shard_without_a_new_field_still_loads() -> None:
     """A shard lacking a defaulted field (written before it existed) loads with the default."""
     table = shards.episodes_to_table(make_batch(2)).drop_columns(["worker"])
     assert all(ep.worker is None for ep in shards.episodes_from_table(table))
+
+
+def _row_wise(episodes: list[Episode]) -> pa.Table:
+    """The reference: every column through pyarrow's own row-wise converter, one dict per struct."""
+    columns = {}
+    for f in shards.SCHEMA:
+        if f.name == "stop_reason":
+            continue
+        values = [getattr(ep, f.name) for ep in episodes]
+        if values and dataclasses.is_dataclass(next((v for v in values if v is not None), None)):
+            values = [None if v is None else dataclasses.asdict(v) for v in values]
+        elif f.name in ("turns", "messages", "executed_tool_calls", "chat"):
+            values = [[dataclasses.asdict(x) for x in v] for v in values]
+        if f.name == "tools":
+            columns[f.name] = pa.array(values, type=pa.string()).dictionary_encode()
+        else:
+            columns[f.name] = pa.array(values, type=f.type)
+    indices = pa.array([shards.STOP_REASONS.index(ep.stop_reason.value) for ep in episodes], type=pa.int8())
+    columns["stop_reason"] = pa.DictionaryArray.from_arrays(indices, pa.array(shards.STOP_REASONS))
+    return pa.Table.from_arrays([columns[f.name] for f in shards.SCHEMA], schema=shards.SCHEMA)
+
+
+def test_the_column_wise_build_equals_pyarrows_row_wise_conversion(tmp_path: Path) -> None:
+    """Every stop reason, a null error struct beside a set one, nullable lists both null and
+    set, token ids, a chat with tool calls: value for value what `pa.array` over dicts gives,
+    and a Parquet writer takes it (it refuses nulls inside a non-nullable child of a null struct)."""
+    episodes = [make_episode(stop, sample=i) for i, stop in enumerate(StopReason)]
+    first = episodes[0]
+    first.turns[0].retries = None
+    first.turns[0].output_token_ids = [1, 2, 3]
+    first.turns[0].output_logprobs = [-0.5, -0.25, 0.0]
+    first.chat = [ChatMessage(role="assistant", content="", tool_calls=[
+        ChatToolCall(id="c1", type="function", function=ChatFunction(name="f", arguments="{}"))])]
+    assert any(ep.error is None for ep in episodes)
+    assert any(ep.error is not None for ep in episodes)
+    built = shards.episodes_to_table(episodes)
+    built.validate(full=True)
+    assert built.equals(_row_wise(episodes))
+    assert shards.episodes_to_table([]).equals(_row_wise([]))
+    shards.write_shard(tmp_path / "s.parquet", built, "parquet")
+    assert shards.episodes_from_table(shards.read_shard(tmp_path / "s.parquet")) == episodes
