@@ -2,7 +2,8 @@
 (tests/test_layout.py checks it; Ray-backed runs: tests/run/test_job.py, tests/faults).
 
 The episode loop stays plain asyncio; Ray only carries batches of small `WorkItem`s out and
-lists of `Episode`s (or `WrittenBatch`es) back: one actor call per batch, never per model
+each batch's episodes as encoded shard rows (`EncodedBatch`, or a `WrittenBatch` of shards the
+worker wrote) back: one actor call per batch, never per model
 call (runtime-notes measured 2-2.5 ms of CPU per Ray call).
 
 Address resolution: `--address`, else `ray.address` in the config, else `RAY_ADDRESS`,
@@ -30,8 +31,8 @@ import ray.exceptions
 
 from collector.config import RunConfig
 from collector.errors import ConfigError
-from collector.record.episode import Episode
 from collector.run.clusterprobe import probe_cluster
+from collector.run.encoded import EncodedBatch
 from collector.run.plan import WorkItem
 from collector.run.pool import Actor, Call, WorkerFailed, WorkerLost
 from collector.run.worker import EpisodeWorker, WorkerSetup
@@ -206,8 +207,8 @@ class _WorkerActor:
     async def ready(self) -> str:
         return await self._worker.ready()
 
-    async def run_batch(self, items: list[WorkItem]) -> list[Episode]:
-        return await self._worker.run_batch(items)
+    async def encode_batch(self, items: list[WorkItem]) -> EncodedBatch:
+        return await self._worker.encode_batch(items)
 
     async def write_batch(self, items: list[WorkItem]) -> WrittenBatch:
         return await self._worker.write_batch(items)
@@ -252,7 +253,7 @@ class RayPool:
 
     def run(self, actor: Actor, items: list[WorkItem], write: bool) -> Call:
         handle: Any = actor
-        return (handle.write_batch if write else handle.run_batch).remote(items)  # type: ignore[no-any-return]
+        return (handle.write_batch if write else handle.encode_batch).remote(items)  # type: ignore[no-any-return]
 
     def poll(self, actor: Actor) -> Call:
         handle: Any = actor

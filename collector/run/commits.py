@@ -8,8 +8,9 @@ committed once it holds `rows_per_shard` rows, so shards are full; every
 so that the next few batches do not each force a commit of their own.
 
 What a cell holds depends on who writes the shards:
-- driver-side writes: `Episode`s, one row each; a full cell gives up its whole shards and
-  keeps the rest (`CommitBuffer(split=True)`), committed by `RunStore.commit`;
+- driver-side writes: the episodes' rows as workers encoded them (`collector.record.rows.Row`,
+  `collector.run.encoded`), one each; a full cell gives up its whole shards and keeps the
+  rest (`CommitBuffer(split=True)`), committed by `RunStore.commit`;
 - worker-side writes (`collector.run.worker_writes`): the `PendingShard`s workers wrote, with
   their episodes' `Outcome`s; a shard cannot be split, so a due cell is committed whole,
   all due cells in one `commit_pending` (one commit record).
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
 from collector.config import OutputConfig
-from collector.record.episode import Episode
+from collector.record.rows import Row, Rows
 from collector.run.worker_writes import Outcome
 from collector.storage.local import CommitIncomplete
 from collector.storage.pending import PendingShard
@@ -44,7 +45,7 @@ class CommitTarget(Protocol):
     """What the commit policy needs of the run store (local or S3)."""
 
     def holds(self, episode_id: str) -> bool: ...
-    def commit(self, episodes: Sequence[Episode]) -> int: ...
+    def commit(self, episodes: Rows) -> int: ...
     def commit_pending(self, shards: Sequence[PendingShard]) -> int: ...
 
 
@@ -53,7 +54,7 @@ class Committed:
     """One commit: the episodes it holds, how many the store added (it drops ids it already
     holds), and what it left out."""
 
-    episodes: Sequence[Episode | Outcome]
+    episodes: Sequence[Row | Outcome]
     written: int
     left_out: CommitIncomplete | None = None
 
@@ -129,14 +130,14 @@ class CommitBuffer(Generic[U]):
         return self._store(taken) if taken else None
 
 
-def episode_buffer(store: CommitTarget, output: OutputConfig) -> CommitBuffer[Episode]:
-    """Driver-side writes: episodes, committed by `store.commit`."""
+def episode_buffer(store: CommitTarget, output: OutputConfig) -> CommitBuffer[Row]:
+    """Driver-side writes: encoded rows, committed by `store.commit`."""
 
-    def commit(batch: list[Episode]) -> Committed:
+    def commit(batch: list[Row]) -> Committed:
         try:
             return Committed(batch, store.commit(batch))
         except CommitIncomplete as e:
-            return Committed([ep for ep in batch if ep.episode_id not in e.uncommitted], e.committed, e)
+            return Committed([row for row in batch if row.episode_id not in e.uncommitted], e.committed, e)
 
     return CommitBuffer(output, lambda _: 1, True, commit)
 

@@ -41,10 +41,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
+
 from collector.config import RunConfig
 from collector.errors import CollectorError
-from collector.record.episode import Episode
+from collector.record.rows import Row, from_ipc, rows_of
 from collector.run.commits import CommitBuffer, CommitTarget, Committed, Written, episode_buffer, shard_buffer
+from collector.run.encoded import EncodedBatch
 from collector.run.plan import WorkItem
 from collector.run.pool import Actor, Call, WorkerFailed, WorkerLost, WorkerPool, batch_of
 from collector.run.preflight import check_cluster_fits
@@ -207,8 +210,8 @@ class Driver:
         self.dispatched_at: dict[Call, float] = {}
         """When each in-flight batch was handed out (its deadline counts from there)."""
         self.slots: list[_Slot] = []
-        self.episodes: CommitBuffer[Episode] = episode_buffer(store, cfg.output)
-        """Finished episodes not yet committed (driver-side writes)."""
+        self.episodes: CommitBuffer[Row] = episode_buffer(store, cfg.output)
+        """Finished episodes' rows not yet committed (driver-side writes)."""
         self.shards: CommitBuffer[Written] = shard_buffer(store, cfg.output)
         """With worker-side writes, the shards workers wrote and the driver has not committed yet."""
         self.seen: set[str] = set()
@@ -396,14 +399,32 @@ class Driver:
         if isinstance(reply, WrittenBatch):
             self._collect_written(reply, worker)
         else:
-            self.live.returned(worker, (str(e.stop_reason) for e in reply))
-            for episode in reply:
-                if self._keep(episode):
-                    self.episodes.add((episode.model, episode.budget), episode)
+            self._collect_rows(reply, worker)
         if self.buffered() > self.cfg.output.max_buffered_rows:
             self.commit()  # now, not after the other batches that returned with this one
 
-    def _keep(self, episode: Episode | Outcome) -> bool:
+    def _collect_rows(self, batch: EncodedBatch, worker: tuple[int, int]) -> None:
+        """A batch of encoded rows (`collector.run.encoded`): each kept row buffered in its cell;
+        a refused episode (its row could not be built) kept out and reported, as a commit does."""
+        try:
+            rows = rows_of(from_ipc(batch.rows))
+        except (pa.ArrowException, ValueError) as exc:
+            raise CollectorError(self.pool.with_logs(f"a worker returned unreadable rows: {exc}")) from None
+        self.live.returned(worker, [r.stop_reason for r in rows] + [o.stop_reason for o in batch.refused])
+        for row in rows:
+            if self._keep(row):
+                self.episodes.add((row.model, row.budget), row)
+        self._unstorable({o.episode_id: batch.reasons[o.episode_id] for o in batch.refused if self._keep(o)})
+
+    def _unstorable(self, reasons: dict[str, str]) -> None:
+        """Episodes whose row fits no shard (id -> why): not committed (a rerun runs them),
+        reported when the run ends; the run goes on."""
+        if reasons:
+            message = f"{len(reasons)} episode(s) could not be stored ({next(iter(reasons.values()))})"
+            self.uncommitted = CommitIncomplete(message, 0, set(reasons))
+            self.uncommitted_count += len(reasons)
+
+    def _keep(self, episode: Row | Outcome) -> bool:
         """Whether a returned episode is one to commit: not seen before, not one that stops the run."""
         if episode.episode_id in self.seen or self.store.holds(episode.episode_id):
             self.result.duplicates_dropped += 1
@@ -428,12 +449,7 @@ class Driver:
             shard = without_seen(self.setup.sink, written, set(kept))
             if shard is not None:
                 self.shards.add((shard.model, shard.budget), (shard, [kept[i] for i in shard.episode_ids]))
-        if batch.refused:
-            # Rows that fit no shard: not committed (a rerun runs them), the run goes on.
-            first = next(iter(batch.refused.values()))
-            message = f"{len(batch.refused)} episode(s) could not be stored ({first})"
-            self.uncommitted = CommitIncomplete(message, 0, set(batch.refused))
-            self.uncommitted_count += len(batch.refused)
+        self._unstorable(batch.refused)
 
     def buffered(self) -> int:
         """Rows held for commit, in either write mode."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from typing import Protocol
 
-from collector.record.episode import Episode
+from collector.run.encoded import EncodedBatch
 from collector.run.plan import WorkItem
 from collector.run.worker import WorkerSetup
 from collector.run.worker_writes import WrittenBatch
@@ -63,7 +63,7 @@ class WorkerPool(Protocol):
         ...
 
     def run(self, actor: Actor, items: list[WorkItem], write: bool) -> Call:
-        """Hand the worker a batch: it returns episodes, or with `write` a `WrittenBatch`."""
+        """Hand the worker a batch: it returns an `EncodedBatch`, or with `write` a `WrittenBatch`."""
         ...
 
     def poll(self, actor: Actor) -> Call:
@@ -92,9 +92,7 @@ class WorkerPool(Protocol):
         ...
 
 
-def batch_of(reply: object) -> list[Episode] | WrittenBatch:
+def batch_of(reply: object) -> EncodedBatch | WrittenBatch:
     """A `run` call's result, checked to be what a worker returns."""
-    if isinstance(reply, WrittenBatch):
-        return reply
-    assert isinstance(reply, list), f"a worker returned {type(reply).__name__}"
+    assert isinstance(reply, EncodedBatch | WrittenBatch), f"a worker returned {type(reply).__name__}"
     return reply

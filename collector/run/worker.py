@@ -48,6 +48,7 @@ from collector.providers.base import Endpoint, Provider
 from collector.providers.transport import StreamTransport, fast_client
 from collector.record.episode import Episode
 from collector.run.admission import Admission, AdmissionTransport, admission_gauges
+from collector.run.encoded import EncodedBatch, encode_batch
 from collector.run.endpoints import endpoint_for, read_api_key
 from collector.run.plan import WorkItem, load_env, select_tasks
 from collector.run.policyversion import DeclaredVersion, VersionedProvider, declared_version
@@ -218,6 +219,12 @@ class EpisodeWorker:
         """Run every item (concurrently, within the worker's slots) and return the episodes."""
         await self.ready()
         return list(await asyncio.gather(*(self._run_one(item) for item in items)))
+
+    async def encode_batch(self, items: Sequence[WorkItem]) -> EncodedBatch:
+        """Run every item and return the episodes as shard rows, for the driver to commit
+        (`collector.run.encoded`). Encoded on the loop: ~40 µs of CPU an episode, less than a
+        thread hop would cost."""
+        return encode_batch(await self.run_batch(items))
 
     async def write_batch(self, items: Sequence[WorkItem]) -> WrittenBatch:
         """Run every item, write the kept episodes as pending shards through the setup's sink

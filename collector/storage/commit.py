@@ -40,14 +40,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from collector.errors import OutputError
-from collector.record.episode import Episode
-from collector.record.shards import (
-    EXTENSIONS,
-    ShardFormat,
-    describe_exception,
-    one_line,
-    table_without_poison,
-)
+from collector.record.rows import Rows, shard_table
+from collector.record.shards import EXTENSIONS, ShardFormat, describe_exception, one_line
 from collector.storage.manifest import DATA_DIR, now_iso
 from collector.storage.pending import PendingShard
 from collector.storage.runstore import CommitIncomplete, LockLost, StoreState, fresh_by_cell, log
@@ -220,13 +214,14 @@ class CommitStore(StoreState, ABC):
 
     # --- commit ----------------------------------------------------------------------------
 
-    def commit(self, episodes: Sequence[Episode]) -> int:
+    def commit(self, episodes: Rows) -> int:
         """Durably commit the episodes not yet committed; return how many were new (see `_commit`)."""
         with self._transaction():
             return self._commit(episodes)
 
-    def _commit(self, episodes: Sequence[Episode]) -> int:
-        """Durably commit the episodes not yet committed; return how many were new.
+    def _commit(self, episodes: Rows) -> int:
+        """Durably commit the episodes (or the rows workers encoded: `collector.record.rows`)
+        not yet committed; return how many were new.
 
         Ids already committed, and repeats inside `episodes`, are dropped. The episodes
         are grouped by (model, budget) partition and split into shards of at most
@@ -280,7 +275,7 @@ class CommitStore(StoreState, ABC):
         return committed
 
     def _place_cell(
-        self, model: str, budget: int, group: list[Episode], written: list[str], rejected: dict[str, str]
+        self, model: str, budget: int, group: list[Any], written: list[str], rejected: dict[str, str]
     ) -> list[tuple[dict[str, Any], list[str]]]:
         """Write one cell's shards (each entry with its ids); on failure remove what this cell
         wrote and raise, leaving the other cells' files in `written` alone. Episodes whose row
@@ -289,7 +284,7 @@ class CommitStore(StoreState, ABC):
         placed = []
         try:
             for start in range(0, len(group), self.rows_per_shard):
-                table, chunk = table_without_poison(group[start:start + self.rows_per_shard], rejected)
+                table, chunk = shard_table(group[start:start + self.rows_per_shard], rejected)
                 if table is None:
                     continue
                 placed.append((self._write_pending(table, model, budget, mine),

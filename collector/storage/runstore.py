@@ -21,7 +21,8 @@ from typing import Any, Protocol, Self
 import pyarrow as pa
 
 from collector.errors import OutputError
-from collector.record.episode import SCHEMA_VERSION, Episode
+from collector.record.episode import SCHEMA_VERSION
+from collector.record.rows import Rows
 from collector.record.shards import schema_version_of
 from collector.storage.committed import CommittedIds
 from collector.storage.pending import PendingShard, ShardSink
@@ -54,12 +55,10 @@ class LockLost(OutputError):
     process may be writing, so this store commits nothing more."""
 
 
-def fresh_by_cell(
-    episodes: Sequence[Episode], committed: Collection[str]
-) -> dict[tuple[str, int], list[Episode]]:
-    """The episodes a commit adds, by (model, budget) cell: ids already committed, and repeats
-    inside `episodes` (a late duplicate from a worker presumed dead), dropped."""
-    fresh: dict[tuple[str, int], list[Episode]] = {}
+def fresh_by_cell(episodes: Rows, committed: Collection[str]) -> dict[tuple[str, int], list[Any]]:
+    """The episodes (or rows) a commit adds, by (model, budget) cell: ids already committed,
+    and repeats inside `episodes` (a late duplicate from a worker presumed dead), dropped."""
+    fresh: dict[tuple[str, int], list[Any]] = {}
     seen: set[str] = set()
     for ep in episodes:
         if ep.episode_id in committed or ep.episode_id in seen:
@@ -98,7 +97,7 @@ class RunStore(Protocol):
     @property
     def shards(self) -> list[dict[str, Any]]: ...
 
-    def commit(self, episodes: Sequence[Episode]) -> int: ...
+    def commit(self, episodes: Rows) -> int: ...
 
     def commit_pending(self, shards: Sequence[PendingShard]) -> int: ...
 

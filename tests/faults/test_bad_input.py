@@ -25,11 +25,11 @@ from collector.envs.toolkit import tool
 from collector.episode.loop import EpisodeSpec, run_episode
 from collector.errors import OutputError
 from collector.providers.scripted import ScriptedProvider, call, calls, text
-from collector.record import shards as shards_mod
-from collector.record.episode import Episode
+from collector.record.rows import Rows
 from collector.run.job import run_job
 from collector.run.plan import plan_work
 from collector.stop import StopReason
+from collector.storage import commit as commit_mod
 from collector.storage.manifest import committed_shard_paths
 from tests.checking import assert_run_checked, committed_ids
 from tests.faults.cluster import free_port
@@ -187,14 +187,15 @@ def test_a_cell_that_cannot_be_committed_never_blocks_the_others(
     collects exactly that cell."""
     run_dir = tmp_path / "run"
     cfg = load_config(write(tmp_path), ["sweep.budgets=[128,256]"])
-    real = shards_mod.episodes_to_table
+    real = commit_mod.shard_table
 
-    def poisoned(episodes: list[Episode]) -> pa.Table:
-        if episodes[0].budget == 128:
+    def poisoned(chunk: Rows, rejected: dict[str, str]) -> tuple[pa.Table | None, Rows]:
+        # The driver's commit of the workers' rows: one cell's shard cannot be built.
+        if chunk[0].budget == 128:
             raise OverflowError("Python int too large to convert to C long")
-        return real(episodes)
+        return real(chunk, rejected)
 
-    monkeypatch.setattr(shards_mod, "episodes_to_table", poisoned)
+    monkeypatch.setattr(commit_mod, "shard_table", poisoned)
     with pytest.raises(OutputError) as info:
         run_job(cfg, show_progress=False)
     message = str(info.value)

@@ -2,7 +2,8 @@
 
 Every call is done at once unless a test holds it (`hold`); a batch's reply is the episodes
 of its items (built with `tests.record.factory`, carrying the items' ids), or what the test
-scripted for its first item (`script`): a `WrittenBatch`, a list of episodes, or an
+scripted for its first item (`script`): a `WrittenBatch`, a list of episodes (encoded as a
+real worker returns them: `collector.run.encoded`), or an
 exception (`WorkerLost`, `WorkerFailed`) raised when the driver reads the result.
 """
 
@@ -18,6 +19,7 @@ from collector.config import RunConfig
 from collector.record.episode import Episode
 from collector.run.commits import CommitTarget
 from collector.run.driver import Driver, JobResult
+from collector.run.encoded import encode_batch
 from collector.run.plan import WorkItem
 from collector.run.worker import WorkerSetup
 from collector.storage.pending import ShardSink
@@ -76,7 +78,9 @@ class FakePool:
         scripted = self.script.pop(items[0].episode_id, None)  # once: a re-run goes normally
         reply = scripted if scripted is not None else [episode_of(i) for i in items]
         if isinstance(reply, list):
+            # Episodes come back as a real worker returns them: encoded rows.
             self.finished[actor] += len(reply)
+            reply = encode_batch(reply)
         call = self._call(reply)
         if self.hold:
             self.held.add(call)
