@@ -76,7 +76,7 @@ class WorkerSetup:
     the driver may have no route to the providers; a local run checks once, in the driver."""
     sink: ShardSink | None = None
     """Where this worker writes its batches' shards (`output.worker_writes`, `write_batch`);
-    None: it returns episodes to the driver (`run_batch`)."""
+    None: it returns its batches to the driver as encoded rows (`encode_batch`)."""
 
 
 class EpisodeWorker:
