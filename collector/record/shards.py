@@ -262,7 +262,7 @@ _ZEROS: dict[int, Any] = {
     pa.float64().id: 0.0,
     pa.string().id: "",
     pa.bool_().id: False,
-    pa.list_(pa.int64()).id: [],
+    pa.list_(pa.int64()).id: [],  # the id of every list type, whatever its items
 }
 
 
