@@ -82,7 +82,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args.rounds = 1
     import ray
 
-    from collector.run.job import OBJECT_STORE_BYTES, run_job
+    from collector.run.cluster import OBJECT_STORE_BYTES
+    from collector.run.job import run_job
 
     rows = []
     with SimProcess() as sim, tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp:

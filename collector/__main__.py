@@ -1,6 +1,6 @@
 """`python -m collector`: the same command line as the `collector` script.
 
-Tests: tests/run/test_cli_process.py (`python -m collector` in a subprocess).
+Tests: tests/system/run/test_cli_process.py (`python -m collector` in a subprocess).
 """
 
 import sys

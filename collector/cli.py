@@ -5,7 +5,7 @@ never pay for importing Ray. Bad input never shows a traceback: every `Collector
 (and an unreadable path) becomes one line on stderr and exit code 2. Exit code 1 means the
 command ran and found a problem (`check` with violations).
 
-    collector run CONFIG|--demo [--set k=v ...] [--address ADDR] [--target X]
+    collector run CONFIG|--demo [--set k=v ...] [--address ADDR] [--in-process] [--target X]
     collector init DIR
     collector stats RUN_DIR [--by COL,...] [--target X] [--format table|csv|json] [--per episode|turn]
     collector episodes RUN_DIR [--where COL=VALUE ...] [--model M] [--budget N] [--limit N]
@@ -73,7 +73,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from collector.config import load_config
     from collector.run.job import run_job
 
-    cfg = load_config(_run_config_path(args), args.set)
+    sets = [*args.set, "ray.pool=in_process"] if args.in_process else args.set
+    cfg = load_config(_run_config_path(args), sets)
     result = run_job(cfg, address=args.address, show_progress=not args.quiet, retry_errors=args.retry_errors)
     print(result.summary(), file=sys.stderr)
     from collector.storage.mirror import resolve_run
@@ -307,6 +308,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--address",
         default=None,
         help="Ray cluster to attach to (default: ray.address, then RAY_ADDRESS, else local)",
+    )
+    p.add_argument(
+        "--in-process",
+        action="store_true",
+        help="run the workers in this process, without Ray (same as --set ray.pool=in_process)",
     )
     target(p)
     p.add_argument("--quiet", action="store_true", help="no progress line")

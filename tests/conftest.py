@@ -1,89 +1,64 @@
-"""Shared fixtures. Only one: a Ray cluster for the whole session, started on first use.
+"""The suite's two tiers, and the fixtures every test may use.
 
-Ray takes 5-10 s to start here, so every test that needs it shares one embedded cluster
-(runtime-notes.md). `address="local"` so a developer's running cluster is never joined;
-a short temp dir (Ray's socket paths have a length limit) removed at the end; token
-authentication disabled for this throwaway cluster, so a `collector run --address` started
-by a test in a subprocess can attach to it.
-
-Under pytest-xdist (scripts/test: `-n 2 --dist loadgroup`) a session fixture is per worker,
-so every test marked `ray` or asking for `ray_cluster` is put in one `xdist_group`: they run
-on one worker, which starts the cluster once, and the other worker never starts a second
-(two clusters on two cores would each starve the other's episodes and double the memory).
+The default tier is every test outside `tests/system/`: it runs in one process per xdist
+worker. A test there may start no process at all (no Ray, no `collector` child, no package
+install, no browser, no daemon): an audit hook refuses any process start during such a test,
+naming the test, so a slow test cannot creep back in unnoticed. Job and driver tests run their
+workers on the in-process pool (`collector.run.inprocess`). The system tier, `tests/system/`,
+holds the tests whose subject is a process (signals, SIGKILLs, clusters, the CLI as a child,
+the browser, packaging); its own conftest has the session's Ray cluster. `bash scripts/test`
+runs both; `bash scripts/test --fast` the default tier alone (docs/testing.md).
 """
 
 from __future__ import annotations
 
-import logging
-import os
-import shutil
-import tempfile
+import sys
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
-# The object-storage fixtures (a moto S3 server on loopback, a bucket per test).
+# The object-storage fixtures (a moto S3 server on loopback, in a thread; a bucket per test).
 from tests.s3server import s3_bucket, s3_endpoint  # noqa: F401
 
-#: The xdist group of the tests that share the session's Ray cluster.
-RAY_GROUP = "ray"
+SYSTEM_TIER = Path(__file__).resolve().parent / "system"
+#: Audit events that start a process (`subprocess`, `os.system`, `os.fork`, `os.posix_spawn`,
+#: the `os.exec*` family): everything Ray, a CLI child, pip or a browser would go through.
+PROCESS_EVENTS = frozenset({"subprocess.Popen", "os.system", "os.fork", "os.forkpty", "os.posix_spawn",
+                            "os.exec", "os.spawn"})
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into node ids
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Put the tests that use the session's Ray cluster in one xdist group (module docstring)."""
-    if not config.pluginmanager.hasplugin("xdist"):
-        return  # the marker is xdist's: unknown without it (--strict-markers)
-    loadgroup = getattr(config.option, "loadgroup", False)  # set on the workers of --dist loadgroup
-    for item in items:
-        if item.get_closest_marker("ray") is None and "ray_cluster" not in getattr(item, "fixturenames", ()):
-            continue
-        item.add_marker(pytest.mark.xdist_group(RAY_GROUP))
-        if loadgroup and hasattr(item, "_id"):
-            # xdist tells the controller a test's group by a "@group" suffix on its node id,
-            # written to `_nodeid`, which pytest 9.2's structured ids no longer read: grouping
-            # silently stops (pytest-xdist#1386, fix pending in #1388). Write the id pytest reads.
-            from _pytest.nodeid import NodeId
-
-            item._id = NodeId.parse(f"{item.nodeid}@{RAY_GROUP}")
+class ProcessStartRefused(RuntimeError):
+    """A default-tier test started a process."""
 
 
-@pytest.fixture(scope="session")
-def ray_cluster(s3_endpoint: str) -> Iterator[str]:  # noqa: F811 - the fixture, by name
-    """A local Ray cluster (2 CPUs, small object store); yields its address for subprocesses.
+class _Guard:
+    test: str | None = None
+    """The default-tier test running now (None: a system test, or between tests)."""
 
-    Its workers see the session's S3 server (tests/s3server.py) the way a real cluster's
-    nodes see their bucket, from their own environment: a worker writing the shards of an
-    s3:// run reads credentials and endpoint there, never from the driver."""
-    import ray
 
-    from tests.s3server import session_env
-
-    os.environ.update(session_env(s3_endpoint))
-    os.environ["RAY_AUTH_MODE"] = "disabled"
-    temp_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")
-    # Loopback only, like the collector's embedded cluster (collector.run.cluster): with Ray's
-    # defaults its servers listen on every interface of the machine. A driver a test starts
-    # in a subprocess to attach to it needs Ray's single-machine switch too (it then takes
-    # 127.0.0.1 as its node's address, the one this cluster has); a test of a user's own
-    # environment drops every RAY_ variable (tests/run/test_cli_process.py: user_env).
-    from collector.run.cluster import EMBEDDED_INIT, LOOPBACK, ray_constants
-
-    with ray_constants(**EMBEDDED_INIT):
-        ray.init(
-            address="local",
-            num_cpus=2,
-            include_dashboard=False,
-            object_store_memory=256 * 1024 * 1024,
-            _temp_dir=temp_dir,
-            log_to_driver=False,
-            # Ray's INFO lines go to whatever stderr was at start-up, possibly a test's capture.
-            logging_level=logging.WARNING,
-            _node_ip_address=LOOPBACK,
+def _refuse_processes(event: str, args: tuple[Any, ...]) -> None:
+    if _Guard.test is not None and event in PROCESS_EVENTS:
+        what = " ".join(str(a) for a in args[:2])[:200]
+        raise ProcessStartRefused(
+            f"{_Guard.test} is in the default tier, which starts no process ({event}: {what}); "
+            "run it in process, or move it to tests/system/"
         )
-    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+
+
+sys.addaudithook(_refuse_processes)  # an audit hook cannot be removed: it checks _Guard.test
+
+
+def in_system_tier(item: pytest.Item) -> bool:
+    return SYSTEM_TIER in Path(str(item.path)).resolve().parents
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Refuse process starts for the whole of a default-tier test: setup, call and teardown."""
+    _Guard.test = None if in_system_tier(item) else item.nodeid
     try:
-        yield ray.get_runtime_context().gcs_address
+        return (yield)
     finally:
-        ray.shutdown()
-        shutil.rmtree(temp_dir, ignore_errors=True)
+        _Guard.test = None

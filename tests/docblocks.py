@@ -13,7 +13,7 @@ before the fence changes that:
   parser; `layout`: a run directory's tree; `the two commands`).
 
 Used by tests/test_docs.py (what can be checked without running anything) and
-tests/test_readme.py (what runs on a demo run).
+tests/system/test_readme.py (what runs on a demo run).
 """
 
 from __future__ import annotations

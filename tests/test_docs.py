@@ -1,6 +1,6 @@
 """The documentation follows the code: generated pages are current, every block is checked.
 
-Nothing here runs a collection (tests/test_readme.py runs what needs a demo run): the
+Nothing here runs a collection (tests/system/test_readme.py runs what needs a demo run): the
 reference pages are compared with what `scripts/gen_docs.py` renders from the code now;
 every fenced block of README.md and docs/ has a language and, where the suite does not run
 it itself, a marker saying who does (`tests/docblocks.py`); TOML is loaded by the config

@@ -87,7 +87,7 @@ run with ``forever``); in object storage, no ``run.lock`` object, or one whose l
 
 Tests: tests/analysis/test_follow.py (compaction behind the cursor, forget, groups, the end,
 a SIGKILLed ``collector follow`` process resumed from its last printed cursor against a
-running ``collector run``, locally and in a moto bucket); tests/analysis/test_follow_example.py
+running ``collector run``, locally and in a moto bucket); tests/system/analysis/test_follow_example.py
 runs examples/follow_trainer.py.
 """
 

@@ -130,6 +130,13 @@ class LoopConfig(_Model):
 
 
 class RayConfig(_Model):
+    pool: Literal["ray", "in_process"] = "ray"
+    """Where the workers run. "ray": actors on an embedded local Ray cluster or the one
+    `address` names. "in_process": event-loop threads in the driver's own process, no Ray at
+    all (`collector run --in-process`): a small sweep, a notebook or a new environment runs in
+    the time of its episodes instead of Ray's start-up (seconds), with the same commits,
+    resume and exactly-once guarantees, but the workers share one core and no cluster is
+    joined. A run directory written either way is the same and resumes either way."""
     address: str | None = None
     """Empty: an embedded local cluster. Else a cluster address (or set RAY_ADDRESS)."""
     workers: Annotated[int, Field(gt=0, le=MAX_WORKERS)] = 2

@@ -1,7 +1,7 @@
 """Credentials written into URLs: the public form stored or printed, and the secret values.
 
 Part of `collector.config` (import from there). Tests: tests/test_config.py,
-tests/envs/test_mcp.py (an MCP server's URL).
+tests/system/envs/test_mcp.py (an MCP server's URL).
 
 A URL may carry credentials in its user info
 (``http://user:PASS@host/mcp``) or in a query parameter (``?api_key=KEY``, ``?key=KEY``).

@@ -1,6 +1,6 @@
 """A bound on what the MCP SDK writes to the worker's logs.
 
-Tests: tests/envs/test_mcp.py.
+Tests: tests/system/envs/test_mcp.py.
 
 The SDK logs a full traceback, with the offending line quoted, for every stdout line of a
 stdio server that is not JSON-RPC (``Failed to parse JSONRPC message from server``): a

@@ -1,7 +1,7 @@
 """Tools given as JSON Schema: compiling a schema once, and checking a call's arguments.
 
 Part of the tools (`collector.envs.toolkit` re-exports every name here). Tests:
-tests/envs/test_tools.py, tests/envs/test_mcp.py.
+tests/envs/test_tools.py, tests/system/envs/test_mcp.py.
 
 Checked with the `jsonschema` package
 (the schema's own draft, Draft 2020-12 when it names none). A schema is compiled once

@@ -12,8 +12,8 @@ session, a notebook) that connection is used and left open. The embedded cluster
 loopback only, and the driver keeps its SIGTERM handler through Ray's shutdown
 (`DRIVER_INIT`, `EMBEDDED_INIT`).
 
-Tests: tests/run/test_loopback_cluster.py, tests/run/test_embedded_cluster.py, tests/run/test_job.py,
-tests/run/test_ray_address.py.
+Tests: tests/system/run/test_loopback_cluster.py, tests/system/run/test_embedded_cluster.py,
+tests/system/run/test_ray_job.py, tests/system/run/test_ray_address.py (the system tier: they start Ray).
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ DRIVER_INIT = {"RAY_DISABLE_FAILURE_SIGNAL_HANDLER": True}
 #: rewrites a loopback node address to the machine's own, and its GCS, raylet, agents and
 #: workers listened on `*` and that address (10-12 sockets, none on loopback). With it off
 #: and the node address 127.0.0.1, every server of the tree listens on loopback (measured
-#: with psutil over the process tree; tests/run/test_loopback_cluster.py checks it).
+#: with psutil over the process tree; tests/system/run/test_loopback_cluster.py checks it).
 EMBEDDED_INIT = {**DRIVER_INIT, "ENABLE_RAY_CLUSTER": False}
 
 
@@ -225,7 +225,17 @@ _RemoteWorker: Any = ray.remote(_WorkerActor)
 
 
 class RayPool:
-    """`collector.run.pool.WorkerPool` over Ray actors, in the session `ray_session` opened."""
+    """`collector.run.pool.WorkerPool` over Ray actors, in the session `ray_session` opens."""
+
+    def address(self, cli_address: str | None, cfg: RunConfig) -> str | None:
+        address = resolve_address(cli_address, cfg)
+        if address is None:
+            ray_temp_dir(cfg)  # a temp dir too long for Ray's sockets: one line, before any work
+        return address
+
+    def session(self, cfg: RunConfig, address: str | None) -> contextlib.AbstractContextManager[None]:
+        temp_dir = ray_temp_dir(cfg) if address is None else None
+        return ray_session(address, cfg.ray.workers, cfg.ray.start_timeout_s, temp_dir)
 
     def actor_options(self, num_cpus: float) -> dict[str, Any]:
         """How each worker actor is placed. SPREAD: on a cluster, one worker per node before

@@ -4,7 +4,7 @@ Ray gives up on an unreachable address only after minutes of retries and dozens 
 lines, then names an address it rewrote, and on a port where something else listens it
 waits without end. `probe_cluster` answers within `ray.start_timeout_s`, in one line that
 names the address as the user gave it. No Ray in here: it is plain sockets.
-Tests: tests/run/test_ray_address.py.
+Tests: tests/system/run/test_ray_address.py.
 """
 
 from __future__ import annotations

@@ -7,9 +7,10 @@ The steps, each in its own module:
 3. open the run store (`collector.storage`), which refuses a run written by another config,
    and subtract the ids already committed (resume). A run with nothing left to do ends here,
    without starting Ray;
-4. start the simulator if the provider is "sim" (`collector.run.simlaunch`), connect to Ray
-   and start the worker pool (`collector.run.cluster`, the only module that imports `ray`);
-   the cluster must fit the workers, and each must be ready within `ray.start_timeout_s`;
+4. start the simulator if the provider is "sim" (`collector.run.simlaunch`), open the worker
+   pool's session (`collector.run.pool`: Ray's, by `collector.run.cluster`, the only module that
+   imports `ray`; or none, for the in-process pool of `collector.run.inprocess`) and start the
+   workers; the cluster must fit them, and each must be ready within `ray.start_timeout_s`;
 5. run the driver loop (`collector.run.driver`) with its commit policy
    (`collector.run.commits`) until the queue is done or a run stopper
    (`collector.run.stoppers`) ends it; whatever ends the run, what finished is committed.
@@ -29,7 +30,7 @@ Signals. SIGINT and SIGTERM end a run like Ctrl-C (`collector.run.signals`): the
 episodes are committed on the way out (a commit under way finishes first) and the CLI exits
 128 + the signal number.
 
-Tests: tests/run/test_job.py, tests/run/test_cli_process.py and the driver fault tests in
+Tests: tests/run/test_job.py, tests/system/run/test_cli_process.py and the driver fault tests in
 tests/faults (driver SIGKILL, frozen worker, worker write kill, retry errors, run stoppers,
 two nodes, bad input).
 """
@@ -46,7 +47,6 @@ import pyarrow as pa
 
 from collector.config import RunConfig, check_run_config, resolved_config, with_absolute_paths
 from collector.errors import OutputError
-from collector.run.cluster import OBJECT_STORE_BYTES, RayPool, ray_session, ray_temp_dir, resolve_address
 from collector.run.commits import CommitTarget
 from collector.run.driver import Driver, JobResult, Snapshot
 from collector.run.plan import plan_work
@@ -62,8 +62,8 @@ from collector.storage.location import ObjectLocation, parse_location
 from collector.storage.opening import open_run_store
 from collector.storage.pending import ShardSink
 
-# OBJECT_STORE_BYTES, JobResult and Snapshot are imported from here by benches and tests.
-__all__ = ["OBJECT_STORE_BYTES", "Interrupted", "JobResult", "Snapshot", "committed_error_ids", "run_job",
+# JobResult and Snapshot are imported from here by benches and tests.
+__all__ = ["Interrupted", "JobResult", "Snapshot", "committed_error_ids", "default_pool", "run_job",
            "signals_interrupt"]
 
 
@@ -91,6 +91,17 @@ def committed_error_ids(store: JobStore) -> set[str]:
     return found
 
 
+def default_pool(cfg: RunConfig) -> WorkerPool:
+    """The pool `ray.pool` names. Ray is imported only for a Ray run (it takes seconds)."""
+    if cfg.ray.pool == "in_process":
+        from collector.run.inprocess import InProcessPool
+
+        return InProcessPool()
+    from collector.run.cluster import RayPool
+
+    return RayPool()
+
+
 def run_job(
     cfg: RunConfig,
     *,
@@ -104,15 +115,16 @@ def run_job(
 
     With `retry_errors`, the planned episodes committed as `error` by earlier runs (a
     provider that failed after its retries) are first forgotten by the store, so this run
-    collects them again; `JobResult.retried_errors` says how many. `pool` replaces the Ray
-    worker pool (`collector.run.cluster.RayPool`, used inside the Ray session the job opens):
-    tests and benches place or observe the workers through it.
+    collects them again; `JobResult.retried_errors` says how many. `pool` replaces the pool
+    `ray.pool` names (`default_pool`); the pool opens its own session (Ray's cluster, or
+    nothing in process): tests and benches place, observe or kill the workers through it.
 
     Raises `ConfigError` / `OutputError` (one line) for bad input, before any episode runs
     where it can be detected: keys, reachability, a foreign run directory.
     """
     with signals_interrupt() as signals:
-        return _run_job(cfg, address, show_progress, on_commit, retry_errors, pool or RayPool(), signals)
+        pool = pool or default_pool(cfg)
+        return _run_job(cfg, address, show_progress, on_commit, retry_errors, pool, signals)
 
 
 def _run_job(
@@ -137,8 +149,7 @@ def _run_job(
     # bucket name: one line before any work). Checked here, not in config: it is the data layer's.
     where = parse_location(cfg.output.path)
     plan = plan_work(cfg)
-    address = resolve_address(address, cfg)
-    temp_dir = ray_temp_dir(cfg) if address is None else None
+    address = pool.address(address, cfg)
     if address is None:
         # Local workers share this machine and inherit this environment: check before
         # starting Ray, not after (a simulator is not started yet: its URL is skipped).
@@ -170,7 +181,7 @@ def _run_job(
             result.elapsed_s = time.monotonic() - started
             return result
         sink = store.sink() if writes_on_workers(cfg.output) else None
-        session = ray_session(address, cfg.ray.workers, cfg.ray.start_timeout_s, temp_dir)
+        session = pool.session(cfg, address)
         tracking = None
         if tracked:
             from collector.tracking import start_tracking
@@ -179,7 +190,7 @@ def _run_job(
                                       planned=result.planned, already=result.already)
         # Entered first, left last: the trackers get the summary however the run ends.
         with tracking or contextlib.nullcontext(), provider_urls(plan.providers, cfg.seed) as urls, session:
-            signals.install()  # ray.init replaced them
+            signals.install()  # ray.init replaced them (a no-op for a pool that did not)
             remote = address is not None  # there, each worker checks the served models itself
             setup = WorkerSetup(with_absolute_paths(cfg), plan.run_id, urls, check_models=remote, sink=sink)
             driver = Driver(cfg, result, pool, store, todo, setup=setup, on_commit=on_commit, address=address,

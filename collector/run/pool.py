@@ -1,9 +1,12 @@
-"""The worker pool as the driver loop sees it: a small interface, so the loop is plain code.
+"""The worker pool as the job and the driver loop see it: a small interface, so both are plain code.
 
-`collector.run.cluster.RayPool` is the real one (Ray actors around `EpisodeWorker`); the
-driver's tests use a fake (tests/run/fakepool.py: tests/run/test_driver_loop.py,
-test_driver_buffer.py, test_driver_written.py) that needs no Ray and no patching. Actors
-and calls are opaque to the driver: it only keeps them, compares them and hands them back.
+Two ship with the package: `collector.run.cluster.RayPool` (Ray actors around `EpisodeWorker`,
+the default) and `collector.run.inprocess.InProcessPool` (the same workers on event-loop
+threads of the driver's process, no Ray: `ray.pool = "in_process"`, and the suite's default
+tier). The driver's unit tests use a fake (tests/run/fakepool.py) whose calls are scripted.
+A pool opens what its workers need for the run itself (`session`: Ray's connection or
+embedded cluster), so the job runs whichever pool it is given. Actors and calls are opaque
+to the driver: it only keeps them, compares them and hands them back.
 
 A call's `result` either returns what the worker returned, or raises one of two errors
 that the driver treats differently: `WorkerFailed` (our own code raised inside the worker:
@@ -16,8 +19,10 @@ Tests: tests/run/test_driver_loop.py (the fake pool of tests/run/fakepool.py).
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
+from contextlib import AbstractContextManager
 from typing import Protocol
 
+from collector.config import RunConfig
 from collector.run.encoded import EncodedBatch
 from collector.run.plan import WorkItem
 from collector.run.worker import WorkerSetup
@@ -48,7 +53,18 @@ class WorkerLost(Exception):
 
 
 class WorkerPool(Protocol):
-    """What the driver loop asks of the workers."""
+    """What the job and the driver loop ask of the workers."""
+
+    def address(self, cli_address: str | None, cfg: RunConfig) -> str | None:
+        """The cluster the run's workers join (`--address` given as `cli_address`, else the
+        config's), or None when they run on this machine. A one-line ConfigError for an address
+        or setting this pool cannot use. Called before anything is opened."""
+        ...
+
+    def session(self, cfg: RunConfig, address: str | None) -> AbstractContextManager[None]:
+        """Open what the workers need (Ray: join `address` or start an embedded cluster) for
+        the life of the run, and close what it opened."""
+        ...
 
     def cpus(self) -> tuple[float, float]:
         """The cluster's CPUs, and those of its largest live node (for the fit check)."""

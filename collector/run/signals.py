@@ -1,5 +1,5 @@
 """SIGINT and SIGTERM during a run: an exception in the main thread, never a kill mid-commit
-(tests: tests/run/test_cli_process.py for the CLI's exits, tests/faults/test_signal_commit.py
+(tests: tests/system/run/test_cli_process.py for the CLI's exits, tests/system/faults/test_signal_commit.py
 for a signal landing in a commit).
 
 SIGTERM (what a scheduler or `docker stop` sends) ends a run like Ctrl-C instead of going to

@@ -1,7 +1,7 @@
 """Worker-side writes (`output.worker_writes`): shards written where the episodes finish.
 
 Tests: tests/run/test_worker_writes.py (the worker), tests/run/test_driver_written.py (the
-driver's side), tests/faults/test_worker_write_kill.py.
+driver's side), tests/system/faults/test_worker_write_kill.py.
 
 In this mode a worker runs a batch, writes its kept episodes through the run's `ShardSink`
 (one pending shard per (model, budget) cell of the batch) and returns a `WrittenBatch`: per

@@ -3,7 +3,7 @@
 The same command as `collector sim` (one-line errors, address printed once listening), with
 the port this entry point always had as its default.
 
-Tests: tests/sim/test_cli_sim.py.
+Tests: tests/system/sim/test_cli_sim.py.
 """
 
 from __future__ import annotations

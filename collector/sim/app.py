@@ -46,6 +46,7 @@ import asyncio
 import hashlib
 import json
 import random
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -85,9 +86,11 @@ def _canonical(body: dict[str, Any]) -> bytes:
 class _Simulator:
     """Holds the seed, the presets and the fault-attempt table; one instance per app."""
 
-    def __init__(self, seed: int, presets: dict[str, ModelPreset]) -> None:
+    def __init__(self, seed: int, presets: dict[str, ModelPreset], clock: Callable[[], float]) -> None:
         self.seed = seed
         self.presets = presets
+        self.clock = clock
+        """What the capacity presets' token buckets refill by (a test may stop it)."""
         self.attempts: dict[bytes, int] = {}
         self.weights = Weights()
         """The weight version, and the swaps that abort requests in flight (issue 27)."""
@@ -98,7 +101,7 @@ class _Simulator:
         assert preset.capacity is not None
         model = self.capacities.get(preset.name)
         if model is None:
-            model = self.capacities[preset.name] = CapacityModel(preset.capacity)
+            model = self.capacities[preset.name] = CapacityModel(preset.capacity, self.clock)
         return model
 
     def digest(self, dialect: str, model: str, canonical: bytes, extra: str) -> bytes:
@@ -335,15 +338,19 @@ async def _llama_completion(sim: _Simulator, request: Request, preset: ModelPres
     return Response(json.dumps(reply), media_type="application/json")
 
 
-def create_app(seed: int = 0, presets: dict[str, ModelPreset] | None = None) -> Starlette:
+def create_app(
+    seed: int = 0, presets: dict[str, ModelPreset] | None = None, clock: Callable[[], float] = time.monotonic
+) -> Starlette:
     """The simulated provider: `/v1/chat/completions`, `/v1/responses`, `/v1/messages`,
     `/v1beta/models/{model}:generateContent` and `:streamGenerateContent` (`?alt=sse`), and
     llama-server's `/apply-template`, `/tokenize`, `/detokenize`, `/completion` (also under
     `/llamacpp/{model}/`), and `GET /metrics` (each capacity preset's load in vLLM's names).
 
-    `presets` defaults to `collector.sim.presets.PRESETS`; a test may pass its own table.
+    `presets` defaults to `collector.sim.presets.PRESETS`; a test may pass its own table, and a
+    `clock` that the capacity presets' token buckets refill by (one that stands still makes a
+    budget test independent of the machine's speed).
     """
-    sim = _Simulator(seed, dict(PRESETS if presets is None else presets))
+    sim = _Simulator(seed, dict(PRESETS if presets is None else presets), clock)
 
     async def chat(request: Request) -> Response:
         return await _handle(sim, request, "chat", chat_wire.parse, chat_wire.render, chat_wire.render_stream)

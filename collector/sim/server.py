@@ -12,7 +12,7 @@ address the caller announces is the one actually listening (port 0 becomes the r
 announced only once the server accepts connections. SIGINT and SIGTERM stop it as Ctrl-C
 does, even in a process that inherited SIGINT ignored (a shell's background job).
 
-Tests: tests/sim/test_sdks.py, tests/sim/test_cli_sim.py, tests/faults/test_provider_storms.py.
+Tests: tests/sim/test_sdks.py, tests/system/sim/test_cli_sim.py, tests/faults/test_provider_storms.py.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ linked into this folder so that the wheel carries exactly what the repository ru
 installed `collector` therefore runs `collector run --demo` and `collector init` from any
 directory.
 
-Tests: tests/test_packaging.py (the wheel's demo and `collector init`), tests/envs/test_loading.py.
+Tests: tests/system/test_packaging.py (the wheel's demo and `collector init`), tests/envs/test_loading.py.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ PUTs, server-side copies).
 
 Tests: tests/storage/test_store.py, test_commit_faults.py, test_commit_log.py, test_forget.py,
 test_pending_commit.py (the local backend); tests/storage/test_objectstore.py,
-tests/storage/test_s3_retries.py, tests/faults/test_s3_run.py, test_s3_sigkill.py (S3).
+tests/storage/test_s3_retries.py, tests/system/faults/test_s3_run.py, test_s3_sigkill.py (S3).
 """
 
 from __future__ import annotations

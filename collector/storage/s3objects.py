@@ -7,7 +7,7 @@ is the `collector.storage.pending.ShardSink` of a run in S3: picklable (no clien
 process makes its own), it PUTs a shard create-only under ``.collector/tmp/`` and returns its
 `PendingShard` (size and checksum of the bytes it sent) for the driver to commit by name.
 
-Tests: tests/storage/test_objectstore.py, tests/faults/test_s3_run.py.
+Tests: tests/storage/test_objectstore.py, tests/system/faults/test_s3_run.py.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The transaction (commit, commit_pending, forget, compaction) is written once, in
 `collector.storage.commit.CommitStore`; `S3RunStore` is its S3 backend.
 
 Tests: tests/storage/test_objectstore.py, tests/storage/test_s3_retries.py,
-tests/faults/test_s3_run.py, tests/faults/test_s3_sigkill.py, tests/faults/test_two_writers.py.
+tests/system/faults/test_s3_run.py, tests/system/faults/test_s3_sigkill.py, tests/faults/test_two_writers.py.
 
 Keys under the prefix are the local layout's names (`collector.storage.manifest`): ``data/part-*``
 (committed shards only), ``.collector/manifest.json`` (the base), ``.collector/commit-<seq>.json``

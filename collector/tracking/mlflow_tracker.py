@@ -1,6 +1,6 @@
 """MLflow as a tracker (`tracking.mlflow`; the `mlflow` extra, which installs `mlflow-skinny`).
 
-Part of `collector.tracking` (tests: tests/tracking/test_end_to_end.py, a local file store).
+Part of `collector.tracking` (tests: tests/system/tracking/test_end_to_end.py, a local file store).
 
 Through `MlflowClient`, not the fluent `mlflow.start_run`: the client logs only what it is
 given, while the fluent API adds tags from the process (the command line's script name, the

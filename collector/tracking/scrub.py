@@ -1,7 +1,7 @@
 """What reaches a tracker holds no secret the record would scrub: the last check before it leaves.
 
 Part of `collector.tracking` (tests: tests/tracking/test_scrub.py, and the planted-secret
-scan of a W&B offline run and an MLflow store in tests/tracking/test_end_to_end.py).
+scan of a W&B offline run and an MLflow store in tests/system/tracking/test_end_to_end.py).
 
 What a tracker is handed is built from what is already safe: the resolved config (the key's
 variable name, never its value; URLs without user info or query, `resolved_config`) and the

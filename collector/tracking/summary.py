@@ -1,6 +1,6 @@
 """What a tracker logs: the progress points during the run and the summary at its end.
 
-Part of `collector.tracking` (tests: tests/tracking/test_end_to_end.py, which reads these
+Part of `collector.tracking` (tests: tests/system/tracking/test_end_to_end.py, which reads these
 names back from both trackers).
 
 Progress (`LiveFeed`, fed by the driver after each commit, so a point counts committed

@@ -1,6 +1,6 @@
 """Weights & Biases as a tracker (`tracking.wandb`; the `wandb` extra).
 
-Part of `collector.tracking` (tests: tests/tracking/test_end_to_end.py, offline).
+Part of `collector.tracking` (tests: tests/system/tracking/test_end_to_end.py, offline).
 
 `wandb` is imported in `start`, on the tracker's own thread: its import and `wandb.init`
 (which spawns W&B's service process) take a second or more, and the driver never waits for

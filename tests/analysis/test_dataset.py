@@ -32,8 +32,6 @@ from collector.run.job import run_job
 from collector.storage.manifest import QUARANTINE, QUARANTINE_SUFFIX, TMP_DIR, TMP_SUFFIX, read_manifest
 from tests.checking import assert_run_checked
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.usefixtures("ray_cluster")]
-
 TEMPLATE = Path(__file__).with_name("chatml_tools.jinja")
 SYSTEM = "You are the support desk of an online shop. Use the tools; never guess an order's state."
 
@@ -54,7 +52,8 @@ def _config(run_dir: Path, fmt: str, task_file: Path) -> RunConfig:
         "name": f"dataset-{fmt}",
         "sweep": {"models": ["sim-terse", "sim-hidden-cut"], "budgets": [32, 192]},
         "env": {"name": "support_desk", "options": {"task_file": str(task_file)}},
-        "ray": {"workers": 2, "episodes_in_flight": 8, "batch_size": 8, "cpus_per_worker": 0.5},
+        "ray": {"pool": "in_process", "workers": 2, "episodes_in_flight": 8, "batch_size": 8,
+                "cpus_per_worker": 0.5},
         "output": {"path": str(run_dir), "format": fmt, "rows_per_shard": 5},
     })
 
@@ -100,7 +99,6 @@ def hf(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
-
 
 def test_pandas_opens_both_formats(runs: dict[str, Path]) -> None:
     """`pd.read_parquet(run)` reads the run dir itself (an Arrow run through pyarrow): rows, budget int64."""
@@ -152,18 +150,6 @@ def test_hugging_face_opens_both_formats(runs: dict[str, Path], hf: Any) -> None
         assert list(loaded) == ["train"]
         assert loaded["train"].num_rows == manifest_rows(run)
         assert len(set(loaded["train"]["episode_id"])) == manifest_rows(run)
-
-
-# Ray Data 2.60 warns about its own default DataContext on first use; nothing of ours.
-@pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.data.context")
-def test_ray_data_opens_a_parquet_run(runs: dict[str, Path]) -> None:
-    """`ray.data.read_parquet(run)` counts the manifest's rows."""
-    import ray.data
-
-    run = runs["parquet"]
-    dataset = ray.data.read_parquet(str(run))
-    assert dataset.count() == manifest_rows(run)
-
 
 def _render(environment: Any, row: dict[str, Any]) -> str:
     template = environment.from_string(TEMPLATE.read_text())

@@ -1,8 +1,6 @@
-"""`collector report` (`collector.analysis.report`): the page in a real headless Chromium, the
-numbers against `collector stats --format json`, escaping of model output, the sample.
-
-The browser is Debian's `chromium`, installed by the session fixture when missing (an apt
-failure fails the tests), driven over CDP (`tests.analysis.cdp`) from a `file://` URL.
+"""`collector report` (`collector.analysis.report`): the numbers against `collector stats --format
+json`, escaping of model output, the sample. The page in a real headless Chromium:
+tests/system/analysis/test_report_browser.py.
 """
 
 from __future__ import annotations
@@ -11,9 +9,7 @@ import contextlib
 import html
 import io
 import json
-import math
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,7 +18,6 @@ from collector import cli
 from collector.analysis import report, svgplot
 from collector.analysis.episodes import load_episodes
 from collector.storage.local import LocalRunStore
-from tests.analysis.cdp import Browser, ensure_chromium
 from tests.analysis.report_run import HOSTILE, build_run
 from tests.s3server import S3Bucket
 
@@ -39,20 +34,6 @@ def page(run: Path) -> Path:
     return out
 
 
-@pytest.fixture(scope="session")
-def chromium() -> str:
-    return ensure_chromium()
-
-
-@pytest.fixture
-def browser(chromium: str, tmp_path: Path) -> Iterator[Browser]:
-    b = Browser(chromium, tmp_path / "profile")
-    try:
-        yield b
-    finally:
-        b.close()
-
-
 def stats_json(run: Path, target: str) -> dict[str, object]:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
@@ -64,83 +45,6 @@ def stats_json(run: Path, target: str) -> dict[str, object]:
 _CELLS = """Array.from(document.querySelectorAll('#stats tbody tr')).map(tr =>
   Object.fromEntries(Array.from(tr.cells).map(td => [td.dataset.key, JSON.parse(td.dataset.value)])))"""
 _SHOWN = "Array.from(document.querySelectorAll('details.ep')).filter(e => e.offsetParent !== null).length"
-
-
-def test_the_page_in_a_browser(run: Path, page: Path, browser: Browser, tmp_path: Path) -> None:
-    """Loads from file:// with no error and no request; the table is `stats --format json`'s;
-    every figure is drawn; the filters and sorting work; a transcript opens; nothing runs."""
-    browser.open(page.as_uri())
-    assert browser.errors() == []
-    assert browser.requests() == [page.as_uri()]  # the document itself, nothing else
-
-    expected = stats_json(run, "0.3")
-    shown = browser.eval(_CELLS)
-    rows = expected["rows"]  # type: ignore[index]
-    assert len(shown) == len(rows) == 9  # sim-alpha x 3 budgets, sim-think x 3 budgets x 2 settings
-    for cells, row in zip(shown, rows, strict=True):
-        for key, value in cells.items():
-            assert value == row[key], (key, value, row[key])  # exactly, unrounded
-    wanted = {"truncation_rate", "trunc_low", "trunc_high", "target_budget", "thinking_cut_rate"}
-    assert wanted <= set(shown[0])
-    picks = browser.eval("document.querySelectorAll('#picks tbody tr').length")
-    assert picks == len(expected["picks"])  # type: ignore[arg-type]
-
-    figures = browser.eval("""Array.from(document.querySelectorAll('svg.figure')).map(s =>
-        [s.getAttribute('aria-label'), s.querySelectorAll('path.data').length,
-         s.getBoundingClientRect().width])""")
-    titles = {t for t, _, _ in figures}
-    assert {"Truncation rate, Wilson 95%", "Stop-reason mix per budget", "Wasted output tokens per episode",
-            "Mean reward against budget", "Turns cut: calls vs answers", "Thinking cut per reasoning setting",
-            "Retried requests by cause", "Error episodes by cause"} <= titles
-    assert all(n > 0 and w > 0 for _, n, w in figures), figures
-
-    total = browser.eval(_SHOWN)
-    assert total == len(report.collect(run).sample) > 0
-    browser.eval("(() => { const s = document.getElementById('f-stop'); s.value = 'length';"
-                 " s.dispatchEvent(new Event('change')); })()")
-    cut_only = browser.eval(_SHOWN)
-    assert 0 < cut_only < total
-    assert browser.eval("Array.from(document.querySelectorAll('details.ep')).filter(e => e.offsetParent"
-                        " !== null).every(e => e.dataset.stop === 'length')")
-    browser.eval("(() => { const s = document.getElementById('f-model'); s.value = 'sim-alpha';"
-                 " s.dispatchEvent(new Event('change')); })()")
-    assert browser.eval("Array.from(document.querySelectorAll('#stats tbody tr')).filter(r => r.offsetParent"
-                        " !== null).every(r => r.dataset.model === 'sim-alpha')")
-    hidden = "document.querySelector('section.model[data-model=\"sim-think\"]').offsetParent"
-    assert browser.eval(hidden) is None
-
-    before = browser.eval("Array.from(document.querySelectorAll('#stats tbody tr')).map(r => r.rowIndex)")
-    order = ("Array.from(document.querySelectorAll('#stats tbody tr')).map(r =>"
-             " JSON.parse(r.querySelector('[data-key=truncation_rate]').dataset.value))")
-    browser.eval("document.querySelector('#stats th[data-key=truncation_rate]').click()")
-    rates = [-math.inf if r is None else r for r in browser.eval(order)]
-    assert rates == sorted(rates)
-    assert len(before) == len(rates)
-
-    # The first transcript is a cut one holding the hostile text: it opens, shows it as text.
-    opened = browser.eval("""(() => { const d = Array.from(document.querySelectorAll('details.ep'))
-        .find(e => e.textContent.includes('__pwned')); d.querySelector('summary').click();
-        return [d.open, d.querySelector('.body').offsetHeight > 0,
-                d.querySelectorAll('.b-cut').length, d.querySelectorAll('.b-discarded').length,
-                d.querySelectorAll('.b-replayed').length, d.querySelectorAll('.b-settled').length,
-                d.querySelectorAll('.tokens .tok').length, d.querySelectorAll('.tok.m0').length,
-                d.querySelector('.msg.role-user pre').textContent]; })()""")
-    is_open, visible, cut, discarded, replayed, settled, tokens, masked, text = opened
-    assert is_open
-    assert visible
-    assert cut >= 2
-    assert discarded >= 1
-    assert replayed == 1
-    assert settled == 1
-    assert tokens > masked > 0  # the discarded turn's tokens carry loss mask 0
-    assert HOSTILE in text
-    assert browser.eval("typeof window.__pwned") == "undefined"
-    assert browser.eval("document.scripts.length") == 1
-    assert browser.errors() == []
-    assert browser.requests() == [page.as_uri()]
-    shot = browser.screenshot(tmp_path / "report.png")
-    assert shot.stat().st_size > 10_000
-
 
 def test_model_output_is_escaped(run: Path, page: Path) -> None:
     """Run text reaches the page only escaped: the hostile message, and no second <script>."""

@@ -43,6 +43,7 @@ budgets = [256]
 name = "arithmetic"
 tasks = 3
 [ray]
+pool = "in_process"
 workers = 1
 episodes_in_flight = 4
 cpus_per_worker = 0.5
@@ -177,8 +178,6 @@ def test_check_of_a_path_that_is_not_a_run_is_bad_input(
     one_line_error(capsys, ["check", str(target)], str(target), "not a run directory")
 
 
-@pytest.mark.ray
-@pytest.mark.usefixtures("ray_cluster")
 def test_a_cell_that_cannot_be_committed_never_blocks_the_others(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -218,8 +217,6 @@ def _rows_by_shard(run_dir: Path) -> dict[str, bytes]:
     return {str(p): p.read_bytes() for p in committed_shard_paths(run_dir)}
 
 
-@pytest.mark.ray
-@pytest.mark.usefixtures("ray_cluster")
 def test_output_dir_of_another_config_is_refused_and_kept(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -236,15 +233,13 @@ def test_output_dir_of_another_config_is_refused_and_kept(
     assert_run_checked(run_dir, allow_notes=False)
 
 
-@pytest.mark.ray
-@pytest.mark.usefixtures("ray_cluster")
 def test_corrupt_shard_is_quarantined_and_its_episodes_rerun(tmp_path: Path) -> None:
     """A corrupt committed shard is named in a warning, moved aside and re-run; other shards are kept."""
     run_dir = tmp_path / "run"
     cfg = RunConfig.model_validate({
         "name": "corrupt", "sweep": {"models": ["sim-perfect"], "budgets": [256]},
         "env": {"name": "arithmetic", "tasks": 6},
-        "ray": {"workers": 1, "episodes_in_flight": 4, "cpus_per_worker": 0.5},
+        "ray": {"pool": "in_process", "workers": 1, "episodes_in_flight": 4, "cpus_per_worker": 0.5},
         "output": {"path": str(run_dir), "rows_per_shard": 2},
     })
     run_job(cfg, show_progress=False)

@@ -29,7 +29,7 @@ from collector.stop import StopReason
 from tests.checking import assert_run_checked, committed_ids, committed_rows
 from tests.faults.storm import StormProxy
 
-pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_cluster"), pytest.mark.timeout(240)]
+pytestmark = pytest.mark.timeout(240)
 
 RETRYABLE_TYPES = {"ProviderUnavailable", "ProtocolViolation"}
 
@@ -65,7 +65,8 @@ def storm_config(run_dir: Path, proxy_url: str) -> RunConfig:
             ],
         },
         "env": {"name": "arithmetic", "tasks": 10},
-        "ray": {"workers": 2, "episodes_in_flight": 6, "batch_size": 4, "cpus_per_worker": 0.5},
+        "ray": {"pool": "in_process", "workers": 2, "episodes_in_flight": 6, "batch_size": 4,
+                "cpus_per_worker": 0.5},
         "output": {"path": str(run_dir), "rows_per_shard": 4},
     })
 

@@ -24,7 +24,7 @@ from collector.stop import StopReason
 from tests.checking import committed_ids, committed_rows
 from tests.faults.storm import StormProxy
 
-pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_cluster"), pytest.mark.timeout(120)]
+pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture
@@ -61,6 +61,7 @@ name = "arithmetic"
 tasks = 6
 
 [ray]
+pool = "in_process"
 workers = 2
 episodes_in_flight = 4
 batch_size = 2

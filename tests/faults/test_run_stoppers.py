@@ -25,7 +25,7 @@ from tests.checking import committed_ids, committed_rows
 from tests.faults.storm import StormProxy
 from tests.loopback import serving
 
-pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_cluster"), pytest.mark.timeout(240)]
+pytestmark = pytest.mark.timeout(240)
 
 #: Keys the refusing server was sent (echoed back in its reply, like OpenAI does).
 RECEIVED_KEYS: list[str] = []
@@ -45,6 +45,7 @@ budgets = [64, 256]
 name = "arithmetic"
 tasks = 10
 [ray]
+pool = "in_process"
 workers = 2
 episodes_in_flight = 4
 batch_size = 4

@@ -15,8 +15,6 @@ from collector.storage.manifest import LOCK
 from tests.checking import committed_ids
 
 
-@pytest.mark.ray
-@pytest.mark.usefixtures("ray_cluster")
 def test_a_lock_deleted_mid_run_stops_the_writer_with_one_line(tmp_path: Path) -> None:
     """The lock file deleted after the first commit (work still in flight: at most 4 of 40
     episodes are out at once): the next commit is refused, the run raises one line naming the
@@ -25,7 +23,8 @@ def test_a_lock_deleted_mid_run_stops_the_writer_with_one_line(tmp_path: Path) -
     cfg = RunConfig.model_validate({
         "name": "two-writers", "sweep": {"models": ["sim-perfect"], "budgets": [256]},
         "env": {"name": "arithmetic", "tasks": 40},
-        "ray": {"workers": 1, "episodes_in_flight": 2, "batch_size": 2, "cpus_per_worker": 0.5},
+        "ray": {"pool": "in_process", "workers": 1, "episodes_in_flight": 2, "batch_size": 2,
+                "cpus_per_worker": 0.5},
         "output": {"path": str(run_dir), "rows_per_shard": 2},
     })
     first_commit: list[int] = []

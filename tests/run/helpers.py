@@ -13,13 +13,16 @@ from collector.storage.manifest import committed_shard_paths
 
 
 def small_config(run_dir: Path, **overrides: Any) -> RunConfig:
-    """A few dozen simulated arithmetic episodes, two workers, small batches and shards."""
+    """A few dozen simulated arithmetic episodes, two workers, small batches and shards. The
+    workers run in this process (`ray.pool = "in_process"`): a system test that means Ray
+    says so (`ray__pool="ray"`)."""
     data: dict[str, Any] = {
         "name": "jobtest",
         "sweep": {"models": ["sim-terse"], "budgets": [32, 128]},
         "env": {"name": "arithmetic", "tasks": 6},
         "samples_per_task": 2,
-        "ray": {"workers": 2, "episodes_in_flight": 4, "batch_size": 4, "cpus_per_worker": 0.5},
+        "ray": {"pool": "in_process", "workers": 2, "episodes_in_flight": 4, "batch_size": 4,
+                "cpus_per_worker": 0.5},
         "output": {"path": str(run_dir), "rows_per_shard": 4},
     }
     for key, value in overrides.items():

@@ -21,12 +21,13 @@ from tests.run.test_worker import run_plan
 def test_rate_limited_run_has_no_error_and_counts_429s(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """sim-hosted with a budget of about 20 requests a second (a 0.5 s burst): slow start from 2
-    in flight passes it within the first round trips, so the server answers 429s; the gate
-    pauses on their Retry-After, cuts its limit, and every episode still ends normally."""
+    """sim-hosted with a token budget whose bucket holds less than one request (a 0.025 s burst)
+    and refills one request in about a sixth of a second: the two requests the gate's slow start
+    sends together meet a 429 whatever the machine's speed; the gate pauses on their
+    Retry-After, cuts its limit, and every episode still ends normally."""
     tight = dataclasses.replace(PRESETS["sim-hosted"], capacity=Capacity(
         slots=1024, queue_limit=0, refuse_status=429, refuse_retry_after_s=1.0,
-        tokens_per_minute=240_000, burst_s=0.5))
+        tokens_per_minute=72_000, burst_s=0.025))
     monkeypatch.setitem(PRESETS, "sim-hosted", tight)
     cfg = small_config(tmp_path / "run", sweep__models=["sim-hosted"], sweep__budgets=[32],
                        ray__admission="adaptive", ray__episodes_in_flight=12)

@@ -97,13 +97,12 @@ def test_run_with_unreachable_provider_exits_2_before_work(
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.ray
-@pytest.mark.usefixtures("ray_cluster")
 def test_run_then_stats_show_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """`run` prints the truncation table; `stats --format json`, `show` and `check` read the run."""
+    """`run --in-process` prints the truncation table; `stats --format json`, `show` and `check` read
+    the run."""
     path = write_config(tmp_path)
     run_dir = tmp_path / "run"
-    assert main(["run", str(path), "--quiet", "--target", "5%"]) == 0
+    assert main(["run", str(path), "--in-process", "--quiet", "--target", "5%"]) == 0
     captured = capsys.readouterr()
     assert "16/16 episodes committed" in captured.err
     assert "sim-verbose" in captured.out

@@ -14,15 +14,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from collector.analysis.stats import compute_stats, wilson_interval
 from collector.envs.arithmetic import ArithmeticEnv
 from collector.run.job import run_job
 from collector.sim.truth import answer_tokens_for, call_tokens_for, episode_truncation_probability
 from tests.run.helpers import small_config
-
-pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.usefixtures("ray_cluster")]
 
 MODELS = ["sim-hidden-cut", "sim-verbose"]
 BUDGETS = [48, 96, 160]

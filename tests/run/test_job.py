@@ -1,20 +1,20 @@
-"""The Ray job end to end against the simulator: run, resume, refusal, worker death."""
+"""The job end to end against the simulator, its workers in process: run, resume, refusal, worker death.
+
+The same job on Ray, and what only Ray has (placement, start-up, its logs): tests/system/run/test_ray_job.py.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from collector.errors import CollectorError, ConfigError, OutputError
+from collector.errors import ConfigError, OutputError
 from collector.record.shards import read_shard
 from collector.run.job import Snapshot, run_job
 from collector.run.plan import plan_work
 from collector.storage.manifest import committed_shard_paths
 from tests.run.helpers import committed_id_counts, small_config
-
-pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_cluster")]
 
 
 def test_run_commits_every_planned_episode_once(tmp_path: Path) -> None:
@@ -79,28 +79,6 @@ def test_external_environment_module_from_config(tmp_path: Path) -> None:
     assert all(row["stop_reason"] == "done" and row["num_tool_calls"] >= 1 for row in rows)
 
 
-def test_killed_worker_episodes_are_rerun_and_committed_once(tmp_path: Path) -> None:
-    """Killing a worker mid-run re-dispatches its in-flight episodes; each is committed once."""
-    import ray
-
-    killed: list[object] = []
-
-    def kill_busiest(snapshot: Snapshot) -> None:
-        if not killed and snapshot.busy_actors:
-            killed.append(snapshot.busy_actors[0])
-            ray.kill(snapshot.busy_actors[0], no_restart=True)
-
-    # sim-slow answers after ~50 ms, so the killed worker still holds episodes in flight.
-    cfg = small_config(tmp_path / "run", sweep__models=["sim-slow"], env__tasks=10)
-    result = run_job(cfg, show_progress=False, on_commit=kill_busiest)
-    assert killed
-    assert result.worker_restarts >= 1
-    assert result.redispatched >= 1
-    counts = committed_id_counts(tmp_path / "run")
-    assert set(counts) == {item.episode_id for item in plan_work(cfg).items}
-    assert set(counts.values()) == {1}
-
-
 def test_shards_are_full_per_cell(tmp_path: Path) -> None:
     """Episodes are buffered per (model, budget) cell: every shard holds exactly rows_per_shard rows."""
     cfg = small_config(tmp_path / "run", output__commit_interval_s=600.0)
@@ -108,91 +86,6 @@ def test_shards_are_full_per_cell(tmp_path: Path) -> None:
     assert result.committed == 24  # 2 cells x 12 episodes, 4 rows per shard
     sizes = [read_shard(p).num_rows for p in committed_shard_paths(tmp_path / "run")]
     assert sorted(sizes) == [4] * 6
-
-
-@pytest.mark.timeout(60)
-def test_workers_that_do_not_fit_the_cluster_are_refused(tmp_path: Path) -> None:
-    """cpus_per_worker beyond the cluster's CPUs is a one-line ConfigError before any actor, not a hang."""
-    cfg = small_config(tmp_path / "run", ray__cpus_per_worker=3)
-    with pytest.raises(ConfigError) as info:
-        run_job(cfg, show_progress=False)
-    message = str(info.value)
-    assert "\n" not in message
-    assert "ray.cpus_per_worker" in message
-    assert "ray.workers" in message
-    assert "cluster has 2 CPUs" in message
-
-
-@pytest.mark.timeout(60)
-def test_worker_start_timeout_is_one_line(tmp_path: Path) -> None:
-    """Workers not ready within ray.start_timeout_s end the run with one line naming the setting."""
-    cfg = small_config(tmp_path / "run", ray__start_timeout_s=0.001)
-    with pytest.raises(CollectorError) as info:
-        run_job(cfg, show_progress=False)
-    assert "ray.start_timeout_s" in str(info.value)
-    assert "\n" not in str(info.value)
-
-
-@pytest.mark.timeout(120)
-def test_replacement_that_cannot_be_placed_stops_the_run(tmp_path: Path) -> None:
-    """The only worker killed, its replacement unplaceable: the run stops in one line; a rerun completes."""
-    import ray
-
-    from collector.run.cluster import RayPool
-
-    class Unplaceable(RayPool):
-        """The Ray pool, but every actor after the first asks for a resource no node has."""
-
-        created = 0
-
-        def actor_options(self, num_cpus: float) -> dict[str, Any]:
-            self.created += 1
-            options = super().actor_options(num_cpus)
-            return {**options, "resources": {"no_such_node": 1}} if self.created > 1 else options
-
-    killed: list[object] = []
-
-    def kill_all(snapshot: Snapshot) -> None:
-        if not killed:
-            killed.extend(snapshot.busy_actors)
-            for actor in snapshot.busy_actors:
-                ray.kill(actor, no_restart=True)
-
-    cfg = small_config(
-        tmp_path / "run", sweep__models=["sim-slow"], env__tasks=10, ray__workers=1, ray__start_timeout_s=6.0
-    )
-    with pytest.raises(CollectorError) as info:
-        run_job(cfg, show_progress=False, on_commit=kill_all, pool=Unplaceable())
-    assert len(killed) == 1
-    assert "could not be placed" in str(info.value)
-    assert "\n" not in str(info.value)
-    before = committed_id_counts(tmp_path / "run")
-    assert before
-    assert set(before.values()) == {1}
-
-    again = run_job(cfg, show_progress=False)
-    assert again.already == sum(before.values())
-    counts = committed_id_counts(tmp_path / "run")
-    assert set(counts) == {item.episode_id for item in plan_work(cfg).items}
-    assert set(counts.values()) == {1}
-
-
-def test_a_worker_failure_says_where_rays_logs_are(tmp_path: Path) -> None:
-    """A worker that fails starting stops the run with one line naming the session's log
-    directory, which holds the workers' logs."""
-    cfg = small_config(
-        tmp_path / "run",
-        env__name="workerfail_env:WorkerOnlyFailure",
-        env__python_path=[str(Path(__file__).parent)],
-    )
-    with pytest.raises(CollectorError) as info:
-        run_job(cfg, show_progress=False)
-    message = str(info.value)
-    assert "\n" not in message
-    assert message.startswith("a worker failed to start: RuntimeError: tasks cannot be listed on this worker")
-    logs = Path(message.rsplit("(Ray logs: ", 1)[1].rstrip(")"))
-    assert logs.is_dir()
-    assert any(logs.glob("worker-*.err"))
 
 
 def test_ray_temp_dir_too_long_for_rays_sockets_is_one_line() -> None:
@@ -216,3 +109,53 @@ def test_a_tiny_buffer_cap_still_commits_every_episode_once(tmp_path: Path) -> N
     assert result.committed == 24
     rows = [read_shard(p, columns=["episode_id"]).num_rows for p in committed_shard_paths(tmp_path / "run")]
     assert len(rows) > 24 // 4  # not only the six full shards: the cap flushed cells before they filled
+
+
+def test_a_killed_worker_s_episodes_are_rerun_and_committed_once(tmp_path: Path) -> None:
+    """A worker killed while it holds episodes (the in-process pool's `kill`, as a lost Ray actor):
+    its batches run on a replacement and every planned episode is committed exactly once."""
+    from collector.run.inprocess import InProcessPool
+
+    pool = InProcessPool()
+    killed: list[object] = []
+
+    def kill_busiest(snapshot: Snapshot) -> None:
+        if not killed and snapshot.busy_actors:
+            killed.append(snapshot.busy_actors[0])
+            pool.kill(snapshot.busy_actors[0])
+
+    # sim-slow answers after ~50 ms, so the killed worker still holds episodes in flight.
+    cfg = small_config(tmp_path / "run", sweep__models=["sim-slow"], env__tasks=10)
+    result = run_job(cfg, show_progress=False, on_commit=kill_busiest, pool=pool)
+    assert killed
+    assert result.worker_restarts >= 1
+    assert result.redispatched >= 1
+    counts = committed_id_counts(tmp_path / "run")
+    assert set(counts) == {item.episode_id for item in plan_work(cfg).items}
+    assert set(counts.values()) == {1}
+    assert all(worker.dead for worker in pool.workers)  # none left running after the run
+
+
+def test_a_frozen_worker_s_batch_runs_elsewhere_after_its_deadline(tmp_path: Path) -> None:
+    """A worker frozen with a batch in hand (its event loop blocked, as SIGSTOP does): past
+    `ray.batch_timeout_s` the batch runs on a replacement, every episode committed once."""
+    from collector.run.inprocess import InProcessPool, InProcessWorker
+    from collector.run.plan import WorkItem
+
+    frozen: list[InProcessWorker] = []
+
+    def freeze_first(worker: InProcessWorker, items: list[WorkItem]) -> None:
+        # The batch is handed over right after: its episodes are stuck behind the frozen loop.
+        if not frozen:
+            frozen.append(worker)
+            pool.freeze(worker)
+
+    pool = InProcessPool(on_batch=freeze_first)
+    cfg = small_config(tmp_path / "run", ray__batch_timeout_s=1.0)
+    result = run_job(cfg, show_progress=False, pool=pool)
+    assert frozen
+    assert frozen[0].dead
+    assert result.worker_restarts >= 1
+    counts = committed_id_counts(tmp_path / "run")
+    assert set(counts) == {item.episode_id for item in plan_work(cfg).items}
+    assert set(counts.values()) == {1}

@@ -118,39 +118,26 @@ def test_an_anthropic_sampling_thinking_budget_not_below_a_cap_is_refused(tmp_pa
         plan_work(cfg)
 
 
-@pytest.mark.ray
-@pytest.mark.slow
-def test_the_shipped_reasoning_sweep_runs_and_shows_thinking_cuts_per_setting(tmp_path: Path) -> None:
-    """configs/reasoning_sweep.toml, as the README shows it (shrunk to fewer tasks), collects
-    through the CLI and `collector stats --target` reports the thinking-cut rate per (budget,
-    setting): the cap is spent on thought at the smallest budget and not under the thinking
-    budget at the largest."""
+def test_the_shipped_reasoning_sweep_runs_and_shows_thinking_cuts_per_setting(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """configs/reasoning_sweep.toml, as the README shows it (shrunk to fewer tasks, its workers in
+    process), collects through the CLI and `collector stats --target` reports the thinking-cut rate
+    per (budget, setting): the cap is spent on thought at the smallest budget and not under the
+    thinking budget at the largest."""
     import json
-    import os
-    import subprocess
-    import sys
-    import tempfile
 
-    root = Path(__file__).resolve().parents[2]
+    from collector.cli import main
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
     run_dir = tmp_path / "reasoning"
-    ray_dir = tempfile.mkdtemp(prefix="rl", dir="/tmp")  # short: Ray's socket paths live under it
-    cli = [sys.executable, "-m", "collector.cli"]
-    overrides = [f"output.path={run_dir}", f"ray.temp_dir={ray_dir}", "env.options.num_tasks=20"]
+    overrides = [f"output.path={run_dir}", "env.options.num_tasks=20"]
     sets = [a for o in overrides for a in ("--set", o)]
-    try:
-        run = subprocess.run(
-            [*cli, "run", "configs/reasoning_sweep.toml", "--quiet", *sets],
-            cwd=root, capture_output=True, text=True, timeout=280, env={**os.environ},
-        )
-        assert run.returncode == 0, run.stderr[-2000:]
-    finally:
-        import shutil
-
-        shutil.rmtree(ray_dir, ignore_errors=True)
-    stats = subprocess.run([*cli, "stats", str(run_dir), "--target", "0.05", "--format", "json"],
-                           cwd=root, capture_output=True, text=True)
-    assert stats.returncode == 0, stats.stderr
-    rows = json.loads(stats.stdout)["rows"]
+    assert main(["run", "configs/reasoning_sweep.toml", "--in-process", "--quiet", *sets]) == 0
+    capsys.readouterr()
+    assert main(["stats", str(run_dir), "--target", "0.05", "--format", "json"]) == 0
+    stats_out = capsys.readouterr().out
+    rows = json.loads(stats_out)["rows"]
     by_cell = {(r["budget"], r["reasoning"]): r for r in rows}
     assert set(by_cell) == {(b, s) for b in (24, 60, 120, 240) for s in ("effort=low", "budget=16")}
     assert all(r["episodes"] == 40 for r in rows)

@@ -24,7 +24,7 @@ from collector.sim.server import SimServer
 from collector.sim.vocab import detokenize
 from tests.checking import committed_rows
 
-pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_cluster"), pytest.mark.timeout(180)]
+pytestmark = pytest.mark.timeout(180)
 
 
 @pytest.fixture
@@ -55,6 +55,7 @@ name = "support_desk"
 tasks = 8
 
 [ray]
+pool = "in_process"
 workers = 1
 episodes_in_flight = 4
 batch_size = 4

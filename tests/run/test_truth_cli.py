@@ -15,8 +15,6 @@ from tests.loopback import serving
 from tests.run.aliasing import aliasing_app
 from tests.run.test_modelcheck import _config
 
-pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_cluster")]
-
 SIM = """
 name = "{name}"
 {extra}
@@ -27,6 +25,7 @@ budgets = {budgets}
 name = "arithmetic"
 tasks = {tasks}
 [ray]
+pool = "in_process"
 workers = 2
 episodes_in_flight = 8
 cpus_per_worker = 0.5
@@ -48,7 +47,8 @@ def test_an_aliasing_server_opted_in_is_recorded_as_what_answered(
     """With provider.allow_model_alias the run goes on, and every turn records the model that answered."""
     with serving(aliasing_app("gemma3-270m")) as url:
         path = _config(tmp_path, url, '["my-model"]')
-        assert main(["run", str(path), "--quiet", "--set", "provider.allow_model_alias=true"]) == 0
+        argv = ["run", str(path), "--in-process", "--quiet", "--set", "provider.allow_model_alias=true"]
+        assert main(argv) == 0
     capsys.readouterr()
     turns = load_run(tmp_path / "run", columns=["turns"]).column("turns").to_pylist()
     served = {t["response_model"] for episode in turns for t in episode}

@@ -95,12 +95,13 @@ def test_token_budget_refuses_with_retry_after() -> None:
 
 def test_app_answers_429_past_the_token_budget() -> None:
     """Over HTTP: a reply carries the x-ratelimit headers, the request past the budget a 429
-    the collector's own retry-after parsing reads."""
+    the collector's own retry-after parsing reads (the bucket's clock stands still: the two
+    requests are back to back however slow the machine)."""
     from collector.providers.http import parse_retry_after
 
     preset = dataclasses.replace(PRESETS["sim-perfect"], name="tight",
                                  capacity=Capacity(tokens_per_minute=60_000, burst_s=1.0))  # 1000/s
-    app = create_app(0, {"tight": preset})
+    app = create_app(0, {"tight": preset}, clock=lambda: 0.0)
     body = {"model": "tight", "max_tokens": 600, "messages": [{"role": "user", "content": "hi"}]}
 
     async def go() -> tuple[httpx.Response, httpx.Response]:

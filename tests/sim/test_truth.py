@@ -80,19 +80,3 @@ async def test_http_cut_decisions_match_the_generator(client: httpx.AsyncClient)
         gen = simulate(7, "chat", body, sim_seed=str(i))
         assert (reply["choices"][0]["finish_reason"] == "length") == gen.cut
         assert reply["usage"]["completion_tokens"] == gen.output_tokens
-
-
-def test_package_exports_and_imports_nothing_of_the_collector() -> None:
-    """The package's __all__ names exist, and importing it loads no envs, loop or providers module."""
-    import subprocess
-    import sys
-
-    import collector.sim as sim
-
-    assert all(hasattr(sim, name) for name in sim.__all__)
-    code = ("import sys, collector.sim, collector.sim.app, collector.sim.truth; "
-            "print(sorted(m for m in sys.modules if m.startswith(('collector.envs', "
-            "'collector.episode.loop', "
-            "'collector.providers'))))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]"

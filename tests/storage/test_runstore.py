@@ -4,9 +4,6 @@
 from __future__ import annotations
 
 import pickle
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 from collector.storage.local import LocalRunStore
@@ -40,18 +37,3 @@ def test_both_stores_are_run_stores(tmp_path: Path, s3_bucket: S3Bucket) -> None
             assert sum(e["rows"] for e in st.shards) == 4
             table = st.read_shard(st.shards[0], ["episode_id"])
             assert table.num_rows == st.shards[0]["rows"]
-
-
-def test_a_local_run_never_imports_boto3(tmp_path: Path) -> None:
-    """boto3 is the s3 extra: a local run must not need (or pay for) it."""
-    code = textwrap.dedent(
-        f"""
-        import sys
-        from collector.storage.opening import open_run_store
-        with open_run_store({str(tmp_path / "run")!r}, "fp", {{}}) as st:
-            pass
-        print("boto3" in sys.modules)
-        """
-    )
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import socket
 import subprocess
 import sys
 import types
@@ -44,33 +43,6 @@ def lock_token(bucket: S3Bucket) -> dict[str, Any]:
     return token
 
 
-def test_host_identity_names_the_kernel_and_the_pid_namespace() -> None:
-    machine, namespace = s3lease.host_identity().rsplit(":", 1)
-    assert machine
-    assert namespace.isdigit()
-
-
-def test_a_dead_pid_in_another_container_with_our_hostname_is_not_a_dead_holder(s3_bucket: S3Bucket) -> None:
-    """Same hostname, a pid that is free here, but another pid namespace (another container):
-    its process may well be alive there, and its unexpired lease holds."""
-    with open_s3(s3_bucket) as st:
-        st.commit(make_batch(2))
-    machine = s3lease.host_identity().rsplit(":", 1)[0]
-    plant_lock(s3_bucket, host=socket.gethostname(), host_id=f"{machine}:1", pid=dead_pid(), uuid="x",
-               started="then", lease_s=3600)
-    with pytest.raises(OutputError, match="in use by another collector process"):
-        open_s3(s3_bucket)
-    # A lock of the earlier format (no host_id) cannot prove it ran here either.
-    plant_lock(s3_bucket, host=socket.gethostname(), pid=dead_pid(), uuid="x", started="then", lease_s=3600)
-    with pytest.raises(OutputError, match="in use by another collector process"):
-        open_s3(s3_bucket)
-    # Ours (this kernel, this namespace) with its pid gone: taken over at once.
-    plant_lock(s3_bucket, host=socket.gethostname(), host_id=s3lease.host_identity(), pid=dead_pid(),
-               uuid="x", started="then", lease_s=3600)
-    with open_s3(s3_bucket) as st:
-        assert len(st.committed_ids()) == 2
-
-
 class _Ahead(dt.datetime):
     """This writer's clock, an hour ahead of the store's."""
 
@@ -78,6 +50,12 @@ class _Ahead(dt.datetime):
     def now(cls, tz: dt.tzinfo | None = None) -> _Ahead:  # type: ignore[override]
         real = dt.datetime.now(tz)
         return cls.fromtimestamp(real.timestamp() + 3600, tz)
+
+
+def test_host_identity_names_the_kernel_and_the_pid_namespace() -> None:
+    machine, namespace = s3lease.host_identity().rsplit(":", 1)
+    assert machine
+    assert namespace.isdigit()
 
 
 def test_a_fast_writer_clock_never_expires_a_live_lease(

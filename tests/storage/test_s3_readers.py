@@ -8,12 +8,10 @@ readers go through the synced local mirror (`collector.storage.mirror`); the pla
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -33,7 +31,6 @@ from collector.storage.manifest import COMMIT_RECORD_PREFIX, MANIFEST, read_mani
 from tests.faults.secret_scan import leaks_in
 from tests.record.factory import make_batch
 from tests.s3server import ACCESS_KEY_ID, SECRET_ACCESS_KEY, S3Bucket
-from tests.test_readme import S3_MARK as README_MARK  # the block test_readme.py leaves to this module
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -244,27 +241,6 @@ def test_pyarrow_polars_and_duckdb_read_the_bucket(tmp_path: Path, s3_bucket: S3
     assert frame.item() == expected
     counted = duckdb.sql("SELECT count(*) FROM shards").fetchall()
     assert counted == [(expected,)]
-
-
-def test_the_readme_s3_block_runs_against_a_bucket(tmp_path: Path, s3_bucket: S3Bucket) -> None:
-    """docs/clusters.md's "Reading a run in object storage" block runs as shown where it says."""
-    text = (REPO / "docs/clusters.md").read_text(encoding="utf-8")
-    match = re.search(re.escape(README_MARK) + r"\n```python\n(.*?)^```\n", text, flags=re.S | re.M)
-    assert match, "docs/clusters.md has no block marked for this test"
-    code = match.group(1)
-    named = re.search(r'^bucket, prefix = "([^"]+)", "([^"]+)"$', code, flags=re.M)
-    assert named, "the block names its bucket and prefix on one line"
-    bucket, prefix = named.groups()
-    with contextlib.suppress(s3_bucket.client.exceptions.BucketAlreadyOwnedByYou):
-        s3_bucket.client.create_bucket(Bucket=bucket)
-    run = _write_run(tmp_path / "local", "parquet", [("sim-a", 64, 7), ("sim-b", 128, 4)])
-    for rel in _digests(run):
-        s3_bucket.client.put_object(Bucket=bucket, Key=f"{prefix}/{rel}", Body=(run / rel).read_bytes())
-    script = code + "\nprint(table.num_rows)\n"
-    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=dict(os.environ), text=True,
-                          capture_output=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.splitlines()[-1] == str(_manifest_rows(run))
 
 
 def test_no_credential_reaches_the_cache(

@@ -1,0 +1,71 @@
+"""The system tier: tests whose subject is a process. Its one fixture: a Ray cluster for the
+whole session, started on first use.
+
+Ray takes 5-10 s to start here, so every test that needs it shares one embedded cluster
+(runtime-notes.md). `address="local"` so a developer's running cluster is never joined;
+a short temp dir (Ray's socket paths have a length limit) removed at the end; token
+authentication disabled for this throwaway cluster, so a `collector run --address` started
+by a test in a subprocess can attach to it.
+
+The tests that use it are marked `ray` here, and `scripts/test` runs them in a pytest run of
+their own without xdist (`-m ray -p no:xdist`): one cluster, started once; two clusters on two
+cores would each starve the other's episodes. The rest of the tier runs on two workers.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+
+import pytest
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test that uses the session's Ray cluster `ray` (module docstring)."""
+    for item in items:
+        if "ray_cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.ray)
+
+
+@pytest.fixture(scope="session")
+def ray_cluster(s3_endpoint: str) -> Iterator[str]:
+    """A local Ray cluster (2 CPUs, small object store); yields its address for subprocesses.
+
+    Its workers see the session's S3 server (tests/s3server.py) the way a real cluster's
+    nodes see their bucket, from their own environment: a worker writing the shards of an
+    s3:// run reads credentials and endpoint there, never from the driver."""
+    import ray
+
+    from tests.s3server import session_env
+
+    os.environ.update(session_env(s3_endpoint))
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    temp_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")
+    # Loopback only, like the collector's embedded cluster (collector.run.cluster): with Ray's
+    # defaults its servers listen on every interface of the machine. A driver a test starts
+    # in a subprocess to attach to it needs Ray's single-machine switch too (it then takes
+    # 127.0.0.1 as its node's address, the one this cluster has); a test of a user's own
+    # environment drops every RAY_ variable (tests/system/processes.py: user_env).
+    from collector.run.cluster import EMBEDDED_INIT, LOOPBACK, ray_constants
+
+    with ray_constants(**EMBEDDED_INIT):
+        ray.init(
+            address="local",
+            num_cpus=2,
+            include_dashboard=False,
+            object_store_memory=256 * 1024 * 1024,
+            _temp_dir=temp_dir,
+            log_to_driver=False,
+            # Ray's INFO lines go to whatever stderr was at start-up, possibly a test's capture.
+            logging_level=logging.WARNING,
+            _node_ip_address=LOOPBACK,
+        )
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    try:
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        ray.shutdown()
+        shutil.rmtree(temp_dir, ignore_errors=True)
