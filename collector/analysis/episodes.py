@@ -7,7 +7,6 @@ the episode. Tests: tests/analysis/test_analysis.py.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
+from collector.analysis import json_values
 from collector.analysis.stats import read_committed
 from collector.analysis.tables import load_run
 from collector.analysis.terminal import escape_controls
@@ -144,7 +144,7 @@ def format_listing(table: pa.Table, fmt: str) -> str:
     """`collector episodes` output: an aligned table (header, one row per episode) or JSON lines."""
     rows = table.to_pylist()
     if fmt == "json":
-        return "\n".join(json.dumps(row) for row in rows)
+        return "\n".join(json_values.dumps(row) for row in rows)
     header = list(table.column_names)
     cells = [[("-" if row[c] is None else f"{row[c]:g}" if isinstance(row[c], float) else str(row[c]))
               for c in header] for row in rows]
@@ -163,7 +163,7 @@ def render_episode(run_dir: str | Path, episode_id: str, fmt: str = "text", *, t
     """
     full_id = resolve_episode_id(run_dir, episode_id)
     if fmt == "json":
-        return json.dumps(episode_row(run_dir, full_id), indent=2)
+        return json_values.dumps(episode_row(run_dir, full_id), indent=2)
     text = render_transcript(get_episode(run_dir, full_id))
     return escape_controls(text) if terminal else text
 
