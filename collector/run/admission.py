@@ -23,7 +23,7 @@ The controller (`AimdController`) is TCP's congestion control applied to request
   as TCP's once per window), else a burst of 429s from one overload would collapse the
   limit to 1;
 - `Retry-After` (and `retry-after-ms`) pauses all admission to the pair until it passes
-  (a value that cannot be read, such as a date
+  (a pause over `MAX_PAUSE_S` is not applied; a value that cannot be read, such as a date
   past what `datetime` holds, is no pause, and the request's slot is released regardless),
   not only the retry of the request that got it (`collector.providers.http` sleeps that
   one; the others would otherwise hit the same wall). The rate-limit headers of every
@@ -101,7 +101,8 @@ LATENCY_ALPHA = 0.1
 FLOOR_DRIFT = 1.0005
 """Per completion, the latency floor may rise by this factor (see the module docstring)."""
 MAX_PAUSE_S = 120.0
-"""A server pause longer than this is not applied here (the retry loop gives up on it)."""
+"""A server pause longer than this is not applied here, not even in part (the retry loop
+gives up on the request that got it: `RetryPolicy.max_retry_after_s`, 120 s by default)."""
 OVERLOAD_STATUSES = frozenset({408, 429, 503, 504, 529})
 """Statuses that say the server has too much: the decrease signals."""
 
@@ -178,9 +179,14 @@ class AimdController:
         return Ticket(self._clock(), self.epoch)
 
     def pause(self, seconds: float) -> None:
-        """Admit nothing for `seconds` (a Retry-After, an exhausted rate-limit window)."""
-        if seconds > 0:
-            self.paused_until = max(self.paused_until, self._clock() + min(seconds, MAX_PAUSE_S))
+        """Admit nothing for `seconds` (a Retry-After, an exhausted rate-limit window).
+
+        A pause over `MAX_PAUSE_S` (NaN included) is not applied at all, not shortened to it:
+        the request that got it fails at once (the retry loop's `max_retry_after_s`), and
+        holding every other request to the pair for two minutes would only turn them into
+        timeouts."""
+        if 0 < seconds <= MAX_PAUSE_S:
+            self.paused_until = max(self.paused_until, self._clock() + seconds)
 
     def pause_left(self) -> float:
         return max(0.0, self.paused_until - self._clock())

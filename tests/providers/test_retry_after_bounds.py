@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from collector.errors import ProviderUnavailable
 from collector.providers.http import parse_retry_after
 from collector.providers.retryafter import seconds_until
 from collector.turn import FinishClass
@@ -45,6 +46,18 @@ async def test_a_429_with_an_overflowing_date_is_retried_not_an_error(
     assert len(recorder.requests) == 2
     assert len(sleeps.waits) == 1
     assert sleeps.waits[0] <= 120
+
+
+@pytest.mark.parametrize("value", ["1e9", "inf", YEAR_9999])
+async def test_a_retry_after_of_years_fails_at_once(make: MakeProvider, value: str) -> None:
+    """Retry-After 1e9, inf or a year-9999 date is over max_retry_after_s: the request fails at
+    once as unavailable, with no sleep at all (not a 120 s one)."""
+    reply = err(429, "chat_error_429_tpm.json", {"retry-after": value})
+    provider, recorder, sleeps = await make("chat", reply)
+    with pytest.raises(ProviderUnavailable, match="over the limit"):
+        await provider.complete(request())
+    assert len(recorder.requests) == 1
+    assert sleeps.waits == []
 
 
 def test_a_nan_retry_after_is_no_wait_given() -> None:

@@ -1,5 +1,5 @@
 """The adaptive gate under hostile admission headers: a date `datetime` cannot hold never jams
-it (collector.run.admission)."""
+it, and a pause over `MAX_PAUSE_S` is not applied (collector.run.admission)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import httpx
 import pytest
 
-from collector.run.admission import Admission, AdmissionTransport
+from collector.run.admission import MAX_PAUSE_S, Admission, AdmissionTransport, header_pause_s
 
 OVERFLOWING = "Fri, 31 Dec 99999999999999999999 23:59:59 GMT"
 YEAR_9999_HTTP = email.utils.format_datetime(datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC), usegmt=True)
@@ -61,3 +61,24 @@ def test_an_overflowing_reset_date_releases_the_slot(headers: dict[str, str]) ->
     transport = _replies(_reply(200, headers), _reply(200, {}))
     assert asyncio.run(_post_twice(transport)) == [200, 200]
     assert transport.admission.controller.pause_left() == 0.0
+
+
+@pytest.mark.parametrize("value", ["1e9", "inf", "nan", YEAR_9999_HTTP])
+def test_a_retry_after_over_the_bound_pauses_nothing(value: str) -> None:
+    """Retry-After 1e9, inf, nan or a year-9999 date is not applied to the gate at all (not cut
+    to MAX_PAUSE_S): the other requests to the pair are not held."""
+    transport = _replies(_reply(429, {"retry-after": value}), _reply(200, {}))
+    assert asyncio.run(_post_twice(transport)) == [429, 200]
+    assert transport.admission.controller.pause_left() == 0.0
+
+
+def test_a_reset_over_the_bound_pauses_nothing_and_one_under_it_pauses() -> None:
+    """A rate-limit reset in year 9999 holds nothing; a reset of 30 s still holds the gate."""
+    far = {"anthropic-ratelimit-requests-remaining": "0",
+           "anthropic-ratelimit-requests-reset": YEAR_9999_RFC3339}
+    assert header_pause_s(far, 1) > MAX_PAUSE_S
+    gate = Admission(1)
+    gate.controller.pause(header_pause_s(far, 1))
+    assert gate.controller.pause_left() == 0.0
+    gate.controller.pause(30.0)
+    assert 29 < gate.controller.pause_left() <= 30
