@@ -471,6 +471,23 @@ class Http:
         except ValueError:
             raise self.protocol_error("reply body is not JSON") from None
 
+    async def get_json(self, url: str, extra_headers: Mapping[str, str] | None = None) -> Any:
+        """One GET, no retries, within `request_timeout_s` in all: the decoded JSON reply, or a
+        `ProviderError` (for metadata a caller can do without, such as a vocabulary size)."""
+        headers = {**self._headers, **(extra_headers or {})}
+        try:
+            async with asyncio.timeout(self._timeout):
+                async with self._client.stream("GET", url, headers=headers, params=self._params) as response:
+                    content = await self._read_body(response)
+        except (httpx.HTTPError, TimeoutError) as exc:
+            raise self._transport_error(exc) from None
+        if response.status_code >= 300:
+            raise classify_http_error(response, content, self._secret, self._dialect)
+        try:
+            return json.loads(content)
+        except ValueError:
+            raise self.protocol_error("reply body is not JSON") from None
+
     async def _read_reply(self, reply: Reply) -> bytes:
         """`_read_body` for a plain `Reply` (no Content-Encoding): the same limit, checked the same way."""
         declared = reply.header(b"content-length") or b""
