@@ -127,7 +127,7 @@ def _cmd_stats(args: argparse.Namespace) -> int:
 def _cmd_show(args: argparse.Namespace) -> int:
     from collector.analysis.episodes import render_episode
 
-    print(render_episode(args.run, args.episode_id, args.format))
+    print(render_episode(args.run, args.episode_id, args.format, terminal=sys.stdout.isatty()))
     return EXIT_OK
 
 

@@ -160,6 +160,9 @@ class Turn:
     rerendered_prompt_ids: list[int] | None = None
     """Token-in mode: the server's own rendering of the whole history, tokenized: what a
     re-rendering server would have seen (the drift diagnostic compares the sent ids with it)."""
+    vocab_size: int | None = None
+    """The model's vocabulary size as the server reports it (token-in mode: llama.cpp's model
+    metadata), which every id it returns must be below; None: not reported."""
     unreturned_stop: str | None = None
     """The matched stop string the output ids do not hold (llama.cpp trims its ids): the
     closing text a token-in bridge must add before the next messages."""

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from collector import __version__
+from collector.analysis import json_values
 from collector.analysis.trainer import full_prompts
 
 if TYPE_CHECKING:
@@ -210,7 +211,7 @@ def write_atif(source: Source, out: BinaryIO) -> int:
         trajectory = episode_trajectory(row)
         if source.annotation is not None:
             trajectory["extra"]["reward_annotation"] = source.annotation
-        out.write((json.dumps(trajectory, ensure_ascii=False) + "\n").encode("utf-8"))
+        out.write((json_values.dumps(trajectory, ensure_ascii=False) + "\n").encode("utf-8"))
     return len(rows)
 
 

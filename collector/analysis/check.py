@@ -33,6 +33,8 @@ a crash.
    swap and its move: plain readers miss it until the next `collector run` moves it), and
    uncommitted temp files and quarantined files (hidden from every reader). A run dir
    of the layout before ``.collector/`` gets one note saying plain readers trip on it.
+8. every stored token id is at least 0 and below its turn's vocabulary size
+   (`collector.analysis.check_tokens`).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from collector.analysis.check_tokens import token_id_problems
 from collector.errors import OutputError
 from collector.record.episode import SCHEMA_VERSION, episode_id
 from collector.record.shards import (
@@ -216,6 +219,8 @@ def check_run(run_dir: str | Path) -> CheckReport:
         report.episodes += table.num_rows
         for row in _rows(table):
             _check_row(rel, row, policy, seen, report)
+        for problem in token_id_problems(rel, table):
+            report.add(problem)
     if is_legacy(root):
         report.notes.append(f"old run-dir layout ({LEGACY_MANIFEST} at the top): plain readers (pandas, "
                             "HF datasets) trip on its sidecar files; collector readers do not")

@@ -7,7 +7,6 @@ the episode. Tests: tests/analysis/test_analysis.py.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,8 +15,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
+from collector.analysis import json_values
 from collector.analysis.stats import read_committed
 from collector.analysis.tables import load_run
+from collector.analysis.terminal import escape_controls
 from collector.errors import OutputError
 from collector.record.episode import Episode, MessageRecord, ToolCallRecord
 from collector.record.shards import SCHEMA, ShardError, describe_exception, episodes_from_table, read_shard
@@ -143,7 +144,7 @@ def format_listing(table: pa.Table, fmt: str) -> str:
     """`collector episodes` output: an aligned table (header, one row per episode) or JSON lines."""
     rows = table.to_pylist()
     if fmt == "json":
-        return "\n".join(json.dumps(row) for row in rows)
+        return "\n".join(json_values.dumps(row) for row in rows)
     header = list(table.column_names)
     cells = [[("-" if row[c] is None else f"{row[c]:g}" if isinstance(row[c], float) else str(row[c]))
               for c in header] for row in rows]
@@ -153,15 +154,18 @@ def format_listing(table: pa.Table, fmt: str) -> str:
     return "\n".join(lines)
 
 
-def render_episode(run_dir: str | Path, episode_id: str, fmt: str = "text") -> str:
+def render_episode(run_dir: str | Path, episode_id: str, fmt: str = "text", *, terminal: bool = False) -> str:
     """What `collector show` prints: the readable transcript, or (`fmt="json"`) the stored row.
 
-    `episode_id` may be a unique prefix of a committed id (`resolve_episode_id`).
+    `episode_id` may be a unique prefix of a committed id (`resolve_episode_id`). With
+    `terminal`, the transcript's control characters are shown as escapes (`escape_controls`):
+    model output must not drive the terminal it is read on. JSON escapes them by itself.
     """
     full_id = resolve_episode_id(run_dir, episode_id)
     if fmt == "json":
-        return json.dumps(episode_row(run_dir, full_id), indent=2)
-    return render_transcript(get_episode(run_dir, full_id))
+        return json_values.dumps(episode_row(run_dir, full_id), indent=2)
+    text = render_transcript(get_episode(run_dir, full_id))
+    return escape_controls(text) if terminal else text
 
 
 # --- transcript rendering -------------------------------------------------------------------
@@ -172,7 +176,9 @@ def _yn(flag: bool) -> str:
 
 
 def _indent(text: str, prefix: str = "    ") -> str:
-    return "\n".join(prefix + line for line in text.splitlines()) if text else ""
+    # Lines end at newlines only: splitlines() would also break at CR, form feeds and U+2028,
+    # hiding an overprinting CR from the terminal escaping in `render_episode`.
+    return "\n".join(prefix + line for line in text.rstrip("\n").split("\n")) if text else ""
 
 
 def _call_text(call: ToolCallRecord, executed: set[tuple[int | None, str]], turn: int | None) -> str:

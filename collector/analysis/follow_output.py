@@ -12,12 +12,12 @@ SIGKILLed follower process).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
 import pyarrow as pa
 
+from collector.analysis import json_values
 from collector.analysis.follow import Follower
 
 __all__ = ["main"]
@@ -44,7 +44,7 @@ def _write_jsonl(follower: Follower, out: Any) -> None:
             if batch.group_errors:
                 line["group_errors"] = batch.group_errors[i]
             line["episode"] = row
-            lines.append(json.dumps(line, default=str))
+            lines.append(json_values.dumps(line, default=str))
         out.write("\n".join(lines) + "\n")
         out.flush()  # a consumer reads each batch as it lands, and resumes from what it read
 

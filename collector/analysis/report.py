@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import itertools
 import json
 import math
 import sys
@@ -36,7 +37,13 @@ from typing import Any, BinaryIO
 
 from collector.analysis.colours import MODEL_COLOURS, stop_colour
 from collector.analysis.output import write_output
-from collector.analysis.report_data import DEFAULT_TARGET, PER_CELL, ReportData, collect
+from collector.analysis.report_data import (
+    DEFAULT_TARGET,
+    PER_CELL,
+    ReportData,
+    clip_strings,
+    collect,
+)
 from collector.analysis.stats import RETRY_CAUSES
 from collector.analysis.svgplot import DASHES, Bar, Line, bar_chart, esc, line_chart
 from collector.analysis.turnstats import TurnStatsResult
@@ -49,8 +56,10 @@ __all__ = ["DEFAULT_TARGET", "PER_CELL", "build_report", "report_command", "writ
 
 #: Output tokens shown per turn in the token view (the rest are counted).
 MAX_TOKENS_SHOWN = 300
-#: Characters of one message shown (the rest are counted): keeps the page small.
-MAX_TEXT = 4000
+#: HTML characters of one transcript: past this its remaining messages are counted, not shown.
+MAX_TRANSCRIPT_CHARS = 250_000
+#: HTML characters of all transcripts together: past this the remaining ones are counted.
+MAX_TRANSCRIPTS_CHARS = 12_000_000
 
 _REASONS = [r.value for r in StopReason]
 
@@ -312,11 +321,15 @@ def _badge(kind: str, text: str) -> str:
     return f'<span class="badge b-{kind}">{esc(text)}</span>'
 
 
+def _clip(text: str) -> str:
+    # Strings of a sampled episode are clipped when read (`report_data.clip_strings`); this
+    # keeps an Episode built elsewhere to the same bound (clipping twice changes nothing).
+    clipped: str = clip_strings(text)
+    return clipped
+
+
 def _text(text: str) -> str:
-    if len(text) > MAX_TEXT:
-        more = len(text) - MAX_TEXT
-        return f'<pre>{esc(text[:MAX_TEXT])}</pre><span class="muted">... {more} more chars</span>'
-    return f"<pre>{esc(text)}</pre>" if text else ""
+    return f"<pre>{esc(_clip(text))}</pre>" if text else ""
 
 
 def _logprob_colour(lp: float | None) -> str:
@@ -380,15 +393,31 @@ def _message(replayed_chat: Sequence[ChatMessage], i: int, m: MessageRecord, tur
             args = f"<{c.status}: {chars} not parsed, not stored>"
             marks = _badge("malformed", c.status)
             if replayed is not None:
-                marks += _badge("replayed", f"replayed as {replayed}")
+                marks += _badge("replayed", f"replayed as {_clip(replayed)}")
         else:
-            args, marks = c.arguments_json, (_badge("malformed", c.status) if c.status != "ok" else "")
+            args, marks = _clip(c.arguments_json), (_badge("malformed", c.status) if c.status != "ok" else "")
         ran = m.turn_index is not None and (m.turn_index, c.id) in executed
         marks += _badge("exec", "executed") if ran else _badge("noexec", "not executed")
-        calls.append(f'<div class="call">-&gt; {esc(c.name)} [{esc(c.id)}] {esc(args)}{marks}</div>')
+        head = f"-&gt; {esc(_clip(c.name))} [{esc(_clip(c.id))}]"
+        calls.append(f'<div class="call">{head} {esc(args)}{marks}</div>')
     cls = f"msg role-{esc(m.role)}" + (" discarded" if discarded else "") + (" cut" if cut else "")
     return (f'<div class="{cls}"><div class="tag">{esc(tag)}{"".join(badges)}</div>{_text(m.text)}'
             f'{"".join(calls)}</div>')
+
+
+def _bounded(blocks: Iterable[str], count: int, limit: int, what: str, why: str) -> str:
+    """The `count` `blocks` joined while they fit in `limit` characters, the rest counted in
+    one line. `blocks` may be lazy: a block past the bound is never built."""
+    shown: list[str] = []
+    size = 0
+    for block in blocks:
+        if size + len(block) > limit and shown:
+            more = count - len(shown)
+            shown.append(f'<div class="muted">... {more} more {esc(what)} not shown ({esc(why)})</div>')
+            break
+        shown.append(block)
+        size += len(block)
+    return "".join(shown)
 
 
 def _transcript(ep: Episode) -> str:
@@ -421,18 +450,23 @@ def _transcript(ep: Episode) -> str:
         rows.append(f'<tr><td>{t.index}</td><td class="k">{esc(t.finish_class)} ({esc(t.raw_finish_reason)})'
                     f"</td><td>{t.output_tokens}/{t.max_output_tokens}</td><td>{t.reasoning_tokens or 0}</td>"
                     f'<td>{t.latency_s:.2f}s</td><td class="k">{"".join(notes)}</td></tr>')
-    error = (f'<p class="bad">error {esc(ep.error.type)}: {esc(ep.error.message)}</p>'
+    error = (f'<p class="bad">error {esc(_clip(ep.error.type))}: {esc(_clip(ep.error.message))}</p>'
              if ep.error is not None else "")
     # What was replayed to the model is the stored `chat` column; a version-2 shard has none,
     # and its replay is what `chat_messages` rebuilds (the adapters' "{}" for a malformed call).
     replayed = ep.chat or chat_messages(ep.messages)
-    messages = "".join(_message(replayed, i, m, turns, executed) for i, m in enumerate(ep.messages))
     # The reasoning the provider returned (stored redacted like message text): where a thinking
     # cut spent the cap.
-    messages += "".join(f'<div class="msg role-reasoning"><div class="tag">reasoning · turn {t.index}'
-                        f"{_badge('cut', 'thinking cut') if 'reasoning' in t.length_signals else ''}</div>"
-                        f"{_text(t.reasoning_text)}</div>" for t in ep.turns if t.reasoning_text)
-    tokens = "".join(_token_view(t) for t in ep.turns)
+    thoughts = [t for t in ep.turns if t.reasoning_text]
+    blocks = itertools.chain(
+        (_message(replayed, i, m, turns, executed) for i, m in enumerate(ep.messages)),
+        (f'<div class="msg role-reasoning"><div class="tag">reasoning · turn {t.index}'
+         f"{_badge('cut', 'thinking cut') if 'reasoning' in t.length_signals else ''}</div>"
+         f"{_text(t.reasoning_text or '')}</div>" for t in thoughts))
+    messages = _bounded(blocks, len(ep.messages) + len(thoughts), MAX_TRANSCRIPT_CHARS, "messages",
+                        f"this transcript's bound; all of it: collector show {ep.episode_id}")
+    tokens = _bounded((_token_view(t) for t in ep.turns), len(ep.turns), MAX_TRANSCRIPT_CHARS,
+                      "turns' tokens", "this transcript's bound")
     token_block = f"<h4>Tokens</h4>{tokens}" if tokens else ""
     return (f'<details class="ep" data-model="{esc(ep.model)}" data-budget="{ep.budget}" '
             f'data-stop="{esc(ep.stop_reason.value)}" data-cut="{int(cut)}" id="ep-{esc(ep.episode_id)}">'
@@ -459,7 +493,8 @@ def render(data: ReportData) -> str:
     for m in models:
         sections.append(f'<section class="model" data-model="{esc(m)}"><h3>{esc(m)}</h3>'
                         f"{_model_figures(data, m, colours[m])}</section>")
-    transcripts = "".join(_transcript(ep) for ep in data.sample)
+    transcripts = _bounded((_transcript(ep) for ep in data.sample), len(data.sample), MAX_TRANSCRIPTS_CHARS,
+                           "transcripts", "the page's bound")
     reasons = [r for r in _REASONS if any(ep.stop_reason.value == r for ep in data.sample)]
     footer = (f"{data.stats.episodes} episodes; rates except error are over episodes that did not end in "
               "error; the table's cells carry the unrounded numbers of `collector stats --format json`.")

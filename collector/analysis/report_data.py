@@ -28,12 +28,12 @@ from collector.analysis.committed import read_columns, stored_columns
 from collector.analysis.stats import StatsResult, compute_stats, format_stats, sort_key
 from collector.analysis.turnstats import TurnStatsResult, compute_turn_stats
 from collector.record.episode import Episode
-from collector.record.shards import episodes_from_table, read_shard
+from collector.record.shards import episode_from_row, read_shard
 from collector.stop import StopReason
 from collector.storage.manifest import RESOLVED_CONFIG, committed_shard_paths, read_manifest
 from collector.storage.mirror import resolve_run
 
-__all__ = ["DEFAULT_TARGET", "PER_CELL", "ReportData", "collect"]
+__all__ = ["DEFAULT_TARGET", "MAX_TEXT", "PER_CELL", "ReportData", "clip_strings", "collect"]
 
 #: The target of the pick when none is given: the report is about choosing a budget.
 DEFAULT_TARGET = 0.05
@@ -41,6 +41,11 @@ DEFAULT_TARGET = 0.05
 PER_CELL = 4
 #: At most this many transcripts in all, so a sweep of many cells stays a few MB.
 MAX_TRANSCRIPTS = 400
+#: Characters of one stored string a sampled episode keeps (a message, a call's arguments,
+#: an error, a replayed call): the page shows no more of any, so no more is held in memory.
+MAX_TEXT = 4000
+_NOTE_ROOM = 64
+"""Room for the note a clipped string ends with (so clipping twice changes nothing)."""
 
 @dataclass(slots=True)
 class ReportData:
@@ -139,10 +144,29 @@ def _sample_ids(base: pa.Table, by: Sequence[str], per_cell: int) -> list[str]:
     return chosen[:MAX_TRANSCRIPTS]
 
 
+def clip_strings(value: Any) -> Any:
+    """`value` (a shard row as Python data) with every string over `MAX_TEXT` characters cut
+    to `MAX_TEXT`, followed by a note of how many more there were."""
+    if isinstance(value, str):
+        if len(value) <= MAX_TEXT + _NOTE_ROOM:  # a clipped string is not clipped again
+            return value
+        return f"{value[:MAX_TEXT]} ... [{len(value) - MAX_TEXT} more chars not shown]"
+    if isinstance(value, dict):
+        return {k: clip_strings(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [clip_strings(v) for v in value]
+    return value
+
+
 def _load_sample(root: Path, ids: Sequence[str]) -> list[Episode]:
-    """The sampled episodes, reading in full only the shards that hold one."""
+    """The sampled episodes, reading in full only the shards that hold one.
+
+    A shard's sampled rows are made Python one at a time and clipped at once
+    (`clip_strings`), and the shard is let go before the next is read: a sample of episodes
+    holding 900 KB tool-call arguments costs one shard and one episode's strings at a time,
+    not the whole sample's (584 MB for 120 of them)."""
     wanted = set(ids)
-    found: list[pa.Table] = []
+    episodes: dict[str, Episode] = {}
     for path in committed_shard_paths(root):
         if not wanted:
             break
@@ -151,9 +175,11 @@ def _load_sample(root: Path, ids: Sequence[str]) -> list[Episode]:
         if not pc.any(hits).as_py():
             continue
         rows = read_shard(path).filter(hits)
-        found.append(rows)
-        wanted -= set(rows.column("episode_id").to_pylist())
-    episodes = {ep.episode_id: ep for t in found for ep in episodes_from_table(t)}
+        for i in range(rows.num_rows):
+            ep = episode_from_row(clip_strings(rows.slice(i, 1).to_pylist()[0]))
+            episodes[ep.episode_id] = ep
+            wanted.discard(ep.episode_id)
+        del rows
     return [episodes[i] for i in ids if i in episodes]
 
 

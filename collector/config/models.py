@@ -121,13 +121,15 @@ class ProviderConfig(_Model):
     of the three `policy_version*` fields. Not in the fingerprint."""
     policy_version_file: Annotated[str, Field(min_length=1)] | None = None
     """A file holding the current version, rewritten by the trainer between steps: checked
-    (its mtime) before each request, read when it changed. Missing or empty: unknown."""
+    (its mtime) before each request, read when it changed. Missing or empty: unknown; not a
+    regular file (a FIFO, a device): refused, unknown, never read."""
     policy_version_url: Annotated[str, Field(pattern=r"^https?://")] | None = None
     """A URL answering the current version (a JSON object with `weight_version`, as SGLang's
     `/model_info`, formerly `/get_weight_version`; or plain text), fetched before and after
     each request."""
     policy_version_timeout_s: PositiveFloat = 2.0
-    """Bound on each `policy_version_url` fetch; a slow or failed one records unknown."""
+    """Bound on the whole of each `policy_version_url` fetch (connect, headers and body; the
+    body is also cut past 64 KiB); a slow, huge or failed one records unknown."""
 
     @model_validator(mode="after")
     def _real_needs_url(self) -> ProviderConfig:

@@ -3,6 +3,12 @@
 With `sampling.token_ids` the adapters ask each server for its ids (`collector.providers.chat`)
 and put whatever came back on the `Turn`. Here, per turn, at record time:
 
+- ids outside the vocabulary are not stored: an id that is negative, or not below the
+  vocabulary size the server reported (`Turn.vocab_size`; unreported: `TOKEN_ID_LIMIT`,
+  2**31), is not a token this model has, so the ids are not what was sampled. The turn then
+  keeps no ids at all (output and prompt; logprobs stay), says why (`tokens_rejected =
+  "id_out_of_range"`), and the next turn has no previous sequence to extend (token-in: it
+  goes as text, `no_previous_ids`); the trainer view leaves the episode out (`no_token_ids`);
 - the output ids and logprobs are stored as returned, and `token_counts_ok` says whether
   they are as many as the server's own output-token count (and each other). The one
   accepted shortfall is the stop-string rule: llama.cpp counts a matched `sampling.stop`
@@ -48,7 +54,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from collector.episode.redact import Redactor
-from collector.record.episode import TurnRecord
+from collector.record.episode import TurnRecord, token_id_limit
 from collector.turn import (
     AssistantMessage,
     Message,
@@ -108,6 +114,17 @@ class TokenTracker:
         ids, logprobs, prompt = turn.token_ids, turn.logprobs, turn.prompt_token_ids
         record.tokens_requested = self.requested
         record.temperature = self.temperature
+        record.token_vocab_size = turn.vocab_size
+        limit = token_id_limit(turn.vocab_size)
+        # min/max run in C: the whole prompt is checked every turn, and prompts grow long.
+        if any(min(seq) < 0 or max(seq) >= limit for seq in (ids, prompt, turn.rerendered_prompt_ids) if seq):
+            record.output_logprobs = logprobs
+            record.tokens_rejected = "id_out_of_range"
+            record.prompt_sent_as_ids = turn.prompt_sent_as_ids
+            record.token_in_fallback = turn.token_in_fallback
+            self.stop_text = ""
+            self.previous = None  # nothing to extend: the next turn's prompt is not a delta
+            return
         record.output_token_ids = ids
         record.output_logprobs = logprobs
         if ids is not None and turn.usage.known:

@@ -73,13 +73,11 @@ from __future__ import annotations
 import asyncio
 import codecs
 import contextlib
-import email.utils
 import json
 import random
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import httpx
@@ -94,6 +92,7 @@ from collector.errors import (
 )
 from collector.providers.base import Endpoint, basic_authorization
 from collector.providers.finish import is_abort
+from collector.providers.retryafter import header_retry_after_s
 from collector.providers.servercut import UnparsedArguments, says_arguments_unparsed, withhold_fragment
 from collector.providers.sse import SSEDecoder, SSEEvent
 from collector.providers.transport import FastClient, Reply, StreamTransport, Timeouts, origin_of
@@ -205,26 +204,11 @@ def _daily_quota(err: Mapping[str, Any]) -> bool:
 
 
 def parse_retry_after(headers: Mapping[str, str], body: Any = None) -> float | None:
-    """Seconds the server asked us to wait, from headers or a Gemini RetryInfo, or None."""
-    value = headers.get("retry-after-ms")
-    if value:
-        try:
-            return max(0.0, float(value) / 1000.0)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if value:
-        try:
-            return max(0.0, float(value))
-        except ValueError:
-            try:
-                when = email.utils.parsedate_to_datetime(value)
-            except (TypeError, ValueError, IndexError):
-                when = None
-            if when is not None:
-                if when.tzinfo is None:
-                    when = when.replace(tzinfo=UTC)
-                return max(0.0, (when - datetime.now(UTC)).total_seconds())
+    """Seconds the server asked us to wait, from headers or a Gemini RetryInfo, or None
+    (`collector.providers.retryafter`: a date `datetime` cannot hold is None, never a raise)."""
+    wait = header_retry_after_s(headers)
+    if wait is not None:
+        return wait
     return _retry_info_delay(_error_object(body)) if body is not None else None
 
 
@@ -286,9 +270,11 @@ def classify_http_error(
         body = None  # HTML from a proxy, or nothing: the status decides.
     retry_after = parse_retry_after(response.headers, body)
     error = classify_error_body(body, response.status_code, secret, dialect, retry_after)
-    if dialect == "anthropic" and response.status_code == 429 and retry_after is None:
+    sent_wait = "retry-after" in response.headers or "retry-after-ms" in response.headers
+    if dialect == "anthropic" and response.status_code == 429 and not sent_wait:
         # Anthropic sends retry-after with every rate limit; the spend-cap 429 has none and
-        # keeps failing (provider-protocols.md 3.6), so it is a quota, fatal for the run.
+        # keeps failing (provider-protocols.md 3.6), so it is a quota, fatal for the run. One
+        # whose value cannot be read (a date past datetime's range) is still a rate limit.
         return QuotaExhausted(error.message, 429)
     should_retry = response.headers.get("x-should-retry")
     if (
@@ -482,6 +468,23 @@ class Http:
             raise classify_http_error(response, content, self._secret, self._dialect)
         try:
             return json.loads(content), elapsed
+        except ValueError:
+            raise self.protocol_error("reply body is not JSON") from None
+
+    async def get_json(self, url: str, extra_headers: Mapping[str, str] | None = None) -> Any:
+        """One GET, no retries, within `request_timeout_s` in all: the decoded JSON reply, or a
+        `ProviderError` (for metadata a caller can do without, such as a vocabulary size)."""
+        headers = {**self._headers, **(extra_headers or {})}
+        try:
+            async with asyncio.timeout(self._timeout):
+                async with self._client.stream("GET", url, headers=headers, params=self._params) as response:
+                    content = await self._read_body(response)
+        except (httpx.HTTPError, TimeoutError) as exc:
+            raise self._transport_error(exc) from None
+        if response.status_code >= 300:
+            raise classify_http_error(response, content, self._secret, self._dialect)
+        try:
+            return json.loads(content)
         except ValueError:
             raise self.protocol_error("reply body is not JSON") from None
 

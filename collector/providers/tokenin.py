@@ -169,6 +169,8 @@ class TokenInProvider:
         self._root = root[: -len("/v1")] if root.endswith("/v1") else root
         self._servers: dict[str, TokenServer] = {}
         self._tokenized: dict[tuple[str, str], list[int]] = {}
+        self._vocab: dict[tuple[str, str], int | None] = {}
+        """Per (server, model): the vocabulary size it reports, asked once."""
 
     def _server(self, name: str | None) -> TokenServer:
         server = self._servers.get(name or "llama.cpp")
@@ -252,6 +254,10 @@ class TokenInProvider:
                                                    rendered, extra)
             sent = bridged if bridged is not None else rendered
         turn, seam = await server.generate(request, sent, extra)
+        vocab_key = (p.token_in or "llama.cpp", request.model)
+        if vocab_key not in self._vocab and len(self._vocab) < _TOKENIZED_MAX:
+            self._vocab[vocab_key] = await server.vocab_size(request.model, extra)
+        turn.vocab_size = self._vocab.get(vocab_key)
         sent_ids = sent if isinstance(sent, list) else server_ids
         turn.prompt_token_ids = sent_ids
         turn.prompt_sent_as_ids = fallback is None

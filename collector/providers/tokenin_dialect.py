@@ -14,6 +14,10 @@ answers three questions:
   text), parsed into a `Turn`, with the `Seam`: how the output ids end, which the next
   turn's bridge needs (a matched stop string held in the ids, the stop token, or nothing).
 
+And one it may answer: `vocab_size`, the model's vocabulary size from the server's metadata
+(llama.cpp's `/v1/models` `meta.n_vocab`), which every id it returns must be below
+(`collector.episode.tokens`); None where the server does not say (vLLM, SGLang).
+
 The endpoint root is the configured chat base URL without its `/v1`; every POST goes
 through `collector.providers.http.Http` (retries, typed errors, secrets scrubbed).
 
@@ -73,6 +77,8 @@ class TokenServer(Protocol):
     async def generate(self, request: TurnRequest, prompt: Rendered,
                        extra: dict[str, str]) -> tuple[Turn, Seam]: ...
 
+    async def vocab_size(self, model: str, extra: dict[str, str]) -> int | None: ...
+
 
 class TokenServerBase:
     """What every dialect shares: the `Http` view and the server root."""
@@ -82,6 +88,10 @@ class TokenServerBase:
     def __init__(self, http: Http, root: str) -> None:
         self.http = http
         self.root = root
+
+    async def vocab_size(self, model: str, extra: dict[str, str]) -> int | None:
+        """The model's vocabulary size, where the server reports one (a dialect overrides)."""
+        return None
 
     async def post(self, path: str, body: JSONObject, extra: dict[str, str]) -> tuple[Any, float]:
         """One POST with the endpoint's retries: the decoded reply and the seconds it took."""

@@ -21,13 +21,18 @@ Read from llama.cpp's tools/server source and checked against a real one
   spell `content`, and the turn keeps no ids (the next one goes as text). The raw finish
   reason is `stop_type` verbatim (`limit` is the cap).
 
-Tests: tests/providers/test_tokenin.py.
+- `GET /v1/models` (`data[].meta.n_vocab`, with `vocab_type`, `n_ctx_train`, ...): the
+  model's vocabulary size, which every returned id must be below (`vocab_size`; asked once
+  per model, and a server that does not say leaves it unknown).
+
+Tests: tests/providers/test_tokenin.py, tests/episode/test_token_range.py.
 """
 
 from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
+from collector.errors import ProviderError
 from collector.providers.common import as_int, finish_turn, logprob_or_nan, merge_extra
 from collector.providers.textcalls import text_tool_calls
 from collector.providers.tokenin_dialect import (
@@ -59,6 +64,24 @@ class LlamaServer(TokenServerBase):
         if not isinstance(prompt, str):
             raise self.http.protocol_error("apply-template reply has no prompt text")
         return prompt
+
+    async def vocab_size(self, model: str, extra: dict[str, str]) -> int | None:
+        """`n_vocab` from the model list's metadata (the one model a llama-server serves, or
+        the entry named `model`), or None when it gives none."""
+        try:
+            payload = await self.http.get_json(self.root + "/v1/models", extra)
+        except ProviderError:
+            return None  # metadata the turn can do without: the ids are then bounded by 2**31
+        entries = payload.get("data") if isinstance(payload, dict) else None
+        if not isinstance(entries, list):
+            return None
+        named = [e for e in entries if isinstance(e, dict) and e.get("id") == model]
+        for entry in named or entries[:1]:
+            meta = entry.get("meta") if isinstance(entry, dict) else None
+            size = meta.get("n_vocab") if isinstance(meta, dict) else None
+            if isinstance(size, int) and not isinstance(size, bool) and size > 0:
+                return size
+        return None
 
     async def tokenize(self, model: str, text: str, add_special: bool, extra: dict[str, str]) -> list[int]:
         """The server's tokenizer on `text`, special tokens parsed (template markup is special)."""

@@ -52,6 +52,17 @@ def episode_id(run_id: str, task_id: str, sample: int, model: str, budget: int) 
 MAX_TOKEN_COUNT = 2**31 - 1
 
 
+#: Every token id is below this, whatever the model: no tokenizer has 2**31 tokens, and trainers
+#: hold ids as int32. An id at or past it (or past the server's reported vocabulary, or
+#: negative) is not a token the model sampled (`collector.episode.tokens`, `collector check`).
+TOKEN_ID_LIMIT = 2**31
+
+
+def token_id_limit(vocab_size: int | None) -> int:
+    """The bound a turn's ids must be below: the reported vocabulary, else `TOKEN_ID_LIMIT`."""
+    return vocab_size if vocab_size is not None and 0 < vocab_size < TOKEN_ID_LIMIT else TOKEN_ID_LIMIT
+
+
 def clamp_tokens(value: int) -> int:
     """A token count as stored: within 0..MAX_TOKEN_COUNT (anything else is not a count)."""
     return min(max(value, 0), MAX_TOKEN_COUNT)
@@ -166,6 +177,14 @@ class TurnRecord:
     """Output tokens the server counted in usage but returned no ids for, accounted to the stop
     string that ended the turn (llama.cpp counts a matched `stop` string and returns none of
     its ids; `collector.episode.tokens`). None: no such shortfall."""
+    tokens_rejected: str | None = None
+    """Why the ids the server returned for this turn were not kept: `id_out_of_range` (an id
+    negative, or not below the vocabulary size: not a token of this model, so not what was
+    sampled; `collector.episode.tokens`). None: kept, or none returned."""
+    token_vocab_size: int | None = None
+    """The vocabulary size the turn's ids were checked against, as the server reported it
+    (llama.cpp's model metadata); None: not reported (then `TOKEN_ID_LIMIT`, 2**31, bounds
+    them). `collector check` flags any stored id outside it."""
     # --- issue 27: which weights sampled the turn (still schema version 3) ---
     policy_version: str | None = None
     """The weight / policy version that answered this turn: the server's (SGLang's

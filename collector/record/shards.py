@@ -67,6 +67,7 @@ __all__ = [
     "ShardFormat",
     "arrow_type",
     "describe_exception",
+    "episode_from_row",
     "episodes_from_table",
     "episodes_to_table",
     "format_of",
@@ -363,6 +364,13 @@ _LOAD_EPISODE = _struct_loader(Episode)
 def episodes_from_table(table: pa.Table) -> list[Episode]:
     """Rebuild `Episode`s from shard rows (derived and unknown columns are ignored)."""
     return [_LOAD_EPISODE(row) for row in table.to_pylist()]
+
+
+def episode_from_row(row: dict[str, Any]) -> Episode:
+    """Rebuild one `Episode` from one shard row as a dict (`table.to_pylist()[i]`), for a
+    reader that changes the row first (the report clips its long strings)."""
+    episode: Episode = _LOAD_EPISODE(row)
+    return episode
 
 
 # --- Files -----------------------------------------------------------------------------------

@@ -22,7 +22,9 @@ The controller (`AimdController`) is TCP's congestion control applied to request
   a signal from a request sent before the last decrease does not cut again (the same rule
   as TCP's once per window), else a burst of 429s from one overload would collapse the
   limit to 1;
-- `Retry-After` (and `retry-after-ms`) pauses all admission to the pair until it passes,
+- `Retry-After` (and `retry-after-ms`) pauses all admission to the pair until it passes
+  (a pause over `MAX_PAUSE_S` is not applied; a value that cannot be read, such as a date
+  past what `datetime` holds, is no pause, and the request's slot is released regardless),
   not only the retry of the request that got it (`collector.providers.http` sleeps that
   one; the others would otherwise hit the same wall). The rate-limit headers of every
   reply (OpenAI `x-ratelimit-remaining-{requests,tokens}` with `-reset-*`, Anthropic
@@ -63,16 +65,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import email.utils
 import math
 import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 import httpx
 
+from collector.providers.retryafter import header_retry_after_s, seconds_until
 from collector.run.servermetrics import SCRAPE_INTERVAL_S, LoadVerdict, MetricsReader
 
 __all__ = [
@@ -100,7 +101,8 @@ LATENCY_ALPHA = 0.1
 FLOOR_DRIFT = 1.0005
 """Per completion, the latency floor may rise by this factor (see the module docstring)."""
 MAX_PAUSE_S = 120.0
-"""A server pause longer than this is not applied here (the retry loop gives up on it)."""
+"""A server pause longer than this is not applied here, not even in part (the retry loop
+gives up on the request that got it: `RetryPolicy.max_retry_after_s`, 120 s by default)."""
 OVERLOAD_STATUSES = frozenset({408, 429, 503, 504, 529})
 """Statuses that say the server has too much: the decrease signals."""
 
@@ -177,9 +179,14 @@ class AimdController:
         return Ticket(self._clock(), self.epoch)
 
     def pause(self, seconds: float) -> None:
-        """Admit nothing for `seconds` (a Retry-After, an exhausted rate-limit window)."""
-        if seconds > 0:
-            self.paused_until = max(self.paused_until, self._clock() + min(seconds, MAX_PAUSE_S))
+        """Admit nothing for `seconds` (a Retry-After, an exhausted rate-limit window).
+
+        A pause over `MAX_PAUSE_S` (NaN included) is not applied at all, not shortened to it:
+        the request that got it fails at once (the retry loop's `max_retry_after_s`), and
+        holding every other request to the pair for two minutes would only turn them into
+        timeouts."""
+        if 0 < seconds <= MAX_PAUSE_S:
+            self.paused_until = max(self.paused_until, self._clock() + seconds)
 
     def pause_left(self) -> float:
         return max(0.0, self.paused_until - self._clock())
@@ -258,16 +265,7 @@ def _duration_s(value: str) -> float | None:
     if parts and any(parts.groups()):
         h, m, s, ms = (float(g) if g else 0.0 for g in parts.groups())
         return h * 3600 + m * 60 + s + ms / 1000
-    try:
-        when = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError, IndexError):
-            return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+    return seconds_until(value)
 
 
 def _number(headers: Mapping[str, str], name: str) -> float | None:
@@ -319,18 +317,6 @@ def header_pause_s(headers: Mapping[str, str], next_tokens: float) -> float:
         if wait is not None:
             pause = max(pause, wait)
     return pause
-
-
-def _retry_after_s(headers: Mapping[str, str]) -> float | None:
-    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
-        value = headers.get(name)
-        if value:
-            try:
-                return max(0.0, float(value) * scale)
-            except ValueError:
-                if name == "retry-after":
-                    return _duration_s(value)
-    return None
 
 
 class Admission:
@@ -402,14 +388,18 @@ class Admission:
         assert self._cond is not None
         async with self._cond:
             overloaded = timed_out or status in OVERLOAD_STATUSES
-            if headers is not None:
-                wait = _retry_after_s(headers) if overloaded else None
-                if wait is not None:
-                    self.controller.pause(wait)
-                self.controller.pause(header_pause_s(headers, self.last_tokens))
-            self.controller.done(ticket, overloaded, waiting=self.waiting > 0,
-                                 measured=status is not None and status < 300)
-            self._cond.notify(max(1, int(self.controller.limit) - self.controller.in_flight))
+            try:
+                if headers is not None:
+                    wait = header_retry_after_s(headers) if overloaded else None
+                    if wait is not None:
+                        self.controller.pause(wait)
+                    self.controller.pause(header_pause_s(headers, self.last_tokens))
+            finally:
+                # The slot is given back whatever the headers held: a reply the gate cannot
+                # read must not keep its place for the rest of the run.
+                self.controller.done(ticket, overloaded, waiting=self.waiting > 0,
+                                     measured=status is not None and status < 300)
+                self._cond.notify(max(1, int(self.controller.limit) - self.controller.in_flight))
         self._maybe_scrape()
 
     def _maybe_scrape(self) -> None:

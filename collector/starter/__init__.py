@@ -11,6 +11,7 @@ Tests: tests/system/test_packaging.py (the wheel's demo and `collector init`), t
 
 from __future__ import annotations
 
+import os
 import shutil
 from importlib import resources
 from pathlib import Path
@@ -62,7 +63,8 @@ def write_starter(dest: str | Path) -> list[Path]:
     """Write a starter project into `dest`: config.toml, my_env/ and the notebook.
 
     Refuses (one line) to overwrite anything that exists, so running it twice never loses a
-    user's edits.
+    user's edits; a symlink counts as existing even when it dangles, and every file is created
+    without following one, so a link planted in `dest` never sends a write outside it.
     """
     root = Path(dest)
     targets = {
@@ -70,12 +72,30 @@ def write_starter(dest: str | Path) -> list[Path]:
         root / "my_env": _files() / "my_env",
         root / "notebooks" / "truncation_analysis.ipynb": _files() / "truncation_analysis.ipynb",
     }
-    taken = [str(p) for p in targets if p.exists()]
+    planted = [str(p) for p in (root / "notebooks",) if p.is_symlink()]
+    if planted:
+        raise ConfigError(f"collector init: {planted[0]} is a symlink; refusing to write through it")
+    taken = [str(p) for p in targets if os.path.lexists(p)]
     if taken:
         raise ConfigError(f"collector init: {', '.join(taken)} already exists; choose an empty directory")
     root.mkdir(parents=True, exist_ok=True)
-    (root / "config.toml").write_text(STARTER_CONFIG, encoding="utf-8")
+    _create_new(root / "config.toml", STARTER_CONFIG.encode("utf-8"))
     shutil.copytree(_files() / "my_env", root / "my_env", ignore=shutil.ignore_patterns("__pycache__"))
     (root / "notebooks").mkdir(exist_ok=True)
-    shutil.copyfile(_files() / "truncation_analysis.ipynb", root / "notebooks" / "truncation_analysis.ipynb")
+    notebook = (_files() / "truncation_analysis.ipynb").read_bytes()
+    _create_new(root / "notebooks" / "truncation_analysis.ipynb", notebook)
     return list(targets)
+
+
+def _create_new(path: Path, data: bytes) -> None:
+    """Create `path` holding `data`, refusing (one line) a path that exists or is a symlink.
+
+    O_EXCL with O_NOFOLLOW closes the window between the check above and the write: a link
+    planted meanwhile fails the create instead of being followed.
+    """
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    except FileExistsError as exc:
+        raise ConfigError(f"collector init: {path} already exists; choose an empty directory") from exc
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)

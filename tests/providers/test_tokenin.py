@@ -47,6 +47,10 @@ def tokenize(text: str) -> list[int]:
     return out
 
 
+N_VOCAB = 1000 + 0x110000
+"""One id per Unicode code point above 1000, the markup below: every id `tokenize` makes."""
+
+
 def detokenize(ids: list[int]) -> str:
     return "".join(SPECIAL[i - 1] if i < 1000 else chr(i - 1000) for i in ids)
 
@@ -88,8 +92,11 @@ class FakeLlama:
         return "done", ""
 
     async def handle(self, request: httpx.Request) -> httpx.Response:
-        body = json.loads(request.content)
         path = request.url.path
+        if request.method == "GET" and path == "/v1/models":  # the model's metadata, as llama-server's
+            meta = {"vocab_type": 2, "n_vocab": N_VOCAB, "n_ctx_train": 4096}
+            return httpx.Response(200, json={"object": "list", "data": [{"id": "fake", "meta": meta}]})
+        body = json.loads(request.content)
         self.paths.append(path)
         if path == "/apply-template":
             if self.refuse_probes and any(m.get("content") in ("A", "B") for m in body["messages"]):
