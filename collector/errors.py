@@ -28,7 +28,6 @@ names its module (relative to `collector`)::
         ├── LockLost                storage.runstore: the run's lock was taken mid-run
         ├── RecordInDoubt           storage.commit: a commit record may or may not have landed
         ├── FollowError             analysis.follow: the run cannot be followed from this cursor
-        ├── GraderFailed            analysis.grader_calls: a regrade's grader failed on one episode
         └── PreconditionFailed      storage.s3client: S3 refused a conditional write (412/409)
 
 Outside the tree, each for a contract of its own (never recorded as an episode's error)::

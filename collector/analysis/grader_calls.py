@@ -12,8 +12,9 @@ reward. The regrade is asked one episode at a time (`GraderThread.grade`), and:
   does not hold the process's exit) and the episode is named in one line. Nothing in Python
   can stop a running synchronous function; abandoning its thread is what a deadline can do.
 - a grader that raises, or returns None, a string, a bool, NaN, an infinity or an integer too
-  large for a float, is one line naming the episode and the cause (`GraderFailed`), never a
+  large for a float, is one line naming the episode and the cause (`OutputError`), never a
   traceback without the episode, nor an empty message.
+  It is an `OutputError`: the CLI prints it as ``collector: error: episode ...`` and exits 2.
 
 Tests: tests/analysis/test_regrade_faults.py.
 """
@@ -29,11 +30,7 @@ from typing import Any
 
 from collector.errors import OutputError
 
-__all__ = ["GraderFailed", "GraderThread", "reward_of"]
-
-
-class GraderFailed(OutputError):
-    """The grader of one episode failed (raised, hung, returned no reward): one line naming both."""
+__all__ = ["GraderThread", "reward_of"]
 
 
 def _shown(value: object) -> str:
@@ -72,30 +69,32 @@ class GraderThread:
         self._thread.start()
         self._stuck = False
 
-    def grade(self, episode_id: str, call: Coroutine[Any, Any, object], deadline_s: float) -> float:
-        """The reward `call` (one episode's `Environment.regrade`) returns within `deadline_s`;
-        GraderFailed naming `episode_id` otherwise."""
+    def grade(self, episode_id: str, call: Coroutine[Any, Any, object], deadline_s: float,
+              bound_s: float) -> float:
+        """The reward `call` (one episode's `Environment.regrade`, whose own steps are bounded by
+        `bound_s` each) returns within `deadline_s`; OutputError naming `episode_id` otherwise."""
         if self._stuck:
             call.close()
-            raise GraderFailed(f"episode {episode_id}: not graded, an earlier grader is still running")
+            raise OutputError(f"episode {episode_id}: not graded, an earlier grader is still running")
         future = asyncio.run_coroutine_threadsafe(call, self._loop)
         try:
             value = future.result(timeout=deadline_s)
-        except concurrent.futures.TimeoutError:
+        except TimeoutError as e:
+            if future.done():  # raised by the call: an async grader (or a tool) past its own bound
+                raise OutputError(f"episode {episode_id}: the grader did not finish within its {bound_s:g} s "
+                                  "bound") from e
             future.cancel()  # an async grader stops here; a synchronous one keeps the thread: abandoned
             self._stuck = True
-            raise GraderFailed(f"episode {episode_id}: the grader did not finish within {deadline_s:g} s "
-                               "(abandoned)") from None
+            raise OutputError(f"episode {episode_id}: the grader did not finish within {deadline_s:g} s "
+                              "(abandoned)") from None
         except concurrent.futures.CancelledError:
-            raise GraderFailed(f"episode {episode_id}: the grader was cancelled") from None
-        except GraderFailed:
-            raise
+            raise OutputError(f"episode {episode_id}: the grader was cancelled") from None
         except Exception as e:
-            raise GraderFailed(f"episode {episode_id}: the grader {_cause(e)}") from e
+            raise OutputError(f"episode {episode_id}: the grader {_cause(e)}") from e
         try:
             return reward_of(value)
         except ValueError as e:
-            raise GraderFailed(f"episode {episode_id}: the grader {e}") from None
+            raise OutputError(f"episode {episode_id}: the grader {e}") from None
 
     def close(self) -> None:
         """Stop the loop (unless a grader holds it: then the daemon thread is left behind)."""

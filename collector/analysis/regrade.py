@@ -268,8 +268,8 @@ def regrade_run(run_dir: str | Path, env: Regradable, spec: str, name: str = "re
     `files` is where the annotation is written (default: the run directory's folder; an
     ``s3://`` run's `S3Annotations`); `timeout_s` a tool's time (each replayed call and the
     grade get it). Raises ConfigError when the environment cannot be regraded or differs from
-    the one the annotation was begun with; OutputError (`GraderFailed`: one line naming the
-    episode) when the grader fails, after committing what was graded before it.
+    the one the annotation was begun with; OutputError (one line naming the episode) when the
+    grader fails, after committing what was graded before it.
     """
     if not env.regradable:
         raise ConfigError(f"--env {spec}: environment {getattr(env, 'name', spec)!r} does not declare itself "
@@ -323,8 +323,10 @@ def regrade_run(run_dir: str | Path, env: Regradable, spec: str, name: str = "re
                 for row in part:
                     try:
                         call, deadline = _regrade_call(env, tasks, row, grade_max_steps, timeout_s)
-                        rewards.append((0.0, False) if call is None
-                                       else (thread.grade(row["episode_id"], call, deadline), True))
+                        if call is None:
+                            rewards.append((0.0, False))
+                        else:
+                            rewards.append((thread.grade(row["episode_id"], call, deadline, timeout_s), True))
                     except CollectorError:
                         commit(part[:len(rewards)], rewards)  # what was graded before it is kept
                         raise

@@ -85,7 +85,8 @@ def test_regrade_exactly_once_under_sigkill(tmp_path: Path) -> None:
     assert kills >= 2
     # And once in the narrowest window: the chunk renamed into place, its record not yet made
     # (killed on the event of its first record's creation), which leaves an orphan chunk.
-    window = ("import os, signal, sys; from collector.analysis.annotation_store import LocalAnnotations as L\n"
+    window = ("import os, signal, sys\n"
+              "from collector.analysis.annotation_store import LocalAnnotations as L\n"
               "real = L.create; n = [0]\n"
               "def gate(self, name, data):\n"
               "    n[0] += name.startswith('commit-')\n"
