@@ -93,9 +93,10 @@ runs examples/follow_trainer.py.
 
 from __future__ import annotations
 
-import datetime as dt
+import hashlib
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -126,6 +127,23 @@ Groups = Literal["all", "complete"]
 _GROUP_AXES = ("task_id", "provider", "model", "budget", "reasoning")
 #: How often one poll reads again when the base changed under it (a compaction in between).
 _ATTEMPTS = 20
+#: ``[g]RUN:SEQ.N.LAST[+K:SHARD:ROW]``: every part required, digits without sign or leading junk.
+_NAME = r"[A-Za-z0-9_][A-Za-z0-9_-]*"
+_CURSOR = re.compile(rf"(g?)([0-9a-f]{{12}}):(\d{{1,18}})\.(\d{{1,18}})\.(-|{_NAME})"
+                     rf"(?:\+([1-9]\d{{0,17}}):({_NAME}):(\d{{1,18}}))?")
+#: The columns that carry each row's place in its shard through grouping (dropped before delivery).
+_SHARD_COL, _ROW_COL = "__follow_shard", "__follow_row"
+
+
+def run_identity(base: dict[str, Any]) -> str:
+    """The run a cursor belongs to: its manifest's ``run_id`` (made when the run was created,
+    kept by every later writer and compaction); for a run created before run ids, a digest of
+    its fingerprint and creation time."""
+    run_id = base.get("run_id")
+    if isinstance(run_id, str) and re.fullmatch(r"[0-9a-f]{12,}", run_id):
+        return run_id[:12]
+    made = f"{base.get('fingerprint')}|{base.get('created')}".encode()
+    return hashlib.sha256(made).hexdigest()[:12]
 
 
 class FollowError(OutputError):
@@ -134,37 +152,34 @@ class FollowError(OutputError):
 
 @dataclass(frozen=True)
 class Cursor:
-    """A position in a run's delivery stream: after the state `seq` (`shards` shards, the last
-    `last`), then `lines` lines of output. `grouped` cursors anchor at a low-water mark."""
+    """A position in a run's delivery stream: in run `run` (`run_identity`), after the state
+    `seq` (`shards` shards, the last `last`), then `lines` lines of output, the last of them
+    row `at[1]` of shard `at[0]`. `grouped` cursors anchor at a low-water mark."""
 
+    run: str
     seq: int
-    shards: int | None = None
-    last: str | None = None
+    shards: int
+    last: str
     lines: int = 0
     grouped: bool = False
+    at: tuple[str, int] | None = None
 
     def __str__(self) -> str:
-        text = f"{'g' if self.grouped else ''}{self.seq}"
-        if self.shards is not None:
-            text += f".{self.shards}.{self.last or '-'}"
-        return text + (f"+{self.lines}" if self.lines else "")
+        text = f"{'g' if self.grouped else ''}{self.run}:{self.seq}.{self.shards}.{self.last or '-'}"
+        if self.lines and self.at is not None:
+            text += f"+{self.lines}:{self.at[0]}:{self.at[1]}"
+        return text
 
     @classmethod
     def parse(cls, text: str, where: str) -> Cursor:
-        raw = text.strip()
-        grouped = raw.startswith("g")
-        body, _, lines = raw.removeprefix("g").partition("+")
-        parts = body.split(".", 2)
-        try:
-            seq = int(parts[0])
-            shards = int(parts[1]) if len(parts) == 3 else None
-            count = int(lines) if lines else 0
-            if seq < 0 or count < 0 or (shards is not None and shards < 0) or len(parts) == 2:
-                raise ValueError
-        except ValueError:
-            raise FollowError(f"{where}: {text!r} is not a follow cursor (SEQ.N.LAST[+K])") from None
-        last = None if len(parts) < 3 else ("" if parts[2] == "-" else parts[2])
-        return cls(seq, shards, last, count, grouped)
+        m = _CURSOR.fullmatch(text.strip())
+        if m is None:
+            raise FollowError(f"{where}: {text!r} is not a follow cursor (RUN:SEQ.N.LAST[+K:SHARD:ROW], as "
+                              "`collector follow` prints it; a cursor from before run ids: follow from the "
+                              "start)")
+        g, run, seq, shards, last, lines, stem, row = m.groups()
+        at = (stem, int(row)) if lines is not None else None
+        return cls(run, int(seq), int(shards), "" if last == "-" else last, int(lines or 0), bool(g), at)
 
 
 @dataclass(frozen=True)
@@ -200,9 +215,9 @@ class _State:
     seq: int
     paths: list[str]
 
-    def anchor(self, grouped: bool, lines: int = 0) -> Cursor:
+    def anchor(self, run: str, grouped: bool) -> Cursor:
         last = _stem(self.paths[-1]) if self.paths else ""
-        return Cursor(self.seq, len(self.paths), last, lines, grouped)
+        return Cursor(run, self.seq, len(self.paths), last, 0, grouped)
 
 
 @dataclass
@@ -260,8 +275,10 @@ class Follower:
                 raise FollowError(f"{self.run}: cursor {since} is a {kind} cursor; "
                                   f"follow {flag} --groups complete")
             # A plain cursor at a commit boundary is a grouped one with nothing held there.
-            self.since = Cursor(self.since.seq, self.since.shards, self.since.last, 0, True)
+            self.since = Cursor(self.since.run, self.since.seq, self.since.shards, self.since.last, 0, True)
         self.cursor: str | None = since
+        self.run_id = ""
+        """The run's identity (`run_identity`), read with its manifest; every cursor carries it."""
         self.held: tuple[int, int] = (0, 0)
 
     # --- where the files are -----------------------------------------------------------
@@ -282,15 +299,16 @@ class Follower:
     def _writer_present(self, root: Path) -> bool:
         lock = root / LOCK
         if self._object:
-            token = _read_json(lock) if lock.exists() else None
-            if token is None:
-                return False
-            try:
-                renewed = dt.datetime.fromisoformat(str(token["renewed"]))
-                lease = float(token["lease_s"])
-            except (KeyError, TypeError, ValueError):
-                return True  # a lock we cannot read is a writer's all the same
-            return (dt.datetime.now(dt.UTC) - renewed).total_seconds() < lease
+            # The lock object itself, its lease judged on the store's clock as the writer's own
+            # takeover rule judges it (`collector.storage.s3lease.lease_held`): never this
+            # reader's clock, which may run ahead of the store's (or behind) by any amount.
+            from collector.storage.location import ObjectLocation, parse_location
+            from collector.storage.s3lease import lease_held
+            from collector.storage.s3objects import bucket_of
+
+            location = parse_location(self.run)
+            assert isinstance(location, ObjectLocation)
+            return lease_held(bucket_of(location.bucket), location)
         try:
             st = os.stat(lock)
         except FileNotFoundError:
@@ -323,10 +341,17 @@ class Follower:
             raise FollowError(f"{self.run}: commit record {seq} is not one this follower knows")
         return record
 
-    def _state_at(self, root: Path, cursor: Cursor) -> _State:
-        """The committed state a cursor's anchor names, checked against the run."""
+    def _state_at(self, root: Path, cursor: Cursor | None) -> _State:
+        """The committed state a cursor's anchor names (None: the start), checked against the run."""
         for _ in range(_ATTEMPTS):
             base = self._base(root)
+            self.run_id = run_identity(base)
+            if cursor is None:
+                return _State(0, [])
+            if cursor.run != self.run_id:
+                raise FollowError(f"{self.run}: cursor {cursor} is of another run (run {cursor.run}; "
+                                  f"this run is {self.run_id}): follow from the start or from a cursor "
+                                  "this run printed")
             through = int(base["log_through"])
             entries = base["shards"]
             if cursor.seq < through:
@@ -338,9 +363,8 @@ class Follower:
                     break
                 state = _apply(state, record)
             else:
-                found = state.anchor(False)
-                wanted = (cursor.shards, cursor.last or "")
-                if cursor.shards is not None and (found.shards, found.last) != wanted:
+                found = state.anchor(self.run_id, False)
+                if (found.shards, found.last) != (cursor.shards, cursor.last):
                     raise FollowError(f"{self.run}: cursor {cursor} does not match this run (its state after "
                                       f"commit {cursor.seq} has {len(state.paths)} shards)")
                 return state
@@ -354,9 +378,6 @@ class Follower:
             return _State(cursor.seq, _paths([e for e in entries if e["seq"] <= cursor.seq]))
         paths = _paths(entries)
         n = cursor.shards
-        if n is None:
-            raise FollowError(f"{self.run}: cursor {cursor} is behind the base (log_through {through}) and "
-                              "names no shard count: resume from a cursor as printed")
         if n > len(paths) or (n and _stem(paths[n - 1]) != cursor.last):
             raise FollowError(
                 f"{self.run}: cursor {cursor} is behind the base (log_through {through}) and a shard of its "
@@ -387,9 +408,10 @@ class Follower:
                 paths = _paths(entries)
                 if paths[:len(state.paths)] != state.paths:
                     raise FollowError(
-                        f"{self.run}: cursor {state.anchor(self.grouped)} is behind the base (log_through "
-                        f"{through}) and a shard of its state was removed since (a forget or a repair): the "
-                        "rows after it cannot be told apart exactly (the store's entries carry no commit seq)"
+                        f"{self.run}: cursor {state.anchor(self.run_id, self.grouped)} is behind the base "
+                        f"(log_through {through}) and a shard of its state was removed since (a forget "
+                        "or a repair): the rows after it cannot be told apart exactly (the store's entries "
+                        "carry no commit seq)"
                     )
                 first = {str(e["path"]): e for e in reversed(entries)}  # the first entry naming each
                 new = [first[p] for p in paths[len(state.paths):]]
@@ -415,14 +437,14 @@ class Follower:
 
     def __iter__(self) -> Iterator[Batch]:
         root = self._wait_for_run()
-        start = self.since or Cursor(0, 0, "", 0, self.grouped)
+        start = self.since
         state = self._state_at(root, start)
         # Its size is read at the first row (see `_chunks`), not now: a writer creates the
         # manifest before it writes config.resolved.json, and a follower may start in between.
         grouper = _Grouper(0) if self.grouped else None
-        skip = start.lines  # lines after the anchor already delivered
+        skip = start.lines if start is not None else 0  # lines after the anchor already delivered
         lines = 0  # lines delivered (or skipped) since the current anchor
-        anchor = state.anchor(self.grouped)
+        anchor = state.anchor(self.run_id, self.grouped)
         first = True
         while True:
             # Whether a writer holds the run, seen before the read (see "The end"); for an
@@ -432,37 +454,53 @@ class Follower:
                 root = self._root() or root
             for step in self._steps(root, state):
                 chunks = self._chunks(root, step, grouper)
-                for table, last_chunk, gids, gerrs in chunks:
+                for table, last_chunk, gids, gerrs, places in chunks:
                     n = table.num_rows
                     if skip:
                         dropped = min(skip, n)
                         skip -= dropped
                         lines += dropped
+                        if not skip and start is not None:
+                            self._check_place(start, places[dropped - 1])
                         table, gids, gerrs = table.slice(dropped), gids[dropped:], gerrs[dropped:]
+                        places = places[dropped:]
                         n -= dropped
                     if not n:
                         continue
-                    cursors = [str(Cursor(anchor.seq, anchor.shards, anchor.last, lines + i, self.grouped))
-                               for i in range(1, n + 1)]
+                    cursors = [str(Cursor(self.run_id, anchor.seq, anchor.shards, anchor.last, lines + i,
+                                          self.grouped, places[i - 1])) for i in range(1, n + 1)]
                     lines += n
                     if last_chunk and (grouper is None or not grouper.held):
-                        cursors[-1] = str(step.after.anchor(self.grouped))
+                        cursors[-1] = str(step.after.anchor(self.run_id, self.grouped))
                     self.cursor = cursors[-1]
                     yield Batch(table, step.after.seq, cursors, len(set(gids)), _count_errors(table), gerrs)
                 state = step.after
                 if grouper is None or not grouper.held:
-                    anchor, lines = state.anchor(self.grouped), 0
+                    anchor, lines = state.anchor(self.run_id, self.grouped), 0
                     if not skip:
                         self.cursor = str(anchor)
             if grouper is not None:
                 self.held = (len(grouper.held), sum(len(g) for g in grouper.held.values()))
-            if first and skip:
+            if first and skip and start is not None:
                 raise FollowError(f"{self.run}: cursor {start} names {start.lines} lines after its anchor; "
                                   f"the run has only {start.lines - skip} there")
             first = False
             if not present and not self.forever:
                 return  # the writer was gone before this read began: the read saw all it committed
             self._sleep(self.poll_s)
+
+    def _check_place(self, cursor: Cursor, found: tuple[str, int]) -> None:
+        """The cursor's K-th line after its anchor must still be the row it was when it was
+        printed: a forget or a repair that rewrote shards after the anchor (and was folded into
+        the base) moves rows, and skipping K lines would then skip rows never delivered."""
+        if cursor.at != found:
+            was = cursor.at or ("?", "?")
+            raise FollowError(
+                f"{self.run}: cursor {cursor} cannot be resumed exactly: line {cursor.lines} after its "
+                f"anchor was row {was[1]} of shard {was[0]}, and is now row {found[1]} of {found[0]} (a "
+                "forget or a repair rewrote the shards after it since; resume from the anchor, "
+                "re-receiving some rows, or from the start)"
+            )
 
     def _wait_for_run(self) -> Path:
         while True:
@@ -483,35 +521,45 @@ class Follower:
         return size
 
     def _chunks(self, root: Path, step: _Step, grouper: _Grouper | None
-                ) -> Iterator[tuple[pa.Table, bool, list[int], list[int]]]:
+                ) -> Iterator[tuple[pa.Table, bool, list[int], list[int], list[tuple[str, int]]]]:
         """The step's output: its rows, one table per commit (per shard when caught up from a
         compacted base: that can be the whole run), or the groups they complete; each with
-        whether it is the step's last, and per row its group's number and error count."""
+        whether it is the step's last, and per row its group's number and error count and its
+        place (shard name without extension, row in that shard)."""
         whole = step.record or len(step.new) <= 1
         parts: list[pa.Table] = []
         gids: list[int] = []
         gerrs: list[int] = []
+        places: list[tuple[str, int]] = []
         for i, entry in enumerate(step.new):
             table = self._shard(root, entry)
             if self.annotation is not None:
                 # A regrade annotates committed episodes after the fact: one it does not cover
                 # yet is an error naming the gap (resume the regrade), never the stored reward.
                 table = apply_annotation(root, table, self.annotation)
+            # Each row's place rides along through grouping (which reorders rows), then is dropped.
+            table = table.append_column(_SHARD_COL, pa.array([_stem(str(entry["path"]))] * table.num_rows,
+                                                             pa.string()))
+            table = table.append_column(_ROW_COL, pa.array(range(table.num_rows), pa.int64()))
             if grouper is not None:
                 if not grouper.size:  # a commit exists: the writer's open is done, its config written
                     grouper.size = self._group_size(root)
                 table, ids, errs = grouper.feed(table)
             else:
                 ids, errs = [], []
+            place = list(zip(table.column(_SHARD_COL).to_pylist(), table.column(_ROW_COL).to_pylist(),
+                             strict=True))
+            table = table.drop_columns([_SHARD_COL, _ROW_COL])
             last = i == len(step.new) - 1
             if whole:
                 parts.append(table)
                 gids += ids
                 gerrs += errs
+                places += place
                 if last:
-                    yield _concat(parts), True, gids, gerrs
+                    yield _concat(parts), True, gids, gerrs, places
             else:
-                yield table, last, ids, errs
+                yield table, last, ids, errs, place
 
 
 def _apply(state: _State, record: dict[str, Any]) -> _State:

@@ -404,6 +404,9 @@ def new_manifest(fingerprint: str, fmt: str) -> dict[str, Any]:
         "schema_version": SCHEMA_VERSION,
         "fingerprint": fingerprint,
         "format": fmt,
+        # Which run this is, whatever its path: a follower's cursor carries it, so that a
+        # cursor of another run (or of a run deleted and made again there) is refused.
+        "run_id": uuid.uuid4().hex,
         "created": now_iso(),
         "updated": now_iso(),
         "next_part": 0,
