@@ -175,7 +175,19 @@ def test_a_cursor_behind_a_compaction_gets_exactly_what_was_committed_after_it(t
     assert_resumes_exactly(run, first + rest)
 
 
-def test_a_forget_behind_the_cursor_folded_into_the_base_is_refused_in_one_line(tmp_path: Path) -> None:
+def strip_commit_seqs(run: Path) -> None:
+    """Make the base what a store from before the per-entry ``seq`` wrote."""
+    path = run / ".collector/manifest.json"
+    manifest = json.loads(path.read_text())
+    for entry in manifest["shards"]:
+        entry.pop("seq", None)
+    path.write_text(json.dumps(manifest))
+
+
+def test_a_forget_behind_the_cursor_folded_into_the_base_is_exact_or_refused_in_one_line(
+        tmp_path: Path) -> None:
+    """The store's entries carry their commit's seq: a forget folded behind the cursor resumes
+    exactly; a base written before that field is refused in one line naming run and cursor."""
     run = tmp_path / "run"
     with open_store(run) as store:
         store.commit(episodes(range(6), errors=frozenset({"t1"})))
@@ -183,6 +195,8 @@ def test_a_forget_behind_the_cursor_folded_into_the_base_is_refused_in_one_line(
     with open_store(run) as store:
         store.forget({make_episode(StopReason.ERROR, model="m1", budget=64, task="t1").episode_id})
         store.commit(episodes(range(6, 8)))
+    assert [e for _, e in rows(follow(run, since=cursor))] == [ep.episode_id for ep in episodes(range(6, 8))]
+    strip_commit_seqs(run)
     with pytest.raises(FollowError) as caught:
         rows(follow(run, since=cursor))
     message = str(caught.value)
@@ -241,7 +255,10 @@ def test_a_live_follower_overtaken_by_a_compaction_catches_up_from_the_base(tmp_
     assert [eid for _, eid in rows(batches)] == committed_in_order(run)
 
 
-def test_a_live_follower_overtaken_by_a_folded_forget_stops_in_one_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize("seqs", [True, False])
+def test_a_live_follower_overtaken_by_a_folded_forget_is_exact_or_stops_in_one_line(
+        tmp_path: Path, seqs: bool) -> None:
+    """Exact where the base's entries carry their commit seq; one line where they do not."""
     run = tmp_path / "run"
     store = open_store(run)
     store.commit(episodes(range(4), errors=frozenset({"t1"})))
@@ -251,8 +268,13 @@ def test_a_live_follower_overtaken_by_a_folded_forget_stops_in_one_line(tmp_path
         with open_store(run) as again:
             again.forget({make_episode(StopReason.ERROR, model="m1", budget=64, task="t1").episode_id})
             again.commit(episodes(range(4, 6)))
+        if not seqs:
+            strip_commit_seqs(run)
 
     follower = driven(run, [resumed])
+    if seqs:
+        assert [e for _, e in rows(follower)] == [ep.episode_id for ep in episodes(range(6))]
+        return
     with pytest.raises(FollowError, match=r"cursor [0-9a-f]{12}:1\.2\.part-\S+ is behind the base "
                                           r"\(log_through 3\)"):
         list(follower)
