@@ -15,6 +15,8 @@ reward. The regrade is asked one episode at a time (`GraderThread.grade`), and:
   large for a float, is one line naming the episode and the cause (`OutputError`), never a
   traceback without the episode, nor an empty message.
   It is an `OutputError`: the CLI prints it as ``collector: error: episode ...`` and exits 2.
+  The grader's own message is shown (whitespace folded, at most 200 characters) with every
+  credential the environment declares (`Environment.credentials()`) replaced.
 
 Tests: tests/analysis/test_regrade_faults.py.
 """
@@ -24,10 +26,12 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import math
+import re
 import threading
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterable
 from typing import Any
 
+from collector.episode.redact import REDACTED_CREDENTIAL
 from collector.errors import OutputError
 
 __all__ = ["GraderThread", "reward_of"]
@@ -63,7 +67,10 @@ def _cause(e: BaseException) -> str:
 class GraderThread:
     """An event loop in a daemon thread that grades one episode at a time under a deadline."""
 
-    def __init__(self) -> None:
+    def __init__(self, credentials: Iterable[str] = ()) -> None:
+        forms = sorted({c for c in credentials if c}, key=len, reverse=True)
+        # The environment's own secrets (`Environment.credentials()`): never in a failure line.
+        self._secrets = re.compile("|".join(map(re.escape, forms))) if forms else None
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="regrade-grader", daemon=True)
         self._thread.start()
@@ -73,6 +80,14 @@ class GraderThread:
               bound_s: float) -> float:
         """The reward `call` (one episode's `Environment.regrade`, whose own steps are bounded by
         `bound_s` each) returns within `deadline_s`; OutputError naming `episode_id` otherwise."""
+        try:
+            return self._grade(episode_id, call, deadline_s, bound_s)
+        except OutputError as e:
+            text = str(e) if self._secrets is None else self._secrets.sub(REDACTED_CREDENTIAL, str(e))
+            raise OutputError(text) from None
+
+    def _grade(self, episode_id: str, call: Coroutine[Any, Any, object], deadline_s: float,
+               bound_s: float) -> float:
         if self._stuck:
             call.close()
             raise OutputError(f"episode {episode_id}: not graded, an earlier grader is still running")

@@ -315,7 +315,8 @@ def regrade_run(run_dir: str | Path, env: Regradable, spec: str, name: str = "re
             annotated += len(part)
             _delete_orphans(files, {seq: chunk})  # a killed run's chunk for this seq, decided now
 
-        thread = GraderThread()
+        credentials = getattr(env, "credentials", None)
+        thread = GraderThread(credentials() if callable(credentials) else ())
         try:
             for start in range(0, len(rows), batch):
                 part = rows[start:start + batch]

@@ -185,6 +185,8 @@ class FaultyWorld(StrictWorld):
             return super().grade(final_text)
         if self.fault == "raise":
             raise RuntimeError("the rubric file\nis missing")
+        if self.fault == "secret":
+            raise PermissionError(f"rubric server refused token {SECRET} at https://u:{SECRET}@rubric")
         if self.fault == "hang":
             _release.wait(120)  # a synchronous grader stuck: only the deadline gets the regrade out
             return 0.5
@@ -198,9 +200,15 @@ class FaultyWorld(StrictWorld):
         return wrong[self.fault]
 
 
+SECRET = "rubric-token-never-shown"
+
+
 class FaultyArithmetic(StrictArithmetic):
     def start(self, task: Any, context: Any = None) -> FaultyWorld:
         return FaultyWorld(449)
+
+    def credentials(self) -> tuple[str, ...]:
+        return (SECRET,)
 
 
 @pytest.fixture
@@ -257,3 +265,15 @@ def test_the_cli_prints_a_failing_grader_as_one_line(tmp_path: Path, monkeypatch
     err = capsys.readouterr().err
     assert re.fullmatch(r"collector: error: episode \S+: the grader returned None \(NoneType\), "
                         r"not a number\n", err)
+
+
+@pytest.mark.usefixtures("release_graders")
+def test_a_failing_graders_line_holds_none_of_the_environments_credentials(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The grader's message is shown, with the credentials the environment declares replaced."""
+    run = make_run(tmp_path)
+    monkeypatch.setattr(FaultyWorld, "fault", "secret")
+    with pytest.raises(OutputError) as caught:
+        regrade_run(run, FaultyArithmetic(), SPEC, "strict")
+    assert SECRET not in str(caught.value)
+    assert "raised PermissionError: rubric server refused token [redacted credential]" in str(caught.value)
