@@ -17,7 +17,7 @@ Output of ``collector follow``: ``--format jsonl`` (default) writes one line per
 ``{"cursor": ..., "seq": <commit>, ["group_errors": <its group's errors>,] "episode": {<row>}}``,
 flushed after each batch; ``--format arrow`` writes one Arrow IPC stream, the shard columns
 plus ``cursor``, a record batch per `Batch` (an empty run: the schema, no batch). Bad input
-(no run, a cursor that is not one, or not this run's) is one line on stderr and exit 2.
+(no run, a cursor that is not one, torn, or another run's) is one line on stderr and exit 2.
 
 Guarantees
 ----------
@@ -26,22 +26,37 @@ Guarantees
   shard order and each shard's row order (the "stream").
 - Resume, exactly: every delivered row (every jsonl line, every row of an Arrow batch) has a
   cursor; ``since=that cursor`` delivers exactly the rows after it: each committed episode
-  once per cursor history, none before its commit, none twice.
+  once per cursor history, none before its commit, none twice. Where that cannot be told
+  (below), the follower refuses in one line naming the run and the cursor: never a silent skip.
 - Memory: one commit's rows (a commit folded into the base before the follower read it
   comes shard by shard), plus, with ``groups="complete"``, the samples of incomplete groups.
 
-Cursor. ``SEQ.N.LAST[+K]``: an anchor, the committed state after commit SEQ, which held N
-shards, the last named LAST (its file name without extension, ``-`` for none), then K lines
-of output after that anchor. Grouped cursors start with ``g``; their anchor is the last state
-at which no group was held (the low-water mark), and K counts the lines released since, so
-a resume re-reads the held samples from the anchor and skips the K lines already delivered.
-A bare ``SEQ`` is accepted while the records after it are still in the log.
+Cursor. ``RUN:SEQ.N.LAST[+K:SHARD:ROW]``: the run (`run_identity`: 12 hex digits of the
+manifest's ``run_id``, made with the run), an anchor, the committed state after commit SEQ,
+which held N shards, the last named LAST (its file name without extension, ``-`` for none),
+then K lines of output after that anchor, the K-th being row ROW of shard SHARD. Grouped
+cursors start with ``g``; their anchor is the last state at which no group was held (the
+low-water mark), and K counts the lines released since, so a resume re-reads the held
+samples from the anchor and skips the K lines already delivered. Every part is required: a
+cursor of another run (even ``RUN:0.0.-``, the start, which would match any run), one cut
+short (``...+``) or in another form is refused in one line, never read as another position.
+A resume checks that its K-th line is still row ROW of SHARD: a forget or a repair folded
+into the base since can move rows after the anchor, and skipping K lines would then skip
+rows never delivered; such a cursor is refused in one line (resume from its anchor, getting
+some rows again, or from the start). A run created before run ids is identified by its
+fingerprint and creation time.
 
 Compaction. The writer folds the log into a new base now and then (``log_through`` = the
 last record folded), then deletes the folded records. A follower whose anchor is at or
-after the base's ``log_through`` reads the records after it. One behind the base cannot:
-the base's entries do not say which commit added them (path, rows, model, budget, size,
-checksum, an ISO ``committed`` time of one-second resolution). But the base lists its shards
+after the base's ``log_through`` reads the records after it. One behind the base reads the
+entries' ``"seq"``: the seq of the commit that first committed the entry's rows, which the
+store writes into every entry it commits (`collector.storage.commit`), a forget's
+replacement keeping the seq of the shard it replaces. The anchor's state is the entries with
+a seq at or below the anchor's, and the rows after it are the others: exact across
+compactions, ``--retry-errors`` forgets and repairs. A run written before that field (some
+entry without it) is read as follows: the base's entries do not say which commit added them
+(path, rows, model, budget, size, checksum, an ISO ``committed`` time of one-second
+resolution). But the base lists its shards
 in commit order (a fold appends each record's additions; a forget removes entries and
 appends their replacements), and only a forget or a repair ever removes one. So when the
 first N entries of the base are the anchor's N shards (its last one, LAST, is still the
@@ -49,12 +64,9 @@ N-th), nothing of the anchor's state was removed, and exactly the entries after 
 were committed after it: those are delivered (as one catch-up step at the base's seq). When
 they are not (a ``--retry-errors`` forget or a repair of a shard at or before the anchor,
 folded before the follower came back), no exact answer exists in today's format: the
-follower stops with one line naming the run and the cursor. Exactness there needs one field
-from the store: ``"seq"`` in every shard entry (commit record and base), the seq of the
-commit that first committed the entry's rows, a forget's replacement keeping the seq of the
-shard it replaces. When every base entry has it, the follower uses it instead (the entries
-with a seq above the anchor's, by seq). Also not exact across a compaction: a forget or a
-repair of a shard *after* the anchor while a cursor has K > 0 lines into it.
+follower stops with one line naming the run and the cursor. A forget or a repair of a shard
+*after* the anchor while a cursor has K > 0 lines into it is caught by the cursor's place
+check (above): refused in one line.
 
 Forget (``collector run --retry-errors``). The store writes a ``forget`` record: the shards
 holding error episodes are replaced by shards without them. A follower delivers nothing for
@@ -82,10 +94,15 @@ last commit, so that read holds everything it committed): locally,
 no flock on ``.collector/run.lock`` (read from ``/proc/locks``, so the follower never takes
 a lock a starting writer would be refused by; where it is unreadable the writer counts as
 present; a writer on another host of a network filesystem does not show there: follow such a
-run with ``forever``); in object storage, no ``run.lock`` object, or one whose lease expired. With
-``forever=True`` (``--forever``) it keeps polling.
+run with ``forever``); in object storage, no ``run.lock`` object, or one whose lease expired,
+read from the bucket itself and judged on the store's clock as the writer's own takeover rule
+judges it (`collector.storage.s3lease.lease_held`: the answer's ``Date`` against the object's
+``LastModified``), never on this reader's clock, which may run ahead or behind by minutes.
+With ``forever=True`` (``--forever``) it keeps polling.
 
-Tests: tests/analysis/test_follow.py (compaction behind the cursor, forget, groups, the end,
+Tests: tests/analysis/test_follow_faults.py (a finished run's cursors after ``--retry-errors``,
+torn and foreign cursors, an S3 follower with its clock ahead); tests/analysis/test_follow.py
+(compaction behind the cursor, forget, groups, the end,
 a SIGKILLed ``collector follow`` process resumed from its last printed cursor against a
 running ``collector run``, locally and in a moto bucket); tests/analysis/test_follow_example.py
 runs examples/follow_trainer.py.

@@ -19,17 +19,34 @@ Exactly once, SIGKILL-safe. The annotation lives under ``.collector/annotations/
 (a ``.`` directory, files without a shard extension: invisible to pandas, polars, DuckDB,
 Hugging Face; see `collector.storage.manifest`): ``meta.json`` (the environment spec and
 grader, created once; a rerun with another grader is refused), then per batch a chunk
-``chunk-<uuid>.annot`` (an Arrow IPC file: temp, fsync, rename) and its create-only record
-``commit-<seq>.json`` naming it. The record is the commit point: a chunk no record names (a
-kill between the two) is an orphan that readers ignore and the next run deletes; the next
-run annotates what no record covers, so every episode is annotated exactly once. Two
-regrades of one NAME at once are refused by the create-only record (``O_EXCL``).
+``chunk-<seq>-<uuid>.annot`` (an Arrow IPC file, written whole) and its create-only record
+``commit-<seq>.json`` naming it. The record is the commit point; the next run annotates what
+no record covers, so every episode is annotated exactly once. Where: the run's own storage
+(`collector.analysis.annotation_store`): the run directory, or for an ``s3://`` run the
+bucket itself (create-only by ``If-None-Match: *``, refused on an endpoint that ignores it),
+never only the reader's local mirror, which its next sync would clear.
+
+Orphans are decided by the records, never by timing. A chunk is written for one seq (its
+name says which) before its record; it is an orphan only once record ``<seq>`` exists and
+names another chunk (its writer was killed, or another regrade won that seq), and only then
+deleted. A chunk whose record does not exist yet is never deleted, however old: its writer
+may be about to create it. Two regrades of one NAME at once: locally the second is refused
+in one line before it reads or deletes anything (a flock on ``regrade.lock``, released by
+the kernel when a regrade dies); in S3 (no flock) both may grade, the create-only record
+lets one commit each seq, and the other stops in one line, deleting only its own chunk.
+
+Graders (`collector.analysis.grader_calls`). Every grader has a deadline: each replayed call
+and the grade get ``--timeout`` seconds (30), the episode their sum, run in a thread that is
+abandoned past it, so a synchronous grader that hangs cannot hold the regrade. A grader that
+raises, hangs or returns no reward (None, a string, a bool, NaN, infinity, an integer too
+large for a float) stops the regrade with one line naming the episode and the cause; the
+episodes graded before it, its own batch's included, are committed first.
 
 Recorded tool arguments are the redacted ones (`collector.episode.redact`): a tool whose
 outcome depends on a redacted secret replays differently; such an environment should not
 declare itself regradable.
 
-Tests: tests/analysis/test_regrade.py
+Tests: tests/analysis/test_regrade.py, tests/analysis/test_regrade_faults.py
 """
 
 from __future__ import annotations
