@@ -36,8 +36,8 @@ the kernel when a regrade dies); in S3 (no flock) both may grade, the create-onl
 lets one commit each seq, and the other stops in one line, deleting only its own chunk.
 
 Graders (`collector.analysis.grader_calls`). Every grader has a deadline: each replayed call
-and the grade get ``--timeout`` seconds (30), the episode their sum, run in a thread that is
-abandoned past it, so a synchronous grader that hangs cannot hold the regrade. A grader that
+and the grade get ``--timeout`` seconds (30), the episode their sum and one more, run in a
+thread that is abandoned past it, so a synchronous grader that hangs cannot hold the regrade. A grader that
 raises, hangs or returns no reward (None, a string, a bool, NaN, infinity, an integer too
 large for a float) stops the regrade with one line naming the episode and the cause; the
 episodes graded before it, its own batch's included, are committed first.
@@ -234,8 +234,9 @@ def _regrade_call(env: Regradable, tasks: dict[str, Any], row: dict[str, Any], g
     calls = [(c["name"], c["call_id"], c["arguments_json"], c["turn_index"])
              for c in row["executed_tool_calls"] or []]  # in the order they ran
     final = _final_text(row["messages"] or []) if reason == StopReason.DONE.value else None
-    # Each replayed call and the grade itself get a tool's time; the whole is the deadline.
-    return env.regrade(task, row, calls, final, timeout_s), timeout_s * (len(calls) + 1)
+    # Each replayed call and the grade itself get a tool's time (their own bounds, for async
+    # ones); the deadline is their sum and one more, so that an async bound fires first.
+    return env.regrade(task, row, calls, final, timeout_s), timeout_s * (len(calls) + 2)
 
 
 def _chunk_bytes(table: pa.Table) -> bytes:
