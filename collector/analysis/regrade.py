@@ -37,10 +37,11 @@ lets one commit each seq, and the other stops in one line, deleting only its own
 
 Graders (`collector.analysis.grader_calls`). Every grader has a deadline: each replayed call
 and the grade get ``--timeout`` seconds (30), the episode their sum and one more, run in a
-thread that is abandoned past it, so a synchronous grader that hangs cannot hold the regrade. A grader that
-raises, hangs or returns no reward (None, a string, a bool, NaN, infinity, an integer too
-large for a float) stops the regrade with one line naming the episode and the cause; the
-episodes graded before it, its own batch's included, are committed first.
+thread that is abandoned past it, so a synchronous grader that hangs cannot hold the
+regrade. A grader that raises, hangs or returns no reward (None, a string, a bool, NaN,
+infinity, an integer too large for a float) stops the regrade with one line naming the
+episode and the cause; the episodes graded before it, its own batch's included, are
+committed first.
 
 Recorded tool arguments are the redacted ones (`collector.episode.redact`): a tool whose
 outcome depends on a redacted secret replays differently; such an environment should not
