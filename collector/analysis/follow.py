@@ -31,19 +31,20 @@ Guarantees
 - Memory: one commit's rows (a commit folded into the base before the follower read it
   comes shard by shard), plus, with ``groups="complete"``, the samples of incomplete groups.
 
-Cursor. ``RUN:SEQ.N.LAST[+K:SHARD:ROW]``: the run (`run_identity`: 12 hex digits of the
-manifest's ``run_id``, made with the run), an anchor, the committed state after commit SEQ,
+Cursor. ``STORE:SEQ.N.LAST[+K:SHARD:ROW]``: the run's store (`store_identity`: 12 hex digits
+of the manifest's ``store_id``, made with the run; not the episodes' ``run_id``, which comes
+from the config), an anchor, the committed state after commit SEQ,
 which held N shards, the last named LAST (its file name without extension, ``-`` for none),
 then K lines of output after that anchor, the K-th being row ROW of shard SHARD. Grouped
 cursors start with ``g``; their anchor is the last state at which no group was held (the
 low-water mark), and K counts the lines released since, so a resume re-reads the held
 samples from the anchor and skips the K lines already delivered. Every part is required: a
-cursor of another run (even ``RUN:0.0.-``, the start, which would match any run), one cut
+cursor of another run (even ``STORE:0.0.-``, the start, which would match any run), one cut
 short (``...+``) or in another form is refused in one line, never read as another position.
 A resume checks that its K-th line is still row ROW of SHARD: a forget or a repair folded
 into the base since can move rows after the anchor, and skipping K lines would then skip
 rows never delivered; such a cursor is refused in one line (resume from its anchor, getting
-some rows again, or from the start). A run created before run ids is identified by its
+some rows again, or from the start). A run created before store ids is identified by its
 fingerprint and creation time.
 
 Compaction. The writer folds the log into a new base now and then (``log_through`` = the
@@ -144,7 +145,7 @@ Groups = Literal["all", "complete"]
 _GROUP_AXES = ("task_id", "provider", "model", "budget", "reasoning")
 #: How often one poll reads again when the base changed under it (a compaction in between).
 _ATTEMPTS = 20
-#: ``[g]RUN:SEQ.N.LAST[+K:SHARD:ROW]``: every part required, digits without sign or leading junk.
+#: ``[g]STORE:SEQ.N.LAST[+K:SHARD:ROW]``: every part required, digits without sign or leading junk.
 _NAME = r"[A-Za-z0-9_][A-Za-z0-9_-]*"
 _CURSOR = re.compile(rf"(g?)([0-9a-f]{{12}}):(\d{{1,18}})\.(\d{{1,18}})\.(-|{_NAME})"
                      rf"(?:\+([1-9]\d{{0,17}}):({_NAME}):(\d{{1,18}}))?")
@@ -152,13 +153,13 @@ _CURSOR = re.compile(rf"(g?)([0-9a-f]{{12}}):(\d{{1,18}})\.(\d{{1,18}})\.(-|{_NA
 _SHARD_COL, _ROW_COL = "__follow_shard", "__follow_row"
 
 
-def run_identity(base: dict[str, Any]) -> str:
-    """The run a cursor belongs to: its manifest's ``run_id`` (made when the run was created,
-    kept by every later writer and compaction); for a run created before run ids, a digest of
+def store_identity(base: dict[str, Any]) -> str:
+    """The run a cursor belongs to: its manifest's ``store_id`` (made when the run was created,
+    kept by every later writer and compaction); for a run created before store ids, a digest of
     its fingerprint and creation time."""
-    run_id = base.get("run_id")
-    if isinstance(run_id, str) and re.fullmatch(r"[0-9a-f]{12,}", run_id):
-        return run_id[:12]
+    store_id = base.get("store_id")
+    if isinstance(store_id, str) and re.fullmatch(r"[0-9a-f]{12,}", store_id):
+        return store_id[:12]
     made = f"{base.get('fingerprint')}|{base.get('created')}".encode()
     return hashlib.sha256(made).hexdigest()[:12]
 
@@ -169,11 +170,11 @@ class FollowError(OutputError):
 
 @dataclass(frozen=True)
 class Cursor:
-    """A position in a run's delivery stream: in run `run` (`run_identity`), after the state
-    `seq` (`shards` shards, the last `last`), then `lines` lines of output, the last of them
+    """A position in a run's delivery stream: in the run of store `store` (`store_identity`),
+    after the state `seq` (`shards` shards, the last `last`), then `lines` lines of output, the last of them
     row `at[1]` of shard `at[0]`. `grouped` cursors anchor at a low-water mark."""
 
-    run: str
+    store: str
     seq: int
     shards: int
     last: str
@@ -182,7 +183,7 @@ class Cursor:
     at: tuple[str, int] | None = None
 
     def __str__(self) -> str:
-        text = f"{'g' if self.grouped else ''}{self.run}:{self.seq}.{self.shards}.{self.last or '-'}"
+        text = f"{'g' if self.grouped else ''}{self.store}:{self.seq}.{self.shards}.{self.last or '-'}"
         if self.lines and self.at is not None:
             text += f"+{self.lines}:{self.at[0]}:{self.at[1]}"
         return text
@@ -191,12 +192,12 @@ class Cursor:
     def parse(cls, text: str, where: str) -> Cursor:
         m = _CURSOR.fullmatch(text.strip())
         if m is None:
-            raise FollowError(f"{where}: {text!r} is not a follow cursor (RUN:SEQ.N.LAST[+K:SHARD:ROW], as "
-                              "`collector follow` prints it; a cursor from before run ids: follow from the "
+            raise FollowError(f"{where}: {text!r} is not a follow cursor (STORE:SEQ.N.LAST[+K:SHARD:ROW], as "
+                              "`collector follow` prints it; a cursor from before store ids: follow from the "
                               "start)")
-        g, run, seq, shards, last, lines, stem, row = m.groups()
+        g, store, seq, shards, last, lines, stem, row = m.groups()
         at = (stem, int(row)) if lines is not None else None
-        return cls(run, int(seq), int(shards), "" if last == "-" else last, int(lines or 0), bool(g), at)
+        return cls(store, int(seq), int(shards), "" if last == "-" else last, int(lines or 0), bool(g), at)
 
 
 @dataclass(frozen=True)
@@ -292,10 +293,10 @@ class Follower:
                 raise FollowError(f"{self.run}: cursor {since} is a {kind} cursor; "
                                   f"follow {flag} --groups complete")
             # A plain cursor at a commit boundary is a grouped one with nothing held there.
-            self.since = Cursor(self.since.run, self.since.seq, self.since.shards, self.since.last, 0, True)
+            self.since = Cursor(self.since.store, self.since.seq, self.since.shards, self.since.last, 0, True)
         self.cursor: str | None = since
-        self.run_id = ""
-        """The run's identity (`run_identity`), read with its manifest; every cursor carries it."""
+        self.store_id = ""
+        """The run's store (`store_identity`), read with its manifest; every cursor carries it."""
         self.held: tuple[int, int] = (0, 0)
 
     # --- where the files are -----------------------------------------------------------
@@ -362,12 +363,12 @@ class Follower:
         """The committed state a cursor's anchor names (None: the start), checked against the run."""
         for _ in range(_ATTEMPTS):
             base = self._base(root)
-            self.run_id = run_identity(base)
+            self.store_id = store_identity(base)
             if cursor is None:
                 return _State(0, [])
-            if cursor.run != self.run_id:
-                raise FollowError(f"{self.run}: cursor {cursor} is of another run (run {cursor.run}; "
-                                  f"this run is {self.run_id}): follow from the start or from a cursor "
+            if cursor.store != self.store_id:
+                raise FollowError(f"{self.run}: cursor {cursor} is of another run (store {cursor.store}; "
+                                  f"this run's is {self.store_id}): follow from the start or from a cursor "
                                   "this run printed")
             through = int(base["log_through"])
             entries = base["shards"]
@@ -380,7 +381,7 @@ class Follower:
                     break
                 state = _apply(state, record)
             else:
-                found = state.anchor(self.run_id, False)
+                found = state.anchor(self.store_id, False)
                 if (found.shards, found.last) != (cursor.shards, cursor.last):
                     raise FollowError(f"{self.run}: cursor {cursor} does not match this run (its state after "
                                       f"commit {cursor.seq} has {len(state.paths)} shards)")
@@ -425,7 +426,7 @@ class Follower:
                 paths = _paths(entries)
                 if paths[:len(state.paths)] != state.paths:
                     raise FollowError(
-                        f"{self.run}: cursor {state.anchor(self.run_id, self.grouped)} is behind the base "
+                        f"{self.run}: cursor {state.anchor(self.store_id, self.grouped)} is behind the base "
                         f"(log_through {through}) and a shard of its state was removed since (a forget "
                         "or a repair): the rows after it cannot be told apart exactly (the store's entries "
                         "carry no commit seq)"
@@ -461,7 +462,7 @@ class Follower:
         grouper = _Grouper(0) if self.grouped else None
         skip = start.lines if start is not None else 0  # lines after the anchor already delivered
         lines = 0  # lines delivered (or skipped) since the current anchor
-        anchor = state.anchor(self.run_id, self.grouped)
+        anchor = state.anchor(self.store_id, self.grouped)
         first = True
         while True:
             # Whether a writer holds the run, seen before the read (see "The end"); for an
@@ -484,16 +485,16 @@ class Follower:
                         n -= dropped
                     if not n:
                         continue
-                    cursors = [str(Cursor(self.run_id, anchor.seq, anchor.shards, anchor.last, lines + i,
+                    cursors = [str(Cursor(self.store_id, anchor.seq, anchor.shards, anchor.last, lines + i,
                                           self.grouped, places[i - 1])) for i in range(1, n + 1)]
                     lines += n
                     if last_chunk and (grouper is None or not grouper.held):
-                        cursors[-1] = str(step.after.anchor(self.run_id, self.grouped))
+                        cursors[-1] = str(step.after.anchor(self.store_id, self.grouped))
                     self.cursor = cursors[-1]
                     yield Batch(table, step.after.seq, cursors, len(set(gids)), _count_errors(table), gerrs)
                 state = step.after
                 if grouper is None or not grouper.held:
-                    anchor, lines = state.anchor(self.run_id, self.grouped), 0
+                    anchor, lines = state.anchor(self.store_id, self.grouped), 0
                     if not skip:
                         self.cursor = str(anchor)
             if grouper is not None:

@@ -401,11 +401,11 @@ def test_a_cursor_of_another_run_or_from_the_future_is_refused(tmp_path: Path) -
     foreign = rows(follow(tmp_path / "a"))[-1][0]
     with pytest.raises(FollowError, match=r"cursor .* is of another run"):
         rows(follow(tmp_path / "b", since=foreign))
-    run_id = rows(follow(tmp_path / "b"))[-1][0].split(":")[0]
+    store = rows(follow(tmp_path / "b"))[-1][0].split(":")[0]
     with pytest.raises(FollowError, match="ahead of the run"):
-        rows(follow(tmp_path / "b", since=f"{run_id}:9.3.-"))
+        rows(follow(tmp_path / "b", since=f"{store}:9.3.-"))
     with pytest.raises(FollowError, match="has only"):
-        rows(follow(tmp_path / "b", since=f"{run_id}:0.0.-+9:part-x:0"))
+        rows(follow(tmp_path / "b", since=f"{store}:0.0.-+9:part-x:0"))
 
 
 def test_it_ends_only_once_the_writer_released_the_lock(tmp_path: Path) -> None:
@@ -516,8 +516,8 @@ def test_the_cli_writes_jsonl_lines_and_an_arrow_stream_with_the_same_cursors(tm
     bad = cli(str(run), "--since", "nonsense")
     assert bad.returncode == 2
     assert bad.stderr.decode().splitlines() == [
-        f"collector: error: {run}: 'nonsense' is not a follow cursor (RUN:SEQ.N.LAST[+K:SHARD:ROW], as "
-        "`collector follow` prints it; a cursor from before run ids: follow from the start)"]
+        f"collector: error: {run}: 'nonsense' is not a follow cursor (STORE:SEQ.N.LAST[+K:SHARD:ROW], as "
+        "`collector follow` prints it; a cursor from before store ids: follow from the start)"]
 
 
 # --- processes: collector run + a SIGKILLed collector follow ---------------------------------

@@ -103,14 +103,14 @@ def test_a_cursor_of_another_run_is_refused_in_one_line(tmp_path: Path) -> None:
     assert rows(follow(tmp_path / "b", since=ours[0][0].split(":")[0] + ":0.0.-")) == ours
 
 
-def test_a_run_without_a_run_id_is_followed_by_its_fingerprint_and_creation(tmp_path: Path) -> None:
-    """A run written before run ids still gives cursors that resume it."""
+def test_a_run_without_a_store_id_is_followed_by_its_fingerprint_and_creation(tmp_path: Path) -> None:
+    """A run written before store ids still gives cursors that resume it."""
     run = tmp_path / "run"
     with open_store(run) as store:
         store.commit(episodes(range(4)))
     path = run / ".collector/manifest.json"
     manifest = json.loads(path.read_text())
-    del manifest["run_id"]
+    del manifest["store_id"]
     path.write_text(json.dumps(manifest))
     delivered = rows(follow(run))
     assert [e for _, e in rows(follow(run, since=delivered[1][0]))] == [e for _, e in delivered[2:]]
