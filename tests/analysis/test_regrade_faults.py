@@ -70,7 +70,7 @@ def test_regrade_of_a_run_in_s3_commits_the_annotation_to_the_bucket_exactly_onc
     assert main(["regrade", uri, "--env", SPEC, "--out", "strict"]) == 0
     assert "0 episodes annotated now, 40 in all" in capsys.readouterr().out
     mirror = tmp_path / "elsewhere" / "s3" / s3_bucket.name / "r"
-    main(["check", uri])
+    assert main(["check", uri]) == 0
     assert_exactly_once(mirror)
 
 
