@@ -61,6 +61,16 @@ def _fraction(text: str) -> float:
     return value
 
 
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0.0 < value <= 86400.0:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"must be seconds in (0, 86400], got {text}")
+    return value
+
+
 def _count(text: str) -> int:
     value = int(text)
     if value < 0:
@@ -383,6 +393,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env", required=True, metavar="SPEC",
                    help="the environment: a name or package.module:attr")
     p.add_argument("--out", default="regrade", metavar="NAME", help="the annotation's name (default regrade)")
+    p.add_argument("--timeout", type=_positive_seconds, default=30.0, metavar="S",
+                   help="seconds each replayed tool call and each grade may take (default 30)")
     p.set_defaults(func=_cmd_regrade)
 
     p = sub.add_parser("schema", help="print the config's JSON Schema (for editors; see the README)")

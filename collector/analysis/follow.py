@@ -17,7 +17,7 @@ Output of ``collector follow``: ``--format jsonl`` (default) writes one line per
 ``{"cursor": ..., "seq": <commit>, ["group_errors": <its group's errors>,] "episode": {<row>}}``,
 flushed after each batch; ``--format arrow`` writes one Arrow IPC stream, the shard columns
 plus ``cursor``, a record batch per `Batch` (an empty run: the schema, no batch). Bad input
-(no run, a cursor that is not one, or not this run's) is one line on stderr and exit 2.
+(no run, a cursor that is not one, torn, or another run's) is one line on stderr and exit 2.
 
 Guarantees
 ----------
@@ -26,22 +26,38 @@ Guarantees
   shard order and each shard's row order (the "stream").
 - Resume, exactly: every delivered row (every jsonl line, every row of an Arrow batch) has a
   cursor; ``since=that cursor`` delivers exactly the rows after it: each committed episode
-  once per cursor history, none before its commit, none twice.
+  once per cursor history, none before its commit, none twice. Where that cannot be told
+  (below), the follower refuses in one line naming the run and the cursor: never a silent skip.
 - Memory: one commit's rows (a commit folded into the base before the follower read it
   comes shard by shard), plus, with ``groups="complete"``, the samples of incomplete groups.
 
-Cursor. ``SEQ.N.LAST[+K]``: an anchor, the committed state after commit SEQ, which held N
-shards, the last named LAST (its file name without extension, ``-`` for none), then K lines
-of output after that anchor. Grouped cursors start with ``g``; their anchor is the last state
-at which no group was held (the low-water mark), and K counts the lines released since, so
-a resume re-reads the held samples from the anchor and skips the K lines already delivered.
-A bare ``SEQ`` is accepted while the records after it are still in the log.
+Cursor. ``STORE:SEQ.N.LAST[+K:SHARD:ROW]``: the run's store (`store_identity`: 12 hex digits
+of the manifest's ``store_id``, made with the run; not the episodes' ``run_id``, which comes
+from the config), an anchor, the committed state after commit SEQ,
+which held N shards, the last named LAST (its file name without extension, ``-`` for none),
+then K lines of output after that anchor, the K-th being row ROW of shard SHARD. Grouped
+cursors start with ``g``; their anchor is the last state at which no group was held (the
+low-water mark), and K counts the lines released since, so a resume re-reads the held
+samples from the anchor and skips the K lines already delivered. Every part is required: a
+cursor of another run (even ``STORE:0.0.-``, the start, which would match any run), one cut
+short (``...+``) or in another form is refused in one line, never read as another position.
+A resume checks that its K-th line is still row ROW of SHARD: a forget or a repair folded
+into the base since can move rows after the anchor, and skipping K lines would then skip
+rows never delivered; such a cursor is refused in one line (resume from its anchor, getting
+some rows again, or from the start). A run created before store ids is identified by its
+fingerprint and creation time.
 
 Compaction. The writer folds the log into a new base now and then (``log_through`` = the
 last record folded), then deletes the folded records. A follower whose anchor is at or
-after the base's ``log_through`` reads the records after it. One behind the base cannot:
-the base's entries do not say which commit added them (path, rows, model, budget, size,
-checksum, an ISO ``committed`` time of one-second resolution). But the base lists its shards
+after the base's ``log_through`` reads the records after it. One behind the base reads the
+entries' ``"seq"``: the seq of the commit that first committed the entry's rows, which the
+store writes into every entry it commits (`collector.storage.commit`), a forget's
+replacement keeping the seq of the shard it replaces. The anchor's state is the entries with
+a seq at or below the anchor's, and the rows after it are the others: exact across
+compactions, ``--retry-errors`` forgets and repairs. A run written before that field (some
+entry without it) is read as follows: the base's entries do not say which commit added them
+(path, rows, model, budget, size, checksum, an ISO ``committed`` time of one-second
+resolution). But the base lists its shards
 in commit order (a fold appends each record's additions; a forget removes entries and
 appends their replacements), and only a forget or a repair ever removes one. So when the
 first N entries of the base are the anchor's N shards (its last one, LAST, is still the
@@ -49,12 +65,9 @@ N-th), nothing of the anchor's state was removed, and exactly the entries after 
 were committed after it: those are delivered (as one catch-up step at the base's seq). When
 they are not (a ``--retry-errors`` forget or a repair of a shard at or before the anchor,
 folded before the follower came back), no exact answer exists in today's format: the
-follower stops with one line naming the run and the cursor. Exactness there needs one field
-from the store: ``"seq"`` in every shard entry (commit record and base), the seq of the
-commit that first committed the entry's rows, a forget's replacement keeping the seq of the
-shard it replaces. When every base entry has it, the follower uses it instead (the entries
-with a seq above the anchor's, by seq). Also not exact across a compaction: a forget or a
-repair of a shard *after* the anchor while a cursor has K > 0 lines into it.
+follower stops with one line naming the run and the cursor. A forget or a repair of a shard
+*after* the anchor while a cursor has K > 0 lines into it is caught by the cursor's place
+check (above): refused in one line.
 
 Forget (``collector run --retry-errors``). The store writes a ``forget`` record: the shards
 holding error episodes are replaced by shards without them. A follower delivers nothing for
@@ -82,10 +95,15 @@ last commit, so that read holds everything it committed): locally,
 no flock on ``.collector/run.lock`` (read from ``/proc/locks``, so the follower never takes
 a lock a starting writer would be refused by; where it is unreadable the writer counts as
 present; a writer on another host of a network filesystem does not show there: follow such a
-run with ``forever``); in object storage, no ``run.lock`` object, or one whose lease expired. With
-``forever=True`` (``--forever``) it keeps polling.
+run with ``forever``); in object storage, no ``run.lock`` object, or one whose lease expired,
+read from the bucket itself and judged on the store's clock as the writer's own takeover rule
+judges it (`collector.storage.s3lease.lease_held`: the answer's ``Date`` against the object's
+``LastModified``), never on this reader's clock, which may run ahead or behind by minutes.
+With ``forever=True`` (``--forever``) it keeps polling.
 
-Tests: tests/analysis/test_follow.py (compaction behind the cursor, forget, groups, the end,
+Tests: tests/analysis/test_follow_faults.py (a finished run's cursors after ``--retry-errors``,
+torn and foreign cursors, an S3 follower with its clock ahead); tests/analysis/test_follow.py
+(compaction behind the cursor, forget, groups, the end,
 a SIGKILLed ``collector follow`` process resumed from its last printed cursor against a
 running ``collector run``, locally and in a moto bucket); tests/system/analysis/test_follow_example.py
 runs examples/follow_trainer.py.
@@ -93,9 +111,10 @@ runs examples/follow_trainer.py.
 
 from __future__ import annotations
 
-import datetime as dt
+import hashlib
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -126,6 +145,23 @@ Groups = Literal["all", "complete"]
 _GROUP_AXES = ("task_id", "provider", "model", "budget", "reasoning")
 #: How often one poll reads again when the base changed under it (a compaction in between).
 _ATTEMPTS = 20
+#: ``[g]STORE:SEQ.N.LAST[+K:SHARD:ROW]``: every part required, digits without sign or leading junk.
+_NAME = r"[A-Za-z0-9_][A-Za-z0-9_-]*"
+_CURSOR = re.compile(rf"(g?)([0-9a-f]{{12}}):(\d{{1,18}})\.(\d{{1,18}})\.(-|{_NAME})"
+                     rf"(?:\+([1-9]\d{{0,17}}):({_NAME}):(\d{{1,18}}))?")
+#: The columns that carry each row's place in its shard through grouping (dropped before delivery).
+_SHARD_COL, _ROW_COL = "__follow_shard", "__follow_row"
+
+
+def store_identity(base: dict[str, Any]) -> str:
+    """The run a cursor belongs to: its manifest's ``store_id`` (made when the run was created,
+    kept by every later writer and compaction); for a run created before store ids, a digest of
+    its fingerprint and creation time."""
+    store_id = base.get("store_id")
+    if isinstance(store_id, str) and re.fullmatch(r"[0-9a-f]{12,}", store_id):
+        return store_id[:12]
+    made = f"{base.get('fingerprint')}|{base.get('created')}".encode()
+    return hashlib.sha256(made).hexdigest()[:12]
 
 
 class FollowError(OutputError):
@@ -134,37 +170,34 @@ class FollowError(OutputError):
 
 @dataclass(frozen=True)
 class Cursor:
-    """A position in a run's delivery stream: after the state `seq` (`shards` shards, the last
-    `last`), then `lines` lines of output. `grouped` cursors anchor at a low-water mark."""
+    """A position in a run's delivery stream: in the run of store `store` (`store_identity`),
+    after the state `seq` (`shards` shards, the last `last`), then `lines` lines of output, the last of them
+    row `at[1]` of shard `at[0]`. `grouped` cursors anchor at a low-water mark."""
 
+    store: str
     seq: int
-    shards: int | None = None
-    last: str | None = None
+    shards: int
+    last: str
     lines: int = 0
     grouped: bool = False
+    at: tuple[str, int] | None = None
 
     def __str__(self) -> str:
-        text = f"{'g' if self.grouped else ''}{self.seq}"
-        if self.shards is not None:
-            text += f".{self.shards}.{self.last or '-'}"
-        return text + (f"+{self.lines}" if self.lines else "")
+        text = f"{'g' if self.grouped else ''}{self.store}:{self.seq}.{self.shards}.{self.last or '-'}"
+        if self.lines and self.at is not None:
+            text += f"+{self.lines}:{self.at[0]}:{self.at[1]}"
+        return text
 
     @classmethod
     def parse(cls, text: str, where: str) -> Cursor:
-        raw = text.strip()
-        grouped = raw.startswith("g")
-        body, _, lines = raw.removeprefix("g").partition("+")
-        parts = body.split(".", 2)
-        try:
-            seq = int(parts[0])
-            shards = int(parts[1]) if len(parts) == 3 else None
-            count = int(lines) if lines else 0
-            if seq < 0 or count < 0 or (shards is not None and shards < 0) or len(parts) == 2:
-                raise ValueError
-        except ValueError:
-            raise FollowError(f"{where}: {text!r} is not a follow cursor (SEQ.N.LAST[+K])") from None
-        last = None if len(parts) < 3 else ("" if parts[2] == "-" else parts[2])
-        return cls(seq, shards, last, count, grouped)
+        m = _CURSOR.fullmatch(text.strip())
+        if m is None:
+            raise FollowError(f"{where}: {text!r} is not a follow cursor (STORE:SEQ.N.LAST[+K:SHARD:ROW], as "
+                              "`collector follow` prints it; a cursor from before store ids: follow from the "
+                              "start)")
+        g, store, seq, shards, last, lines, stem, row = m.groups()
+        at = (stem, int(row)) if lines is not None else None
+        return cls(store, int(seq), int(shards), "" if last == "-" else last, int(lines or 0), bool(g), at)
 
 
 @dataclass(frozen=True)
@@ -200,9 +233,9 @@ class _State:
     seq: int
     paths: list[str]
 
-    def anchor(self, grouped: bool, lines: int = 0) -> Cursor:
+    def anchor(self, run: str, grouped: bool) -> Cursor:
         last = _stem(self.paths[-1]) if self.paths else ""
-        return Cursor(self.seq, len(self.paths), last, lines, grouped)
+        return Cursor(run, self.seq, len(self.paths), last, 0, grouped)
 
 
 @dataclass
@@ -260,8 +293,10 @@ class Follower:
                 raise FollowError(f"{self.run}: cursor {since} is a {kind} cursor; "
                                   f"follow {flag} --groups complete")
             # A plain cursor at a commit boundary is a grouped one with nothing held there.
-            self.since = Cursor(self.since.seq, self.since.shards, self.since.last, 0, True)
+            self.since = Cursor(self.since.store, self.since.seq, self.since.shards, self.since.last, 0, True)
         self.cursor: str | None = since
+        self.store_id = ""
+        """The run's store (`store_identity`), read with its manifest; every cursor carries it."""
         self.held: tuple[int, int] = (0, 0)
 
     # --- where the files are -----------------------------------------------------------
@@ -282,15 +317,16 @@ class Follower:
     def _writer_present(self, root: Path) -> bool:
         lock = root / LOCK
         if self._object:
-            token = _read_json(lock) if lock.exists() else None
-            if token is None:
-                return False
-            try:
-                renewed = dt.datetime.fromisoformat(str(token["renewed"]))
-                lease = float(token["lease_s"])
-            except (KeyError, TypeError, ValueError):
-                return True  # a lock we cannot read is a writer's all the same
-            return (dt.datetime.now(dt.UTC) - renewed).total_seconds() < lease
+            # The lock object itself, its lease judged on the store's clock as the writer's own
+            # takeover rule judges it (`collector.storage.s3lease.lease_held`): never this
+            # reader's clock, which may run ahead of the store's (or behind) by any amount.
+            from collector.storage.location import ObjectLocation, parse_location
+            from collector.storage.s3lease import lease_held
+            from collector.storage.s3objects import bucket_of
+
+            location = parse_location(self.run)
+            assert isinstance(location, ObjectLocation)
+            return lease_held(bucket_of(location.bucket), location)
         try:
             st = os.stat(lock)
         except FileNotFoundError:
@@ -323,10 +359,17 @@ class Follower:
             raise FollowError(f"{self.run}: commit record {seq} is not one this follower knows")
         return record
 
-    def _state_at(self, root: Path, cursor: Cursor) -> _State:
-        """The committed state a cursor's anchor names, checked against the run."""
+    def _state_at(self, root: Path, cursor: Cursor | None) -> _State:
+        """The committed state a cursor's anchor names (None: the start), checked against the run."""
         for _ in range(_ATTEMPTS):
             base = self._base(root)
+            self.store_id = store_identity(base)
+            if cursor is None:
+                return _State(0, [])
+            if cursor.store != self.store_id:
+                raise FollowError(f"{self.run}: cursor {cursor} is of another run (store {cursor.store}; "
+                                  f"this run's is {self.store_id}): follow from the start or from a cursor "
+                                  "this run printed")
             through = int(base["log_through"])
             entries = base["shards"]
             if cursor.seq < through:
@@ -338,9 +381,8 @@ class Follower:
                     break
                 state = _apply(state, record)
             else:
-                found = state.anchor(False)
-                wanted = (cursor.shards, cursor.last or "")
-                if cursor.shards is not None and (found.shards, found.last) != wanted:
+                found = state.anchor(self.store_id, False)
+                if (found.shards, found.last) != (cursor.shards, cursor.last):
                     raise FollowError(f"{self.run}: cursor {cursor} does not match this run (its state after "
                                       f"commit {cursor.seq} has {len(state.paths)} shards)")
                 return state
@@ -354,9 +396,6 @@ class Follower:
             return _State(cursor.seq, _paths([e for e in entries if e["seq"] <= cursor.seq]))
         paths = _paths(entries)
         n = cursor.shards
-        if n is None:
-            raise FollowError(f"{self.run}: cursor {cursor} is behind the base (log_through {through}) and "
-                              "names no shard count: resume from a cursor as printed")
         if n > len(paths) or (n and _stem(paths[n - 1]) != cursor.last):
             raise FollowError(
                 f"{self.run}: cursor {cursor} is behind the base (log_through {through}) and a shard of its "
@@ -387,9 +426,10 @@ class Follower:
                 paths = _paths(entries)
                 if paths[:len(state.paths)] != state.paths:
                     raise FollowError(
-                        f"{self.run}: cursor {state.anchor(self.grouped)} is behind the base (log_through "
-                        f"{through}) and a shard of its state was removed since (a forget or a repair): the "
-                        "rows after it cannot be told apart exactly (the store's entries carry no commit seq)"
+                        f"{self.run}: cursor {state.anchor(self.store_id, self.grouped)} is behind the base "
+                        f"(log_through {through}) and a shard of its state was removed since (a forget "
+                        "or a repair): the rows after it cannot be told apart exactly (the store's entries "
+                        "carry no commit seq)"
                     )
                 first = {str(e["path"]): e for e in reversed(entries)}  # the first entry naming each
                 new = [first[p] for p in paths[len(state.paths):]]
@@ -415,14 +455,14 @@ class Follower:
 
     def __iter__(self) -> Iterator[Batch]:
         root = self._wait_for_run()
-        start = self.since or Cursor(0, 0, "", 0, self.grouped)
+        start = self.since
         state = self._state_at(root, start)
         # Its size is read at the first row (see `_chunks`), not now: a writer creates the
         # manifest before it writes config.resolved.json, and a follower may start in between.
         grouper = _Grouper(0) if self.grouped else None
-        skip = start.lines  # lines after the anchor already delivered
+        skip = start.lines if start is not None else 0  # lines after the anchor already delivered
         lines = 0  # lines delivered (or skipped) since the current anchor
-        anchor = state.anchor(self.grouped)
+        anchor = state.anchor(self.store_id, self.grouped)
         first = True
         while True:
             # Whether a writer holds the run, seen before the read (see "The end"); for an
@@ -432,37 +472,53 @@ class Follower:
                 root = self._root() or root
             for step in self._steps(root, state):
                 chunks = self._chunks(root, step, grouper)
-                for table, last_chunk, gids, gerrs in chunks:
+                for table, last_chunk, gids, gerrs, places in chunks:
                     n = table.num_rows
                     if skip:
                         dropped = min(skip, n)
                         skip -= dropped
                         lines += dropped
+                        if not skip and start is not None:
+                            self._check_place(start, places[dropped - 1])
                         table, gids, gerrs = table.slice(dropped), gids[dropped:], gerrs[dropped:]
+                        places = places[dropped:]
                         n -= dropped
                     if not n:
                         continue
-                    cursors = [str(Cursor(anchor.seq, anchor.shards, anchor.last, lines + i, self.grouped))
-                               for i in range(1, n + 1)]
+                    cursors = [str(Cursor(self.store_id, anchor.seq, anchor.shards, anchor.last, lines + i,
+                                          self.grouped, places[i - 1])) for i in range(1, n + 1)]
                     lines += n
                     if last_chunk and (grouper is None or not grouper.held):
-                        cursors[-1] = str(step.after.anchor(self.grouped))
+                        cursors[-1] = str(step.after.anchor(self.store_id, self.grouped))
                     self.cursor = cursors[-1]
                     yield Batch(table, step.after.seq, cursors, len(set(gids)), _count_errors(table), gerrs)
                 state = step.after
                 if grouper is None or not grouper.held:
-                    anchor, lines = state.anchor(self.grouped), 0
+                    anchor, lines = state.anchor(self.store_id, self.grouped), 0
                     if not skip:
                         self.cursor = str(anchor)
             if grouper is not None:
                 self.held = (len(grouper.held), sum(len(g) for g in grouper.held.values()))
-            if first and skip:
+            if first and skip and start is not None:
                 raise FollowError(f"{self.run}: cursor {start} names {start.lines} lines after its anchor; "
                                   f"the run has only {start.lines - skip} there")
             first = False
             if not present and not self.forever:
                 return  # the writer was gone before this read began: the read saw all it committed
             self._sleep(self.poll_s)
+
+    def _check_place(self, cursor: Cursor, found: tuple[str, int]) -> None:
+        """The cursor's K-th line after its anchor must still be the row it was when it was
+        printed: a forget or a repair that rewrote shards after the anchor (and was folded into
+        the base) moves rows, and skipping K lines would then skip rows never delivered."""
+        if cursor.at != found:
+            was = cursor.at or ("?", "?")
+            raise FollowError(
+                f"{self.run}: cursor {cursor} cannot be resumed exactly: line {cursor.lines} after its "
+                f"anchor was row {was[1]} of shard {was[0]}, and is now row {found[1]} of {found[0]} (a "
+                "forget or a repair rewrote the shards after it since; resume from the anchor, "
+                "re-receiving some rows, or from the start)"
+            )
 
     def _wait_for_run(self) -> Path:
         while True:
@@ -483,35 +539,45 @@ class Follower:
         return size
 
     def _chunks(self, root: Path, step: _Step, grouper: _Grouper | None
-                ) -> Iterator[tuple[pa.Table, bool, list[int], list[int]]]:
+                ) -> Iterator[tuple[pa.Table, bool, list[int], list[int], list[tuple[str, int]]]]:
         """The step's output: its rows, one table per commit (per shard when caught up from a
         compacted base: that can be the whole run), or the groups they complete; each with
-        whether it is the step's last, and per row its group's number and error count."""
+        whether it is the step's last, and per row its group's number and error count and its
+        place (shard name without extension, row in that shard)."""
         whole = step.record or len(step.new) <= 1
         parts: list[pa.Table] = []
         gids: list[int] = []
         gerrs: list[int] = []
+        places: list[tuple[str, int]] = []
         for i, entry in enumerate(step.new):
             table = self._shard(root, entry)
             if self.annotation is not None:
                 # A regrade annotates committed episodes after the fact: one it does not cover
                 # yet is an error naming the gap (resume the regrade), never the stored reward.
                 table = apply_annotation(root, table, self.annotation)
+            # Each row's place rides along through grouping (which reorders rows), then is dropped.
+            table = table.append_column(_SHARD_COL, pa.array([_stem(str(entry["path"]))] * table.num_rows,
+                                                             pa.string()))
+            table = table.append_column(_ROW_COL, pa.array(range(table.num_rows), pa.int64()))
             if grouper is not None:
                 if not grouper.size:  # a commit exists: the writer's open is done, its config written
                     grouper.size = self._group_size(root)
                 table, ids, errs = grouper.feed(table)
             else:
                 ids, errs = [], []
+            place = list(zip(table.column(_SHARD_COL).to_pylist(), table.column(_ROW_COL).to_pylist(),
+                             strict=True))
+            table = table.drop_columns([_SHARD_COL, _ROW_COL])
             last = i == len(step.new) - 1
             if whole:
                 parts.append(table)
                 gids += ids
                 gerrs += errs
+                places += place
                 if last:
-                    yield _concat(parts), True, gids, gerrs
+                    yield _concat(parts), True, gids, gerrs, places
             else:
-                yield table, last, ids, errs
+                yield table, last, ids, errs, place
 
 
 def _apply(state: _State, record: dict[str, Any]) -> _State:

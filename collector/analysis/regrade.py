@@ -19,29 +19,44 @@ Exactly once, SIGKILL-safe. The annotation lives under ``.collector/annotations/
 (a ``.`` directory, files without a shard extension: invisible to pandas, polars, DuckDB,
 Hugging Face; see `collector.storage.manifest`): ``meta.json`` (the environment spec and
 grader, created once; a rerun with another grader is refused), then per batch a chunk
-``chunk-<uuid>.annot`` (an Arrow IPC file: temp, fsync, rename) and its create-only record
-``commit-<seq>.json`` naming it. The record is the commit point: a chunk no record names (a
-kill between the two) is an orphan that readers ignore and the next run deletes; the next
-run annotates what no record covers, so every episode is annotated exactly once. Two
-regrades of one NAME at once are refused by the create-only record (``O_EXCL``).
+``chunk-<seq>-<uuid>.annot`` (an Arrow IPC file, written whole) and its create-only record
+``commit-<seq>.json`` naming it. The record is the commit point; the next run annotates what
+no record covers, so every episode is annotated exactly once. Where: the run's own storage
+(`collector.analysis.annotation_store`): the run directory, or for an ``s3://`` run the
+bucket itself (create-only by ``If-None-Match: *``, refused on an endpoint that ignores it),
+never only the reader's local mirror, which its next sync would clear.
+
+Orphans are decided by the records, never by timing. A chunk is written for one seq (its
+name says which) before its record; it is an orphan only once record ``<seq>`` exists and
+names another chunk (its writer was killed, or another regrade won that seq), and only then
+deleted. A chunk whose record does not exist yet is never deleted, however old: its writer
+may be about to create it. Two regrades of one NAME at once: locally the second is refused
+in one line before it reads or deletes anything (a flock on ``regrade.lock``, released by
+the kernel when a regrade dies); in S3 (no flock) both may grade, the create-only record
+lets one commit each seq, and the other stops in one line, deleting only its own chunk.
+
+Graders (`collector.analysis.grader_calls`). Every grader has a deadline: each replayed call
+and the grade get ``--timeout`` seconds (30), the episode their sum and one more, run in a
+thread that is abandoned past it, so a synchronous grader that hangs cannot hold the
+regrade. A grader that raises, hangs or returns no reward (None, a string, a bool, NaN,
+infinity, an integer too large for a float) stops the regrade with one line naming the
+episode and the cause; the episodes graded before it, its own batch's included, are
+committed first.
 
 Recorded tool arguments are the redacted ones (`collector.episode.redact`): a tool whose
 outcome depends on a redacted secret replays differently; such an environment should not
 declare itself regradable.
 
-Tests: tests/analysis/test_regrade.py
+Tests: tests/analysis/test_regrade.py, tests/analysis/test_regrade_faults.py
 """
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import json
-import math
-import os
 import re
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -50,10 +65,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
+from collector.analysis.annotation_store import AnnotationFiles, LocalAnnotations, S3Annotations
 from collector.analysis.committed import read_columns, read_committed
-from collector.errors import ConfigError, OutputError
+from collector.analysis.grader_calls import GraderThread
+from collector.errors import CollectorError, ConfigError, OutputError
 from collector.stop import StopReason
-from collector.storage.manifest import META_DIR, RESOLVED_CONFIG, fsync_dir
+from collector.storage.location import parse_location
+from collector.storage.manifest import META_DIR, RESOLVED_CONFIG
 
 __all__ = ["ANNOTATIONS_DIR", "ANNOTATION_SCHEMA", "RegradeResult", "annotated_table", "apply_annotation",
            "read_annotation", "regrade_command", "regrade_run", "resolved_run_config"]
@@ -61,6 +79,8 @@ __all__ = ["ANNOTATIONS_DIR", "ANNOTATION_SCHEMA", "RegradeResult", "annotated_t
 ANNOTATIONS_DIR = f"{META_DIR}/annotations"
 CHUNK_SUFFIX = ".annot"
 _RECORD = re.compile(r"commit-(\d{9})\.json")
+#: A chunk (or its temp file) written for record N: ``chunk-<N>-<uuid>.annot``.
+_CHUNK = re.compile(r"\.?chunk-(\d{9})-[0-9a-f]{32}\.annot(\.[0-9a-f]{8}\.tmp)?")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 #: Cut and malformed episodes: reward 0 whatever the grader says (module docstring).
 _KEEP_ZERO = frozenset({StopReason.LENGTH.value, StopReason.CONTEXT_OVERFLOW.value,
@@ -99,29 +119,44 @@ def _dir(run_dir: str | Path, name: str) -> Path:
     return Path(run_dir) / ANNOTATIONS_DIR / name
 
 
-def _records(folder: Path) -> list[tuple[int, Path]]:
-    if not folder.is_dir():
-        return []
-    out = [(int(m.group(1)), p) for p in folder.iterdir() if (m := _RECORD.fullmatch(p.name))]
-    return sorted(out)
+def _records(files: AnnotationFiles) -> dict[int, str]:
+    """Commit record seq -> the chunk it names (OutputError naming a record that is not one)."""
+    out: dict[int, str] = {}
+    for name in files.names():
+        if (m := _RECORD.fullmatch(name)) is None:
+            continue
+        try:
+            chunk = json.loads(files.read(name) or b"")["chunk"]
+            if not isinstance(chunk, str):
+                raise TypeError("chunk is not a name")
+        except (ValueError, KeyError, TypeError) as e:
+            raise OutputError(f"{files.where}/{name}: unreadable annotation record ({e})") from e
+        out[int(m.group(1))] = chunk
+    return dict(sorted(out.items()))
+
+
+def _committed(files: AnnotationFiles, records: dict[int, str]) -> pa.Table:
+    """The rows of every chunk a record names, in record order."""
+    tables = [pa.table({f.name: pa.array([], f.type) for f in ANNOTATION_SCHEMA})]
+    for seq, chunk in records.items():
+        try:
+            data = files.read(chunk)
+            if data is None:
+                raise FileNotFoundError(f"{chunk} is missing")
+            tables.append(ipc.open_file(pa.BufferReader(data)).read_all())
+        except (OSError, ValueError, pa.ArrowException) as e:
+            raise OutputError(f"{files.where}/commit-{seq:09d}.json: unreadable chunk ({e})") from e
+    return pa.concat_tables(tables)
 
 
 def read_annotation(run_dir: str | Path, name: str) -> pa.Table:
     """The committed rows of annotation `name` (only chunks a record names). OutputError if absent."""
     folder = _dir(run_dir, name)
-    records = _records(folder)
     if not (folder / "meta.json").is_file():
         raise OutputError(f"{folder}: no annotation {name!r} "
                           f"(run `collector regrade RUN --env SPEC --out {name}`)")
-    tables = [pa.table({f.name: pa.array([], f.type) for f in ANNOTATION_SCHEMA})]
-    for _, record in records:
-        try:
-            chunk = folder / json.loads(record.read_text())["chunk"]
-            with pa.memory_map(str(chunk)) as source:
-                tables.append(ipc.open_file(source).read_all())
-        except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as e:
-            raise OutputError(f"{record}: unreadable annotation record or chunk ({e})") from e
-    return pa.concat_tables(tables)
+    files = LocalAnnotations(folder)
+    return _committed(files, _records(files))
 
 
 def apply_annotation(run_dir: str | Path, table: pa.Table, name: str) -> pa.Table:
@@ -155,6 +190,9 @@ class RegradeResult:
     total: int
     """Committed episodes of the run."""
     folder: Path
+    """The annotation's folder in the run directory (an ``s3://`` run's: in its local mirror)."""
+    where: str = ""
+    """Where it was committed, as the user knows it (a path, or the ``s3://`` URI)."""
 
 
 def _grader(env: Regradable) -> tuple[str, str]:
@@ -182,13 +220,14 @@ class Regradable(Protocol):
                       final_text: str | None, timeout_s: float = ...) -> float: ...
 
 
-async def _regrade_one(env: Regradable, tasks: dict[str, Any], row: dict[str, Any], grade_max_steps: bool
-                       ) -> tuple[float, bool]:
+def _regrade_call(env: Regradable, tasks: dict[str, Any], row: dict[str, Any], grade_max_steps: bool,
+                  timeout_s: float) -> tuple[Coroutine[Any, Any, float] | None, float]:
+    """The grader's call for `row` and its deadline, or None when the stored stop decides (0)."""
     reason = row["stop_reason"]
     if reason in _INFRA or reason in _KEEP_ZERO:
-        return 0.0, False
+        return None, 0.0
     if reason == StopReason.MAX_STEPS.value and not grade_max_steps:
-        return 0.0, False
+        return None, 0.0
     task = tasks.get(row["task_id"])
     if task is None:
         raise ConfigError(f"episode {row['episode_id']}: task {row['task_id']!r} is not among the "
@@ -196,101 +235,144 @@ async def _regrade_one(env: Regradable, tasks: dict[str, Any], row: dict[str, An
     calls = [(c["name"], c["call_id"], c["arguments_json"], c["turn_index"])
              for c in row["executed_tool_calls"] or []]  # in the order they ran
     final = _final_text(row["messages"] or []) if reason == StopReason.DONE.value else None
-    value = await env.regrade(task, row, calls, final, TOOL_TIMEOUT_S)
-    if not math.isfinite(value):
-        raise OutputError(f"episode {row['episode_id']}: the grader returned {value}")
-    return value, True
+    # Each replayed call and the grade itself get a tool's time (their own bounds, for async
+    # ones); the deadline is their sum and one more, so that an async bound fires first.
+    return env.regrade(task, row, calls, final, timeout_s), timeout_s * (len(calls) + 2)
 
 
-def _create_only(path: Path, payload: dict[str, Any]) -> None:
-    """Write `path` once: it must not exist (O_EXCL); fsync it and its directory."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        os.write(fd, json.dumps(payload).encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    fsync_dir(path.parent)
-
-
-def _write_chunk(folder: Path, table: pa.Table) -> str:
-    name = f"chunk-{uuid.uuid4().hex}{CHUNK_SUFFIX}"
-    tmp = folder / f"{name}.tmp"
-    with pa.OSFile(str(tmp), "wb") as sink, ipc.new_file(sink, ANNOTATION_SCHEMA) as writer:
+def _chunk_bytes(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with ipc.new_file(sink, ANNOTATION_SCHEMA) as writer:
         writer.write_table(table)
-    fd = os.open(tmp, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, folder / name)
-    fsync_dir(folder)
-    return name
+    return bytes(sink.getvalue().to_pybytes())
 
 
-def _clean_orphans(folder: Path, records: list[tuple[int, Path]]) -> None:
-    named = {json.loads(p.read_text())["chunk"] for _, p in records}
-    for p in folder.iterdir():
-        if p.name.startswith("chunk-") and p.name not in named:
-            p.unlink()  # a chunk no record names: a kill between its rename and its record
+def _chunk_seq(name: str) -> int | None:
+    """The record seq a chunk (or its temp file) was written for; None for another file."""
+    m = _CHUNK.fullmatch(name)
+    return int(m.group(1)) if m else None
 
 
-def regrade_run(run_dir: str | Path, env: Regradable, spec: str, name: str = "regrade", batch: int = 256
-                ) -> RegradeResult:
+def _delete_orphans(files: AnnotationFiles, records: dict[int, str]) -> None:
+    """Delete the chunks a record has decided are orphans: written for seq N, while record N
+    names another chunk (their writer was killed, or lost the race for N to another regrade).
+    A chunk whose record N does not exist yet is never deleted, whatever its age: its writer
+    may be about to create that record (the commit record decides, never timing). Chunks of
+    a run killed before its record are decided by the next regrade's record of the same N."""
+    for name in files.names():
+        seq = _chunk_seq(name)
+        if seq is not None and seq in records and records[seq] != name:
+            files.delete(name)
+
+
+def _files_of(run: str, run_dir: str | Path, name: str) -> AnnotationFiles:
+    """Where annotation `name` of `run` (as the user gave it) is written: the run directory,
+    or for ``s3://`` the bucket itself (a mirror's next sync removes what is only local)."""
+    folder = _dir(run_dir, name)
+    location = parse_location(run)
+    if isinstance(location, Path):
+        return LocalAnnotations(folder)
+    from collector.storage.s3lease import probe_conditional_writes
+    from collector.storage.s3objects import bucket_of
+
+    bucket = bucket_of(location.bucket)
+    probe_conditional_writes(bucket, location)  # exactly once rests on the create-only record
+    return S3Annotations(bucket, location, f"{ANNOTATIONS_DIR}/{name}")
+
+
+def regrade_run(run_dir: str | Path, env: Regradable, spec: str, name: str = "regrade", batch: int = 256, *,
+                files: AnnotationFiles | None = None, timeout_s: float = TOOL_TIMEOUT_S) -> RegradeResult:
     """Annotate every committed episode of `run_dir` not yet in annotation `name` (module docstring).
 
-    Raises ConfigError when the environment cannot be regraded or differs from the one the
-    annotation was begun with.
+    `files` is where the annotation is written (default: the run directory's folder; an
+    ``s3://`` run's `S3Annotations`); `timeout_s` a tool's time (each replayed call and the
+    grade get it). Raises ConfigError when the environment cannot be regraded or differs from
+    the one the annotation was begun with; OutputError (one line naming the episode) when the
+    grader fails, after committing what was graded before it.
     """
     if not env.regradable:
         raise ConfigError(f"--env {spec}: environment {getattr(env, 'name', spec)!r} does not declare itself "
                           "regradable (Environment.regradable)")
     grader, version = _grader(env)
-    folder = _dir(run_dir, name)
-    folder.mkdir(parents=True, exist_ok=True)
-    meta = {"env": spec, "grader": grader, "grader_version": version}
-    try:
-        _create_only(folder / "meta.json", {**meta, "created": dt.datetime.now(dt.UTC).isoformat()})
-    except FileExistsError:
-        begun = json.loads((folder / "meta.json").read_text())
-        if {k: begun.get(k) for k in meta} != meta:
-            raise ConfigError(f"{folder / 'meta.json'}: annotation {name!r} was begun with grader "
-                              f"{begun.get('grader')} {begun.get('grader_version')} ({begun.get('env')}), "
-                              f"not {grader} {version}; choose another --out") from None
-    records = _records(folder)
-    _clean_orphans(folder, records)
-    done = set(read_annotation(run_dir, name).column("episode_id").to_pylist())
-    loop_cfg = resolved_run_config(run_dir).get("loop") or {}
-    grade_max_steps = bool((loop_cfg.get("reward") or {}).get("grade_max_steps", False))
-    cols = ["episode_id", "run_id", "task_id", "model", "provider", "budget", "sample", "seed", "env",
-            "stop_reason", "executed_tool_calls", "messages"]
-    rows = [r for r in read_committed(run_dir, cols).to_pylist() if r["episode_id"] not in done]
-    rows.sort(key=lambda r: r["episode_id"])
-    total = len(done) + len(rows)
-    tasks = {t.id: t for t in env.tasks()}
-    seq = records[-1][0] if records else 0
+    files = files if files is not None else LocalAnnotations(_dir(run_dir, name))
+    refusal = (f"{files.where}: another regrade of {name!r} is running; nothing was changed "
+               "(rerun once it ends: it resumes where that one stopped)")
+    with files.exclusive(refusal):
+        _check_meta(files, spec, grader, version, name)
+        records = _records(files)
+        _delete_orphans(files, records)
+        done = set(_committed(files, records).column("episode_id").to_pylist())
+        loop_cfg = resolved_run_config(run_dir).get("loop") or {}
+        grade_max_steps = bool((loop_cfg.get("reward") or {}).get("grade_max_steps", False))
+        cols = ["episode_id", "run_id", "task_id", "model", "provider", "budget", "sample", "seed", "env",
+                "stop_reason", "executed_tool_calls", "messages"]
+        rows = [r for r in read_committed(run_dir, cols).to_pylist() if r["episode_id"] not in done]
+        rows.sort(key=lambda r: r["episode_id"])
+        tasks = {t.id: t for t in env.tasks()}
+        seq = max(records, default=0)
+        annotated = 0
 
-    async def grade_all() -> None:
-        nonlocal seq
-        for start in range(0, len(rows), batch):
-            part = rows[start:start + batch]
-            graded = [await _regrade_one(env, tasks, r, grade_max_steps) for r in part]
+        def commit(part: list[dict[str, Any]], rewards: list[tuple[float, bool]]) -> None:
+            nonlocal seq, annotated
+            if not part:
+                return
             now = dt.datetime.now(dt.UTC).isoformat()
             table = pa.table({
-                "episode_id": [r["episode_id"] for r in part], "reward": [g[0] for g in graded],
-                "graded": [g[1] for g in graded], "grader": [grader] * len(part),
+                "episode_id": [r["episode_id"] for r in part], "reward": [g[0] for g in rewards],
+                "graded": [g[1] for g in rewards], "grader": [grader] * len(part),
                 "grader_version": [version] * len(part), "annotated_at": [now] * len(part),
             }, schema=ANNOTATION_SCHEMA)
-            chunk = _write_chunk(folder, table)
             seq += 1
-            try:
-                _create_only(folder / f"commit-{seq:09d}.json", {"chunk": chunk, "episodes": len(part)})
-            except FileExistsError:
-                raise OutputError(f"{folder}: commit-{seq:09d}.json appeared meanwhile: another regrade of "
-                                  f"{name!r} is running") from None
+            chunk = f"chunk-{seq:09d}-{uuid.uuid4().hex}{CHUNK_SUFFIX}"  # for record `seq` only
+            files.put(chunk, _chunk_bytes(table))
+            record = f"commit-{seq:09d}.json"
+            if not files.create(record, json.dumps({"chunk": chunk, "episodes": len(part)}).encode()):
+                # Record `seq` names another chunk: this one is decided an orphan, by the record.
+                files.delete(chunk)
+                raise OutputError(f"{files.where}: {record} was created meanwhile by another regrade of "
+                                  f"{name!r}; stopped, what it committed is kept (rerun once it ends)")
+            annotated += len(part)
+            _delete_orphans(files, {seq: chunk})  # a killed run's chunk for this seq, decided now
 
-    asyncio.run(grade_all())
-    return RegradeResult(annotated=len(rows), total=total, folder=folder)
+        credentials = getattr(env, "credentials", None)
+        thread = GraderThread(credentials() if callable(credentials) else ())
+        try:
+            for start in range(0, len(rows), batch):
+                part = rows[start:start + batch]
+                rewards: list[tuple[float, bool]] = []
+                for row in part:
+                    try:
+                        call, deadline = _regrade_call(env, tasks, row, grade_max_steps, timeout_s)
+                        if call is None:
+                            rewards.append((0.0, False))
+                        else:
+                            rewards.append((thread.grade(row["episode_id"], call, deadline, timeout_s), True))
+                    except CollectorError:
+                        commit(part[:len(rewards)], rewards)  # what was graded before it is kept
+                        raise
+                commit(part, rewards)
+        finally:
+            thread.close()
+    return RegradeResult(annotated=annotated, total=len(done) + len(rows),
+                         folder=_dir(run_dir, name), where=files.where)
+
+
+def _check_meta(files: AnnotationFiles, spec: str, grader: str, version: str, name: str) -> None:
+    """Create meta.json once; refuse a grader other than the one the annotation was begun with."""
+    meta = {"env": spec, "grader": grader, "grader_version": version}
+    created = dt.datetime.now(dt.UTC).isoformat()
+    if files.create("meta.json", json.dumps({**meta, "created": created}).encode()):
+        return
+    try:
+        begun = json.loads(files.read("meta.json") or b"")
+        if not isinstance(begun, dict):
+            raise ValueError("not an object")
+    except ValueError as e:
+        raise OutputError(f"{files.where}/meta.json: unreadable ({e})") from e
+    if {k: begun.get(k) for k in meta} != meta:
+        raise ConfigError(f"{files.where}/meta.json: annotation {name!r} was begun with grader "
+                          f"{begun.get('grader')} {begun.get('grader_version')} ({begun.get('env')}), "
+                          f"not {grader} {version}; choose another --out")
 
 
 def regrade_command(args: Any, load_environment: Callable[[str, Any], Regradable]) -> int:
@@ -300,6 +382,7 @@ def regrade_command(args: Any, load_environment: Callable[[str, Any], Regradable
     # The run's own options when the spec is the run's environment; none for another one.
     options = env_cfg.get("options") if env_cfg.get("name") == args.env else None
     env = load_environment(args.env, options)
-    result = regrade_run(args.run, env, args.env, args.out)
-    print(f"{result.folder}: {result.annotated} episodes annotated now, {result.total} in all")
+    files = _files_of(str(args.run_dir), args.run, args.out)
+    result = regrade_run(args.run, env, args.env, args.out, files=files, timeout_s=args.timeout)
+    print(f"{result.where}: {result.annotated} episodes annotated now, {result.total} in all")
     return 0

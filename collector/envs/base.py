@@ -186,7 +186,8 @@ class Environment(ABC):
             if inspect.isawaitable(result):  # an async grader gets a tool's time, as in the loop
                 async with asyncio.timeout(timeout_s):
                     result = await result
-            return float(result)
+            # As the grader gave it: `collector regrade` checks it is a reward, naming the episode.
+            return result
         finally:
             await world.close()
 

@@ -162,6 +162,11 @@ class CommitStore(StoreState, ABC):
         """The commit point: the next record of the log (its size is the change's, not the run's),
         then the in-memory manifest changed to match. Raises when the record is not in place."""
         self._before_record()
+        if what == "commit":
+            # Which commit first committed each entry's rows (a forget's replacements keep their
+            # original's): what lets a follower behind a compaction find the rows after its cursor.
+            for entry in add:
+                entry.setdefault("seq", self._seq + 1)
         self._manifest["updated"] = now_iso()
         record = {"seq": self._seq + 1, "op": what, "at": self._manifest["updated"],
                   "next_part": self._manifest["next_part"], "remove": remove, "add": add}
@@ -389,6 +394,8 @@ class CommitStore(StoreState, ABC):
                                                        value_set=pa.array(sorted(gone)))))
                 if kept.num_rows:
                     placed = self._write_pending(kept, entry["model"], entry["budget"], written)
+                    if isinstance(entry.get("seq"), int):  # rows committed then, whatever they are moved to
+                        placed["seq"] = entry["seq"]
                     replacements.append((placed, kept.column("episode_id").to_pylist()))
             for entry in old:  # out of every reader's sight, still committed (the next open restores)
                 self._retire(entry["path"])

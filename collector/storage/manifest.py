@@ -404,6 +404,10 @@ def new_manifest(fingerprint: str, fmt: str) -> dict[str, Any]:
         "schema_version": SCHEMA_VERSION,
         "fingerprint": fingerprint,
         "format": fmt,
+        # Which store this is, whatever its path (the episodes' run_id comes from the config,
+        # so two runs of one config share it): a follower's cursor carries it, so that a
+        # cursor of another run (or of a run deleted and made again there) is refused.
+        "store_id": uuid.uuid4().hex,
         "created": now_iso(),
         "updated": now_iso(),
         "next_part": 0,

@@ -46,7 +46,8 @@ from collector.storage.runstore import LockLost
 from collector.storage.s3client import PreconditionFailed, S3Bucket
 from collector.storage.s3objects import json_bytes
 
-__all__ = ["LEASE_S", "PROBE_PREFIX", "Lease", "host_identity", "pid_dead", "probe_conditional_writes"]
+__all__ = ["LEASE_S", "PROBE_PREFIX", "Lease", "host_identity", "lease_held", "pid_dead",
+           "probe_conditional_writes"]
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +167,32 @@ class Lease:
     def release(self) -> None:
         with contextlib.suppress(OutputError):
             self.bucket.delete(self.key, if_match=self.etag)  # not a lock another writer took over
+
+
+def lease_held(bucket: S3Bucket, loc: ObjectLocation) -> bool:
+    """Whether a writer holds the run at `loc` now, by the rule `Lease.acquire` takes over by:
+    a lock object whose lease has not expired, its age measured on the store's clock only (the
+    answer's ``Date`` against the object's ``LastModified``), and whose holder is not a dead pid
+    of this very host. A lock that cannot be read counts as held (a reader ends late, never early)."""
+    found = bucket.get_with_date(loc.key(LOCK))
+    if found is None:
+        return False
+    body, _, modified, server_now = found
+    try:
+        holder = json.loads(body)
+        lease_s = float(holder["lease_s"])
+    except (ValueError, KeyError, TypeError):
+        return True
+    here = host_identity()
+    if (here and holder.get("host_id") == here and holder.get("host") == socket.gethostname()
+            and pid_dead(holder.get("pid"))):
+        return False
+    if server_now is None:
+        try:
+            server_now = _store_now(bucket, loc)
+        except OutputError:
+            return True  # the store's time cannot be read (a read-only reader): held, until it is gone
+    return (server_now - modified).total_seconds() < lease_s
 
 
 def _store_now(bucket: S3Bucket, loc: ObjectLocation) -> dt.datetime:

@@ -25,6 +25,7 @@ from collector.record.episode import Episode
 from collector.stop import StopReason
 from collector.storage.opening import open_run_store
 from tests.record.factory import make_episode
+from tests.s3server import S3Bucket
 from tests.system.run.test_cli_process import user_env
 
 REPO = Path(__file__).resolve().parents[2]
@@ -170,7 +171,19 @@ def test_a_cursor_behind_a_compaction_gets_exactly_what_was_committed_after_it(t
     assert_resumes_exactly(run, first + rest)
 
 
-def test_a_forget_behind_the_cursor_folded_into_the_base_is_refused_in_one_line(tmp_path: Path) -> None:
+def strip_commit_seqs(run: Path) -> None:
+    """Make the base what a store from before the per-entry ``seq`` wrote."""
+    path = run / ".collector/manifest.json"
+    manifest = json.loads(path.read_text())
+    for entry in manifest["shards"]:
+        entry.pop("seq", None)
+    path.write_text(json.dumps(manifest))
+
+
+def test_a_forget_behind_the_cursor_folded_into_the_base_is_exact_or_refused_in_one_line(
+        tmp_path: Path) -> None:
+    """The store's entries carry their commit's seq: a forget folded behind the cursor resumes
+    exactly; a base written before that field is refused in one line naming run and cursor."""
     run = tmp_path / "run"
     with open_store(run) as store:
         store.commit(episodes(range(6), errors=frozenset({"t1"})))
@@ -178,6 +191,8 @@ def test_a_forget_behind_the_cursor_folded_into_the_base_is_refused_in_one_line(
     with open_store(run) as store:
         store.forget({make_episode(StopReason.ERROR, model="m1", budget=64, task="t1").episode_id})
         store.commit(episodes(range(6, 8)))
+    assert [e for _, e in rows(follow(run, since=cursor))] == [ep.episode_id for ep in episodes(range(6, 8))]
+    strip_commit_seqs(run)
     with pytest.raises(FollowError) as caught:
         rows(follow(run, since=cursor))
     message = str(caught.value)
@@ -236,7 +251,10 @@ def test_a_live_follower_overtaken_by_a_compaction_catches_up_from_the_base(tmp_
     assert [eid for _, eid in rows(batches)] == committed_in_order(run)
 
 
-def test_a_live_follower_overtaken_by_a_folded_forget_stops_in_one_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize("seqs", [True, False])
+def test_a_live_follower_overtaken_by_a_folded_forget_is_exact_or_stops_in_one_line(
+        tmp_path: Path, seqs: bool) -> None:
+    """Exact where the base's entries carry their commit seq; one line where they do not."""
     run = tmp_path / "run"
     store = open_store(run)
     store.commit(episodes(range(4), errors=frozenset({"t1"})))
@@ -246,9 +264,15 @@ def test_a_live_follower_overtaken_by_a_folded_forget_stops_in_one_line(tmp_path
         with open_store(run) as again:
             again.forget({make_episode(StopReason.ERROR, model="m1", budget=64, task="t1").episode_id})
             again.commit(episodes(range(4, 6)))
+        if not seqs:
+            strip_commit_seqs(run)
 
     follower = driven(run, [resumed])
-    with pytest.raises(FollowError, match=r"cursor 1\.2\.part-\S+ is behind the base \(log_through 3\)"):
+    if seqs:
+        assert [e for _, e in rows(follower)] == [ep.episode_id for ep in episodes(range(6))]
+        return
+    with pytest.raises(FollowError, match=r"cursor [0-9a-f]{12}:1\.2\.part-\S+ is behind the base "
+                                          r"\(log_through 3\)"):
         list(follower)
 
 
@@ -371,12 +395,13 @@ def test_a_cursor_of_another_run_or_from_the_future_is_refused(tmp_path: Path) -
             store.commit(episodes(range(n)))
             store.commit(episodes(range(n, n + 1)))
     foreign = rows(follow(tmp_path / "a"))[-1][0]
-    with pytest.raises(FollowError, match=r"cursor .* (does not match|behind the base)"):
+    with pytest.raises(FollowError, match=r"cursor .* is of another run"):
         rows(follow(tmp_path / "b", since=foreign))
+    store = rows(follow(tmp_path / "b"))[-1][0].split(":")[0]
     with pytest.raises(FollowError, match="ahead of the run"):
-        rows(follow(tmp_path / "b", since="9"))
+        rows(follow(tmp_path / "b", since=f"{store}:9.3.-"))
     with pytest.raises(FollowError, match="has only"):
-        rows(follow(tmp_path / "b", since="0.0.-+9"))
+        rows(follow(tmp_path / "b", since=f"{store}:0.0.-+9:part-x:0"))
 
 
 def test_it_ends_only_once_the_writer_released_the_lock(tmp_path: Path) -> None:
@@ -436,20 +461,16 @@ def test_a_shard_still_pending_after_its_record_is_read_from_tmp(tmp_path: Path)
         assert [e for _, e in one_poll(run)] == committed_in_order(run)
 
 
-def test_a_run_in_object_storage_counts_its_writer_by_the_lock_object_and_its_lease(tmp_path: Path) -> None:
+def test_a_run_in_object_storage_counts_its_writer_by_the_lock_object_and_its_lease(
+        tmp_path: Path, s3_bucket: S3Bucket) -> None:
     """In a bucket the lock is an object (deleted on release) with a lease: a writer killed on
     another host leaves it, and the follower ends once the lease has expired."""
-    import datetime as dt
-
-    follower = Follower("s3://bucket/run")
-    lock = tmp_path / ".collector/run.lock"
-    lock.parent.mkdir(parents=True)
+    follower = Follower(s3_bucket.uri("run"))
     assert not follower._writer_present(tmp_path)  # no lock object: released
-    now = dt.datetime.now(dt.UTC)
-    for age, present in ((10, True), (200, False)):
-        renewed = (now - dt.timedelta(seconds=age)).isoformat(timespec="seconds")
-        lock.write_text(json.dumps({"host": "h", "pid": 1, "renewed": renewed, "lease_s": 120.0}))
-        assert follower._writer_present(tmp_path) is present, age
+    for lease_s, present in ((120.0, True), (0.0, False)):
+        body = json.dumps({"host": "elsewhere", "pid": 1, "lease_s": lease_s}).encode()
+        s3_bucket.client.put_object(Bucket=s3_bucket.name, Key="run/.collector/run.lock", Body=body)
+        assert follower._writer_present(tmp_path) is present, lease_s
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[bytes]:

@@ -56,7 +56,8 @@ def test_the_cli_writes_jsonl_lines_and_an_arrow_stream_with_the_same_cursors(tm
     bad = cli(str(run), "--since", "nonsense")
     assert bad.returncode == 2
     assert bad.stderr.decode().splitlines() == [
-        f"collector: error: {run}: 'nonsense' is not a follow cursor (SEQ.N.LAST[+K])"]
+        f"collector: error: {run}: 'nonsense' is not a follow cursor (STORE:SEQ.N.LAST[+K:SHARD:ROW], as "
+        "`collector follow` prints it; a cursor from before store ids: follow from the start)"]
 
 
 # --- processes: collector run + a SIGKILLed collector follow ---------------------------------

@@ -36,13 +36,14 @@ def test_regrade_exactly_once_under_sigkill(tmp_path: Path) -> None:
     assert kills >= 2
     # And once in the narrowest window: the chunk renamed into place, its record not yet made
     # (killed on the event of its first record's creation), which leaves an orphan chunk.
-    window = ("import os, signal, sys; import collector.analysis.regrade as rg\n"
-              "real = rg._create_only; n = [0]\n"
-              "def gate(path, payload):\n"
-              "    n[0] += path.name.startswith('commit-')\n"
+    window = ("import os, signal, sys\n"
+              "from collector.analysis.annotation_store import LocalAnnotations as L\n"
+              "real = L.create; n = [0]\n"
+              "def gate(self, name, data):\n"
+              "    n[0] += name.startswith('commit-')\n"
               "    if n[0] == 1: os.kill(os.getpid(), signal.SIGKILL)\n"
-              "    real(path, payload)\n"
-              "rg._create_only = gate\n" + code)
+              "    return real(self, name, data)\n"
+              "L.create = gate\n" + code)
     proc = subprocess.run([sys.executable, "-c", window, str(run)], env=env, capture_output=True, check=False)
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
     folder = run / ".collector" / "annotations" / "strict"
