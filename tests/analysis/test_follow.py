@@ -26,7 +26,7 @@ from collector.stop import StopReason
 from collector.storage.opening import open_run_store
 from tests.record.factory import make_episode
 from tests.s3server import S3Bucket
-from tests.system.run.test_cli_process import user_env
+from tests.system.processes import user_env
 
 REPO = Path(__file__).resolve().parents[2]
 #: A guard against a hung test, never a measurement.

@@ -19,7 +19,7 @@ from collector.analysis.follow import follow
 from tests.analysis.test_follow import GUARD_S, cli, committed_in_order, episodes, open_store, rows
 from tests.checking import assert_run_checked
 from tests.s3server import S3Bucket
-from tests.system.run.test_cli_process import user_env
+from tests.system.processes import user_env
 
 
 def test_the_cli_writes_jsonl_lines_and_an_arrow_stream_with_the_same_cursors(tmp_path: Path) -> None:

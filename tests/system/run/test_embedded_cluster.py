@@ -20,7 +20,7 @@ import pytest
 from collector.errors import OutputError
 from collector.storage.manifest import MANIFEST, read_manifest
 from tests.checking import committed_ids
-from tests.system.run.test_cli_process import SLOW, WAIT_GUARD_S, user_env
+from tests.system.processes import SLOW, WAIT_GUARD_S, user_env
 
 
 def commands(pid: int) -> list[str]:

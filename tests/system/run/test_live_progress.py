@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from tests.run.held_env import open_gate
-from tests.system.run.test_cli_process import REPO, WAIT_GUARD_S, user_env
+from tests.system.processes import REPO, WAIT_GUARD_S, user_env
 
 HELD = """
 name = "held"

@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from tests.checking import committed_ids
-from tests.system.run.test_cli_process import SLOW, WAIT_GUARD_S, start_and_wait_for_a_commit
+from tests.system.processes import SLOW, WAIT_GUARD_S, start_and_wait_for_a_commit
 
 LOOPBACK = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
 
