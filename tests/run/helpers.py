@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from collector.config import RunConfig
 from collector.record.shards import read_shard
 from collector.storage.manifest import committed_shard_paths
+
+if TYPE_CHECKING:
+    from collector.run.driver import JobResult
+    from collector.run.pool import WorkerPool
 
 
 def small_config(run_dir: Path, **overrides: Any) -> RunConfig:
@@ -49,3 +54,29 @@ def shards_written_by(run_dir: Path) -> set[str]:
 
     names = [entry["path"].rsplit("/", 1)[-1].split(".")[0] for entry in read_manifest(run_dir)["shards"]]
     return {"worker" if re.fullmatch(r"part-[0-9a-f]{32}", name) else "driver" for name in names}
+
+
+def run_killing_a_busy_worker(tmp_path: Path, kill: Callable[[object], None], pool: WorkerPool | None = None,
+                              **overrides: Any) -> JobResult:
+    """A run whose first busy worker is killed by `kill` at the first commit (the event proving it
+    holds episodes: sim-slow answers after ~50 ms); asserts that its episodes were re-run and that
+    every planned one is committed exactly once."""
+    from collector.run.job import Snapshot, run_job
+    from collector.run.plan import plan_work
+
+    killed: list[object] = []
+
+    def kill_busiest(snapshot: Snapshot) -> None:
+        if not killed and snapshot.busy_actors:
+            killed.append(snapshot.busy_actors[0])
+            kill(snapshot.busy_actors[0])
+
+    cfg = small_config(tmp_path / "run", sweep__models=["sim-slow"], env__tasks=10, **overrides)
+    result = run_job(cfg, show_progress=False, on_commit=kill_busiest, pool=pool)
+    assert killed
+    assert result.worker_restarts >= 1
+    assert result.redispatched >= 1
+    counts = committed_id_counts(tmp_path / "run")
+    assert set(counts) == {item.episode_id for item in plan_work(cfg).items}
+    assert set(counts.values()) == {1}
+    return result

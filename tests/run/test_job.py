@@ -11,10 +11,10 @@ import pytest
 
 from collector.errors import ConfigError, OutputError
 from collector.record.shards import read_shard
-from collector.run.job import Snapshot, run_job
+from collector.run.job import run_job
 from collector.run.plan import plan_work
 from collector.storage.manifest import committed_shard_paths
-from tests.run.helpers import committed_id_counts, small_config
+from tests.run.helpers import committed_id_counts, run_killing_a_busy_worker, small_config
 
 
 def test_run_commits_every_planned_episode_once(tmp_path: Path) -> None:
@@ -117,22 +117,7 @@ def test_a_killed_worker_s_episodes_are_rerun_and_committed_once(tmp_path: Path)
     from collector.run.inprocess import InProcessPool
 
     pool = InProcessPool()
-    killed: list[object] = []
-
-    def kill_busiest(snapshot: Snapshot) -> None:
-        if not killed and snapshot.busy_actors:
-            killed.append(snapshot.busy_actors[0])
-            pool.kill(snapshot.busy_actors[0])
-
-    # sim-slow answers after ~50 ms, so the killed worker still holds episodes in flight.
-    cfg = small_config(tmp_path / "run", sweep__models=["sim-slow"], env__tasks=10)
-    result = run_job(cfg, show_progress=False, on_commit=kill_busiest, pool=pool)
-    assert killed
-    assert result.worker_restarts >= 1
-    assert result.redispatched >= 1
-    counts = committed_id_counts(tmp_path / "run")
-    assert set(counts) == {item.episode_id for item in plan_work(cfg).items}
-    assert set(counts.values()) == {1}
+    run_killing_a_busy_worker(tmp_path, pool.kill, pool)
     assert all(worker.dead for worker in pool.workers)  # none left running after the run
 
 

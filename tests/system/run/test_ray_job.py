@@ -11,30 +11,15 @@ import pytest
 from collector.errors import CollectorError, ConfigError
 from collector.run.job import Snapshot, run_job
 from collector.run.plan import plan_work
-from tests.run.helpers import committed_id_counts, small_config
+from tests.run.helpers import committed_id_counts, run_killing_a_busy_worker, small_config
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 
 def test_killed_worker_episodes_are_rerun_and_committed_once(tmp_path: Path) -> None:
-    """Killing a worker mid-run re-dispatches its in-flight episodes; each is committed once."""
+    """Killing a Ray worker actor mid-run re-dispatches its in-flight episodes; each is committed once."""
     import ray
 
-    killed: list[object] = []
-
-    def kill_busiest(snapshot: Snapshot) -> None:
-        if not killed and snapshot.busy_actors:
-            killed.append(snapshot.busy_actors[0])
-            ray.kill(snapshot.busy_actors[0], no_restart=True)
-
-    # sim-slow answers after ~50 ms, so the killed worker still holds episodes in flight.
-    cfg = small_config(tmp_path / "run", ray__pool="ray", sweep__models=["sim-slow"], env__tasks=10)
-    result = run_job(cfg, show_progress=False, on_commit=kill_busiest)
-    assert killed
-    assert result.worker_restarts >= 1
-    assert result.redispatched >= 1
-    counts = committed_id_counts(tmp_path / "run")
-    assert set(counts) == {item.episode_id for item in plan_work(cfg).items}
-    assert set(counts.values()) == {1}
+    run_killing_a_busy_worker(tmp_path, lambda actor: ray.kill(actor, no_restart=True), ray__pool="ray")
 
 
 @pytest.mark.timeout(60)
