@@ -58,10 +58,10 @@ def one_run(pool: str, tasks: int, tmp: Path) -> dict[str, Any]:
     return {"pool": pool, "episodes": tasks, "wall_s": wall, "cpu_s": cpu}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = parser(__doc__)
     p.add_argument("--sizes", default="4,64", help="episodes per run, comma-separated")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     sizes = [4] if args.quick else [int(s) for s in args.sizes.split(",")]
     rounds = args.rounds or (1 if args.quick else 3)
     rows: list[dict[str, Any]] = []
@@ -79,7 +79,7 @@ def main() -> None:
             wall = median([row["wall_s"] for row in mine])
             summary.append({"pool": pool, "episodes": size, "wall_s": wall,
                             "cpu_s": median([row["cpu_s"] for row in mine]), "x_ray": wall / ray_wall})
-    report("pools", "collector run: Ray pool vs in-process pool (medians)", args, rows, summary)
+    return report("pools", "collector run: Ray pool vs in-process pool (medians)", args, rows, summary)
 
 
 if __name__ == "__main__":
