@@ -42,6 +42,11 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
 
+#: What replaces the value of a credential the run was given wherever it would be stored or
+#: shown (a turn's text, a tool's result, an MCP server's log line, a grader's error): one
+#: marker for every layer, so a reader searching for it finds every scrubbed place.
+REDACTED_CREDENTIAL = "[redacted credential]"
+
 JSONObject = dict[str, Any]
 
 

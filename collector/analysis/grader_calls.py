@@ -31,8 +31,8 @@ import threading
 from collections.abc import Coroutine, Iterable
 from typing import Any
 
-from collector.episode.redact import REDACTED_CREDENTIAL
 from collector.errors import OutputError
+from collector.turn import REDACTED_CREDENTIAL
 
 __all__ = ["GraderThread", "reward_of"]
 

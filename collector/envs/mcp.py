@@ -74,15 +74,13 @@ from collector.envs.base import Environment, EpisodeContext, EpisodeWorld, Task,
 from collector.envs.tasks import task_from_row
 from collector.envs.toolkit import ToolError, schema_validator, tool
 from collector.errors import ConfigError, EnvironmentFailure
+from collector.turn import REDACTED_CREDENTIAL
 
 Grader = Callable[["MCPWorld", str | None], float | Awaitable[float]]
 
 #: A `pass_env` value shorter than this is not treated as a credential: scrubbing a `1` or
 #: `on` from every record would wreck the data (the redactor's `MIN_SCRUBBED_CHARS`).
 MIN_CREDENTIAL_CHARS = 4
-#: What replaces a credential in what the environment hands on; the redactor's
-#: `REDACTED_CREDENTIAL` (the envs layer cannot import collector.episode).
-REDACTED_CREDENTIAL = "[redacted credential]"
 
 
 class MCPEnvironment(Environment):

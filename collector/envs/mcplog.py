@@ -24,6 +24,8 @@ import threading
 import time
 from collections.abc import Iterable
 
+from collector.turn import REDACTED_CREDENTIAL
+
 #: The SDK's loggers that report per-message trouble (a filter on a logger sees only the
 #: records logged on that logger, not its children's: each is named).
 SDK_LOGGERS = (
@@ -37,7 +39,6 @@ SDK_LOGGERS = (
 BURST = 5
 WINDOW_S = 10.0
 MAX_RECORD_CHARS = 2000
-REDACTED_CREDENTIAL = "[redacted credential]"
 
 
 class SDKLogGuard(logging.Filter):

@@ -68,12 +68,17 @@ from urllib.parse import quote
 
 from collector.providers.arguments import has_template_opener
 from collector.record.episode import Episode, MessageRecord, ToolCallRecord
-from collector.turn import ArgStatus, AssistantMessage, Message, ToolCall, ToolResultMessage
+from collector.turn import (
+    REDACTED_CREDENTIAL,
+    ArgStatus,
+    AssistantMessage,
+    Message,
+    ToolCall,
+    ToolResultMessage,
+)
 
 REDACTED = "[REDACTED]"
 
-#: What replaces the value of a credential the run was given, wherever it appears.
-REDACTED_CREDENTIAL = "[redacted credential]"
 
 #: Marks a stored reasoning item whose content redaction changed (its signature no longer fits).
 REDACTED_ITEM_KEY = "collector_redacted"
