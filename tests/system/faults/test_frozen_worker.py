@@ -72,6 +72,7 @@ def test_sigstopped_worker_batches_rerun_elsewhere_exactly_once(tmp_path: Path, 
     gate.mkdir()
     cfg = small_config(
         tmp_path / "run",
+        ray__pool="ray",  # the subject: a worker process SIGSTOPped
         env__name="tests.faults.gated_env:GatedArithmetic",
         env__options={"gate_dir": str(gate)},
         env__python_path=[str(REPO)],

@@ -54,7 +54,7 @@ def test_sigterm_during_an_in_loop_commit_keeps_that_commits_episodes(
         run = request.getfixturevalue("s3_bucket").uri("run")
         monkeypatch.setenv("COLLECTOR_CACHE_DIR", str(tmp_path / "cache"))
         store = S3RunStore
-    cfg = small_config(run, output__worker_writes=where != "dir-driver-writes",  # type: ignore[arg-type]
+    cfg = small_config(run, ray__pool="ray", output__worker_writes=where != "dir-driver-writes",  # type: ignore[arg-type]
                        output__commit_interval_s=600.0, sweep__models=["sim-slow"])
     taken: list[str] = []
     # Driver-side writes commit episodes; worker-side writes commit the workers' pending shards.

@@ -83,7 +83,8 @@ def test_worker_killed_mid_write_leaves_nothing_visible_and_its_batch_runs_again
     gate = tmp_path / "gate"
     gate.mkdir()
     run_dir = tmp_path / "run"
-    cfg = small_config(run_dir, output__worker_writes=True, ray__batch_size=2, ray__episodes_in_flight=2)
+    cfg = small_config(run_dir, ray__pool="ray", output__worker_writes=True, ray__batch_size=2,
+                       ray__episodes_in_flight=2)
     gated = lambda self: GatedSink(str(self.root.absolute()), self.fmt, str(gate))  # noqa: E731
     monkeypatch.setattr(LocalRunStore, "sink", gated)
     result = run_killing_the_gated_writer(cfg, gate, lambda: run_dir)
@@ -110,7 +111,7 @@ def test_a_worker_killed_holding_its_pending_object_in_a_bucket_costs_only_a_rer
     gate.mkdir()
     monkeypatch.setenv("COLLECTOR_CACHE_DIR", str(tmp_path / "cache"))
     uri = s3_bucket.uri("run")
-    cfg = small_config(uri, ray__batch_size=2, ray__episodes_in_flight=2)  # type: ignore[arg-type]  # a URI
+    cfg = small_config(uri, ray__pool="ray", ray__batch_size=2, ray__episodes_in_flight=2)  # type: ignore[arg-type]
     gated = lambda self: GatedS3Sink(self.location, self.fmt, str(gate))  # noqa: E731
     monkeypatch.setattr(S3RunStore, "sink", gated)
     run_killing_the_gated_writer(cfg, gate, lambda: resolve_run(uri))
