@@ -1,0 +1,163 @@
+"""The harness gateway: the model server a harness talks to, one token per episode.
+
+An ASGI app (Starlette, as the simulator) with the OpenAI routes under `/v1`. Each request
+carries an episode's token as its API key (`Authorization: Bearer <token>`, or Anthropic's
+`x-api-key`); the token picks the `HarnessSession` that answers. An unknown token is a 401;
+a token whose episode ended is a 403 naming how it ended (a harness that keeps calling gets
+a clear error, never another turn). Errors are written in OpenAI's error shape.
+
+`GatewayServer` serves the app on a loopback socket from the worker's own event loop, so the
+sessions call the worker's provider adapters on the loop their HTTP clients belong to. One
+server serves every episode of a worker; the tokens keep the episodes apart. The address is
+loopback unless `env.options.host` names another (a harness in a container), and the token is
+required either way.
+
+Tests: tests/harness/test_gateway_chat.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+from collections import OrderedDict
+from collections.abc import Generator
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from collector.harness.chat_wire import parse_chat_request, render_chat_completion
+from collector.harness.request import BadRequest, Refused
+from collector.harness.session import HarnessSession
+
+__all__ = ["Gateway", "GatewayServer"]
+
+#: Ended episodes' tokens remembered for a clear 403 (past this, an old token is just unknown).
+_ENDED_KEPT = 10_000
+
+
+def _error(message: str, status: int, kind: str) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status_code=status)
+
+
+class Gateway:
+    """The episodes a worker's gateway answers for, and the ASGI app that answers."""
+
+    def __init__(self) -> None:
+        self._sessions: dict[str, HarnessSession] = {}
+        self._ended: OrderedDict[str, str] = OrderedDict()
+        self.app = Starlette(routes=[
+            Route("/v1/chat/completions", self._chat, methods=["POST"]),
+            Route("/v1/models", self._models, methods=["GET"]),
+        ])
+
+    def open(self, session: HarnessSession) -> None:
+        self._sessions[session.token] = session
+
+    def close(self, session: HarnessSession) -> None:
+        """The episode is over: its token is refused from now on."""
+        if self._sessions.pop(session.token, None) is not None:
+            self._ended[session.token] = (f"{session.harness}: episode {session.spec.episode_id} ended; "
+                                          "this token accepts no more requests")
+            while len(self._ended) > _ENDED_KEPT:
+                self._ended.popitem(last=False)
+
+    def _session(self, request: Request) -> HarnessSession:
+        auth = request.headers.get("authorization", "")
+        if auth.lower().startswith("bearer "):
+            token = auth[7:].strip()
+        else:  # Anthropic's SDKs send the key in its own header
+            token = request.headers.get("x-api-key", "")
+        session = self._sessions.get(token)
+        if session is not None:
+            return session
+        ended = self._ended.get(token)
+        if ended is not None:
+            raise Refused(ended, 403)
+        raise Refused("unknown episode token: pass the token the collector gave this harness as its API key",
+                      401)
+
+    async def _chat(self, request: Request) -> Response:
+        try:
+            session = self._session(request)
+            try:
+                body: Any = json.loads(await request.body())
+            except ValueError:
+                raise BadRequest("the request body is not JSON") from None
+            parsed = parse_chat_request(body)
+            if parsed.stream:
+                raise BadRequest("stream: streamed replies are not served on this route yet")
+            turn = await session.complete(parsed)
+        except BadRequest as exc:
+            return _error(str(exc), 400, "invalid_request_error")
+        except Refused as exc:
+            return _error(str(exc), exc.status, "permission_error" if exc.status == 403 else "gateway_error")
+        return JSONResponse(render_chat_completion(turn, session.spec.model))
+
+    async def _models(self, request: Request) -> Response:
+        try:
+            session = self._session(request)
+        except Refused as exc:
+            return _error(str(exc), exc.status, "permission_error")
+        return JSONResponse({"object": "list", "data": [{"id": session.spec.model, "object": "model",
+                                                         "owned_by": "collector"}]})
+
+
+class _QuietServer(uvicorn.Server):
+    """uvicorn without its signal handlers: the worker's process owns its signals."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+class GatewayServer:
+    """`Gateway` served on (host, an OS-chosen port) from the running event loop."""
+
+    def __init__(self, gateway: Gateway, host: str = "127.0.0.1") -> None:
+        self.gateway = gateway
+        self.host = host
+        self.port = 0
+        self._server: _QuietServer | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._sock: socket.socket | None = None
+
+    @property
+    def root(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    async def start(self) -> None:
+        if self._server is not None:
+            return
+        family = socket.getaddrinfo(self.host, 0, type=socket.SOCK_STREAM)[0][0]
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.bind((self.host, 0))
+        sock.listen(1024)
+        self._sock = sock
+        self.port = sock.getsockname()[1]
+        config = uvicorn.Config(self.gateway.app, log_level="warning", access_log=False, lifespan="off",
+                                timeout_graceful_shutdown=1)
+        server = _QuietServer(config)
+        self._server = server
+        self._task = asyncio.create_task(server.serve(sockets=[sock]))
+        while not server.started:
+            if self._task.done():
+                self._task.result()
+                raise RuntimeError("the harness gateway did not start")
+            await asyncio.sleep(0.005)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._task is not None:
+            with contextlib.suppress(Exception):
+                await self._task
+        if self._sock is not None:
+            self._sock.close()
+        self._server = self._task = self._sock = None
