@@ -6,4 +6,7 @@
 - `collector.harness.env`: the `harness` environment kind and the runner the worker calls.
 
 docs/harnesses.md is the user's guide.
+
+Tests: tests/harness/test_gateway_chat.py, tests/harness/test_harness_env.py,
+tests/system/harness/test_harness_run.py.
 """

@@ -40,6 +40,7 @@ import secrets
 from collector.config import LoopConfig
 from collector.envs.base import Task
 from collector.episode.loop import EpisodeSpec
+from collector.episode.notices import CUT, MALFORMED_END, SIBLING_END
 from collector.episode.state import EpisodeState, redactor_for
 from collector.episode.tokens import TokenTracker
 from collector.episode.verdict import Fault, FaultStreak, classify_turn, over_limits
@@ -60,7 +61,10 @@ from collector.turn import (
     Usage,
 )
 
-__all__ = ["HarnessSession"]
+__all__ = ["NO_RESULT", "HarnessSession"]
+
+NO_RESULT = "no result: the harness sent none for this call"
+"""The record's result for a call returned to the harness that it never answered."""
 
 
 def _call_key(call: ToolCall) -> tuple[str, str, str]:
@@ -109,6 +113,20 @@ class HarnessSession:
         self.offered = "[]"
         self.requests = 0
         self._lock = asyncio.Lock()
+        self._unanswered: list[ToolCall] = []
+        """Calls returned to the harness whose result it has not sent yet (of turn `_unanswered_at`)."""
+        self._unanswered_at = 0
+
+    def _settle(self, calls: list[ToolCall], turn_index: int, fallback: str) -> None:
+        self.state.open_calls, self.state.open_index = calls, turn_index
+        self.state.settle(fallback)
+
+    def finish(self) -> None:
+        """The episode is over: calls returned to the harness that it never answered are settled
+        in the record (every call has exactly one result, as in the loop's record)."""
+        if self._unanswered:
+            self._settle(self._unanswered, self._unanswered_at, NO_RESULT)
+            self._unanswered = []
 
     def end(self, reason: StopReason, error: EpisodeError | None = None) -> None:
         """End the episode here: every later request on the token is refused."""
@@ -193,6 +211,13 @@ class HarnessSession:
             else:
                 finish = "tool_calls" if returned else "stop"
             record.calls_withheld = len(withheld)
+            if withheld:  # settled in the record at once, as the loop settles a call it does not run
+                for call in withheld:
+                    bad = call.status is ArgStatus.MALFORMED
+                    result = MALFORMED_END if bad else SIBLING_END
+                    state.answer(call, CUT if verdict.fault is Fault.CUT else result, True)
+                self._settle(withheld, record.index, CUT)
+            self._unanswered, self._unanswered_at = returned, record.index
             for call in returned:
                 state.executed.append(ExecutedToolCall(
                     turn_index=record.index, call_id=call.id, name=call.name,
@@ -215,6 +240,11 @@ class HarnessSession:
         rewritten = bool(seen) and keys[:len(seen)] != seen
         new = request.messages if rewritten or not seen else request.messages[len(seen):]
         state = self.state
+        answered = {m.call_id for m in new if isinstance(m, ToolResultMessage)}
+        left = [c for c in self._unanswered if c.id not in answered]
+        if left:  # the harness went on without sending these calls' results
+            self._settle(left, self._unanswered_at, NO_RESULT)
+        self._unanswered = []
         index = len(state.turns) - 1 if state.turns else None
         state.history.extend(new)
         state.records.extend(state.redactor.message_records(new, index))
