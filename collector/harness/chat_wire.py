@@ -17,6 +17,7 @@ Tests: tests/harness/test_gateway_chat.py.
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -33,7 +34,7 @@ from collector.turn import (
     UserMessage,
 )
 
-__all__ = ["parse_chat_request", "render_chat_completion"]
+__all__ = ["parse_chat_request", "render_chat_completion", "render_chat_stream"]
 
 
 def parse_chat_request(body: Any) -> HarnessRequest:
@@ -82,7 +83,10 @@ def parse_chat_request(body: Any) -> HarnessRequest:
     asked = body.get("max_completion_tokens", body.get("max_tokens"))
     if asked is not None and (not isinstance(asked, int) or isinstance(asked, bool)):
         raise BadRequest("max_completion_tokens: must be an integer")
-    return HarnessRequest(messages, tools, asked, bool(body.get("stream")), str(body.get("model") or ""))
+    options = body.get("stream_options")
+    usage = isinstance(options, dict) and bool(options.get("include_usage"))
+    model = str(body.get("model") or "")
+    return HarnessRequest(messages, tools, asked, bool(body.get("stream")), model, usage)
 
 
 def render_chat_completion(turn: GatewayTurn, model: str) -> JSONObject:
@@ -101,3 +105,33 @@ def render_chat_completion(turn: GatewayTurn, model: str) -> JSONObject:
             "total_tokens": usage.input_tokens + usage.output_tokens,
         },
     }
+
+
+def _chunk(base: JSONObject, delta: JSONObject, finish: str | None = None) -> str:
+    choice = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
+    return "data: " + json.dumps({**base, "choices": [choice]}, separators=(",", ":")) + "\n\n"
+
+
+def render_chat_stream(turn: GatewayTurn, model: str, include_usage: bool) -> list[str]:
+    """The `chat.completion.chunk` events for `turn`, `[DONE]` last.
+
+    Rendered once the turn is classified, so no tool-call delta of a withheld call is ever
+    written: the text first, then the returned calls (each whole, in one delta), then the
+    finish reason, then the usage when the harness asked for it (`stream_options`)."""
+    base: JSONObject = {"id": turn.response_id, "object": "chat.completion.chunk",
+                        "created": int(time.time()), "model": model}
+    events = [_chunk(base, {"role": "assistant", "content": ""})]
+    if turn.text:
+        events.append(_chunk(base, {"content": turn.text}))
+    if turn.returned:
+        message = chat_messages([AssistantMessage("", list(turn.returned))])[0]
+        calls = [{"index": i, **call} for i, call in enumerate(message["tool_calls"])]
+        events.append(_chunk(base, {"tool_calls": calls}))
+    events.append(_chunk(base, {}, turn.finish_reason))
+    if include_usage:
+        usage = {"prompt_tokens": turn.usage.input_tokens, "completion_tokens": turn.usage.output_tokens,
+                 "total_tokens": turn.usage.input_tokens + turn.usage.output_tokens}
+        events.append("data: " + json.dumps({**base, "choices": [], "usage": usage}, separators=(",", ":"))
+                      + "\n\n")
+    events.append("data: [DONE]\n\n")
+    return events

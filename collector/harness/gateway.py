@@ -6,6 +6,10 @@ carries an episode's token as its API key (`Authorization: Bearer <token>`, or A
 a token whose episode ended is a 403 naming how it ended (a harness that keeps calling gets
 a clear error, never another turn). Errors are written in OpenAI's error shape.
 
+A streamed request gets its events once the turn is classified (`render_chat_stream`): no
+tool-call delta of a withheld call is ever written. The text is not relayed as the model
+writes it: the provider adapter returns whole turns.
+
 `GatewayServer` serves the app on a loopback socket from the worker's own event loop, so the
 sessions call the worker's provider adapters on the loop their HTTP clients belong to. One
 server serves every episode of a worker; the tokens keep the episodes apart. The address is
@@ -31,7 +35,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from collector.harness.chat_wire import parse_chat_request, render_chat_completion
+from collector.harness.chat_wire import parse_chat_request, render_chat_completion, render_chat_stream
 from collector.harness.request import BadRequest, Refused
 from collector.harness.session import HarnessSession
 
@@ -43,6 +47,11 @@ _ENDED_KEPT = 10_000
 
 def _error(message: str, status: int, kind: str) -> JSONResponse:
     return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status_code=status)
+
+
+def _sse(events: list[str]) -> Response:
+    """A streamed reply, sent once the turn is classified (see `collector.harness.session`)."""
+    return Response("".join(events), media_type="text/event-stream", headers={"cache-control": "no-cache"})
 
 
 class Gateway:
@@ -90,13 +99,13 @@ class Gateway:
             except ValueError:
                 raise BadRequest("the request body is not JSON") from None
             parsed = parse_chat_request(body)
-            if parsed.stream:
-                raise BadRequest("stream: streamed replies are not served on this route yet")
             turn = await session.complete(parsed)
         except BadRequest as exc:
             return _error(str(exc), 400, "invalid_request_error")
         except Refused as exc:
             return _error(str(exc), exc.status, "permission_error" if exc.status == 403 else "gateway_error")
+        if parsed.stream:
+            return _sse(render_chat_stream(turn, session.spec.model, parsed.stream_usage))
         return JSONResponse(render_chat_completion(turn, session.spec.model))
 
     async def _models(self, request: Request) -> Response:

@@ -38,6 +38,8 @@ class HarnessRequest:
     """The output cap the harness asked for (recorded; the cell's budget is what is sent)."""
     stream: bool
     asked_model: str
+    stream_usage: bool = False
+    """A streamed reply ends with a usage event (Chat `stream_options.include_usage`)."""
 
 
 Finish = Literal["stop", "tool_calls", "length"]

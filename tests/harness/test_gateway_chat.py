@@ -74,6 +74,7 @@ async def _episode(
     *,
     enforce: bool = True,
     settings: LoopConfig | None = None,
+    stream: bool = False,
 ) -> tuple[HarnessSession, list[dict[str, Any]]]:
     """One harness episode through the gateway; (its session, the executions the harness logged)."""
     task = TASKS[task_index]
@@ -95,13 +96,13 @@ async def _episode(
     async with client:
         # PermissionDenied: the episode ended at the gateway and the loop asked again.
         with contextlib.suppress(PermissionDeniedError):
-            await openai_tool_loop.run(client, str(task.prompt), workdir)
+            await openai_tool_loop.run(client, str(task.prompt), workdir, stream=stream)
     gateway.close(session)
     executions = [json.loads(line) for line in _lines(workdir / "executions.jsonl")]
     return session, executions
 
 
-async def _sweep(tmp_path: Path, enforce: bool) -> tuple[int, int, list[str]]:
+async def _sweep(tmp_path: Path, enforce: bool, stream: bool = False) -> tuple[int, int, list[str]]:
     """(cut turns, executions, executions whose call came from a cut turn) over small budgets."""
     gateway = Gateway()
     cut_turns = executions = 0
@@ -117,6 +118,7 @@ async def _sweep(tmp_path: Path, enforce: bool) -> tuple[int, int, list[str]]:
                     model,
                     tmp_path / f"{enforce}-{model}-{budget}-{i}",
                     enforce=enforce,
+                    stream=stream,
                 )
                 cut_ids = {c.id for t in session.provider.turns if t.is_length for c in t.tool_calls}
                 cut_turns += sum(1 for t in session.state.turns if t.length_signals)
@@ -125,17 +127,19 @@ async def _sweep(tmp_path: Path, enforce: bool) -> tuple[int, int, list[str]]:
     return cut_turns, executions, from_cut
 
 
-def test_no_logged_execution_comes_from_a_cut_turn(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+def test_no_logged_execution_comes_from_a_cut_turn(tmp_path: Path, stream: bool) -> None:
     """At small budgets an ordinary SDK tool loop behind the gateway never runs a call of a cut turn."""
-    cut_turns, executions, from_cut = asyncio.run(_sweep(tmp_path, enforce=True))
+    cut_turns, executions, from_cut = asyncio.run(_sweep(tmp_path, enforce=True, stream=stream))
     assert cut_turns >= 10  # the sweep cut turns
     assert executions >= 10  # and the loop ran calls
     assert from_cut == []
 
 
-def test_the_same_sweep_without_enforcement_runs_calls_of_cut_turns(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+def test_the_same_sweep_without_enforcement_runs_calls_of_cut_turns(tmp_path: Path, stream: bool) -> None:
     """A recording proxy (enforcement off) lets the same loop run calls of cut turns: the check can fail."""
-    cut_turns, _, from_cut = asyncio.run(_sweep(tmp_path, enforce=False))
+    cut_turns, _, from_cut = asyncio.run(_sweep(tmp_path, enforce=False, stream=stream))
     assert cut_turns >= 10
     assert len(from_cut) >= 3
 
@@ -246,5 +250,44 @@ def test_a_malformed_request_is_a_400_naming_the_field(body: dict[str, Any], fie
         assert reply.status_code == 400
         assert field in reply.json()["error"]["message"]
         assert session.state.turns == []
+
+    asyncio.run(go())
+
+
+def test_a_streamed_cut_turn_carries_no_tool_call_delta() -> None:
+    """Streamed, a withheld turn's events hold its text and `length`, never a tool-call delta."""
+
+    async def go() -> None:
+        gateway = Gateway()
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(0))) as sim:
+            task = TASKS[1]
+            spec = EpisodeSpec(run_id="r", model="sim-hidden-cut", provider_kind="sim", budget=36, task=task)
+            session = HarnessSession(
+                spec, build_provider("chat", Endpoint("http://sim/v1"), sim), LoopConfig()
+            )
+            gateway.open(session)
+            body = {
+                "model": "m",
+                "stream": True,
+                "stream_options": {"include_usage": True},
+                "tools": openai_tool_loop.TOOLS,
+                "messages": [{"role": "user", "content": task.prompt}],
+            }
+            async with httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=gateway.app), base_url="http://gw"
+            ) as c:
+                reply = await c.post(
+                    "/v1/chat/completions", json=body, headers={"authorization": f"Bearer {session.token}"}
+                )
+        assert reply.headers["content-type"].startswith("text/event-stream")
+        events = [line[6:] for line in reply.text.splitlines() if line.startswith("data: ")]
+        assert events[-1] == "[DONE]"
+        chunks = [json.loads(e) for e in events[:-1]]
+        assert not any("tool_calls" in ch["delta"] for c in chunks for ch in c["choices"])
+        assert [ch["finish_reason"] for c in chunks for ch in c["choices"] if ch["finish_reason"]] == [
+            "length"
+        ]
+        assert chunks[-1]["usage"]["completion_tokens"] == 36
+        assert session.state.turns[0].calls_withheld == 1
 
     asyncio.run(go())
