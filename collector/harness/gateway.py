@@ -1,6 +1,8 @@
 """The harness gateway: the model server a harness talks to, one token per episode.
 
-An ASGI app (Starlette, as the simulator) with the OpenAI routes under `/v1`. Each request
+An ASGI app (Starlette, as the simulator) with OpenAI Chat Completions
+(`/v1/chat/completions`) and Anthropic Messages (`/v1/messages`: the Anthropic SDKs take the
+server root as their base URL). Each request
 carries an episode's token as its API key (`Authorization: Bearer <token>`, or Anthropic's
 `x-api-key`); the token picks the `HarnessSession` that answers. An unknown token is a 401;
 a token whose episode ended is a 403 naming how it ended (a harness that keeps calling gets
@@ -26,7 +28,7 @@ import contextlib
 import json
 import socket
 from collections import OrderedDict
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any
 
 import uvicorn
@@ -35,8 +37,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from collector.harness.anthropic_wire import parse_messages_request, render_message, render_message_stream
 from collector.harness.chat_wire import parse_chat_request, render_chat_completion, render_chat_stream
-from collector.harness.request import BadRequest, Refused
+from collector.harness.request import BadRequest, GatewayTurn, HarnessRequest, Refused
 from collector.harness.session import HarnessSession
 
 __all__ = ["Gateway", "GatewayServer"]
@@ -47,6 +50,10 @@ _ENDED_KEPT = 10_000
 
 def _error(message: str, status: int, kind: str) -> JSONResponse:
     return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status_code=status)
+
+
+def _anthropic_error(message: str, status: int, kind: str) -> JSONResponse:
+    return JSONResponse({"type": "error", "error": {"type": kind, "message": message}}, status_code=status)
 
 
 def _sse(events: list[str]) -> Response:
@@ -62,6 +69,7 @@ class Gateway:
         self._ended: OrderedDict[str, str] = OrderedDict()
         self.app = Starlette(routes=[
             Route("/v1/chat/completions", self._chat, methods=["POST"]),
+            Route("/v1/messages", self._messages, methods=["POST"]),
             Route("/v1/models", self._models, methods=["GET"]),
         ])
 
@@ -91,15 +99,20 @@ class Gateway:
         raise Refused("unknown episode token: pass the token the collector gave this harness as its API key",
                       401)
 
+    async def _turn(self, request: Request, parse: Callable[[Any], HarnessRequest]) -> tuple[
+            HarnessSession, HarnessRequest, GatewayTurn]:
+        """The session, the parsed request and its turn; `BadRequest` / `Refused` for the route to write."""
+        session = self._session(request)
+        try:
+            body: Any = json.loads(await request.body())
+        except ValueError:
+            raise BadRequest("the request body is not JSON") from None
+        parsed = parse(body)
+        return session, parsed, await session.complete(parsed)
+
     async def _chat(self, request: Request) -> Response:
         try:
-            session = self._session(request)
-            try:
-                body: Any = json.loads(await request.body())
-            except ValueError:
-                raise BadRequest("the request body is not JSON") from None
-            parsed = parse_chat_request(body)
-            turn = await session.complete(parsed)
+            session, parsed, turn = await self._turn(request, parse_chat_request)
         except BadRequest as exc:
             return _error(str(exc), 400, "invalid_request_error")
         except Refused as exc:
@@ -107,6 +120,18 @@ class Gateway:
         if parsed.stream:
             return _sse(render_chat_stream(turn, session.spec.model, parsed.stream_usage))
         return JSONResponse(render_chat_completion(turn, session.spec.model))
+
+    async def _messages(self, request: Request) -> Response:
+        try:
+            session, parsed, turn = await self._turn(request, parse_messages_request)
+        except BadRequest as exc:
+            return _anthropic_error(str(exc), 400, "invalid_request_error")
+        except Refused as exc:
+            kind = {401: "authentication_error", 403: "permission_error"}.get(exc.status, "api_error")
+            return _anthropic_error(str(exc), exc.status, kind)
+        if parsed.stream:
+            return _sse(render_message_stream(turn, session.spec.model))
+        return JSONResponse(render_message(turn, session.spec.model))
 
     async def _models(self, request: Request) -> Response:
         try:
