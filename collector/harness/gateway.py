@@ -1,8 +1,8 @@
 """The harness gateway: the model server a harness talks to, one token per episode.
 
 An ASGI app (Starlette, as the simulator) with OpenAI Chat Completions
-(`/v1/chat/completions`) and Anthropic Messages (`/v1/messages`: the Anthropic SDKs take the
-server root as their base URL). Each request
+(`/v1/chat/completions`), OpenAI Responses (`/v1/responses`) and Anthropic Messages
+(`/v1/messages`: the Anthropic SDKs take the server root as their base URL). Each request
 carries an episode's token as its API key (`Authorization: Bearer <token>`, or Anthropic's
 `x-api-key`); the token picks the `HarnessSession` that answers. An unknown token is a 401;
 a token whose episode ended is a 403 naming how it ended (a harness that keeps calling gets
@@ -40,6 +40,7 @@ from starlette.routing import Route
 from collector.harness.anthropic_wire import parse_messages_request, render_message, render_message_stream
 from collector.harness.chat_wire import parse_chat_request, render_chat_completion, render_chat_stream
 from collector.harness.request import BadRequest, GatewayTurn, HarnessRequest, Refused
+from collector.harness.responses_wire import parse_responses_request, render_response, render_response_stream
 from collector.harness.session import HarnessSession
 
 __all__ = ["Gateway", "GatewayServer"]
@@ -70,6 +71,7 @@ class Gateway:
         self.app = Starlette(routes=[
             Route("/v1/chat/completions", self._chat, methods=["POST"]),
             Route("/v1/messages", self._messages, methods=["POST"]),
+            Route("/v1/responses", self._responses, methods=["POST"]),
             Route("/v1/models", self._models, methods=["GET"]),
         ])
 
@@ -120,6 +122,17 @@ class Gateway:
         if parsed.stream:
             return _sse(render_chat_stream(turn, session.spec.model, parsed.stream_usage))
         return JSONResponse(render_chat_completion(turn, session.spec.model))
+
+    async def _responses(self, request: Request) -> Response:
+        try:
+            session, parsed, turn = await self._turn(request, parse_responses_request)
+        except BadRequest as exc:
+            return _error(str(exc), 400, "invalid_request_error")
+        except Refused as exc:
+            return _error(str(exc), exc.status, "permission_error" if exc.status == 403 else "gateway_error")
+        if parsed.stream:
+            return _sse(render_response_stream(turn, session.spec.model))
+        return JSONResponse(render_response(turn, session.spec.model))
 
     async def _messages(self, request: Request) -> Response:
         try:

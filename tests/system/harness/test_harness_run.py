@@ -92,8 +92,9 @@ def _workdir(tmp_path: Path, episode: Episode) -> Path:
         ["openai_tool_loop.py", "{task}", "--stream"],
         ["anthropic_tool_loop.py", "{task}"],
         ["anthropic_tool_loop.py", "{task}", "--stream"],
+        ["agents_runner.py", "{task}"],
     ],
-    ids=["openai", "openai-stream", "anthropic", "anthropic-stream"],
+    ids=["openai", "openai-stream", "anthropic", "anthropic-stream", "openai-agents"],
 )
 def test_an_sdk_tool_loop_runs_as_episodes_and_never_runs_a_call_of_a_cut_turn(
     tmp_path: Path, loop: list[str]
@@ -122,7 +123,8 @@ def test_an_sdk_tool_loop_runs_as_episodes_and_never_runs_a_call_of_a_cut_turn(
             assert episode.reward == 0.0
         if episode.stop_reason is StopReason.DONE:
             assert episode.reward == 1.0  # exit status 0
-            assert all(t.harness_asked_cap == 4096 for t in episode.turns)
+            asked = None if loop[0] == "agents_runner.py" else 4096  # the Runner asks for no cap
+            assert all(t.harness_asked_cap == asked for t in episode.turns)
             assert all(t.max_output_tokens == episode.budget for t in episode.turns)
     assert logged >= 6
 
