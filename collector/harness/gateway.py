@@ -28,7 +28,8 @@ import contextlib
 import json
 import socket
 from collections import OrderedDict
-from collections.abc import Callable, Generator
+from collections.abc import Awaitable, Callable, Generator
+from dataclasses import dataclass
 from typing import Any
 
 import uvicorn
@@ -42,6 +43,7 @@ from collector.harness.chat_wire import parse_chat_request, render_chat_completi
 from collector.harness.request import BadRequest, GatewayTurn, HarnessRequest, Refused
 from collector.harness.responses_wire import parse_responses_request, render_response, render_response_stream
 from collector.harness.session import HarnessSession
+from collector.turn import JSONObject
 
 __all__ = ["Gateway", "GatewayServer"]
 
@@ -49,12 +51,38 @@ __all__ = ["Gateway", "GatewayServer"]
 _ENDED_KEPT = 10_000
 
 
-def _error(message: str, status: int, kind: str) -> JSONResponse:
+#: Error types by status: the same names in OpenAI's and Anthropic's error shapes.
+_KINDS = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error"}
+
+
+def _error(message: str, status: int) -> JSONResponse:
+    """An error in OpenAI's shape."""
+    kind = _KINDS.get(status, "gateway_error")
     return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status_code=status)
 
 
-def _anthropic_error(message: str, status: int, kind: str) -> JSONResponse:
+def _anthropic_error(message: str, status: int) -> JSONResponse:
+    """An error in Anthropic's shape."""
+    kind = _KINDS.get(status, "api_error")
     return JSONResponse({"type": "error", "error": {"type": kind, "message": message}}, status_code=status)
+
+
+@dataclass(slots=True, frozen=True)
+class _Wire:
+    """How one route reads a request and writes a turn, a stream and an error."""
+
+    parse: Callable[[Any], HarnessRequest]
+    render: Callable[[GatewayTurn, str], JSONObject]
+    stream: Callable[[GatewayTurn, str, HarnessRequest], list[str]]
+    error: Callable[[str, int], JSONResponse]
+
+
+_CHAT = _Wire(parse_chat_request, render_chat_completion,
+              lambda turn, model, parsed: render_chat_stream(turn, model, parsed.stream_usage), _error)
+_RESPONSES = _Wire(parse_responses_request, render_response,
+                   lambda turn, model, _: render_response_stream(turn, model), _error)
+_MESSAGES = _Wire(parse_messages_request, render_message,
+                  lambda turn, model, _: render_message_stream(turn, model), _anthropic_error)
 
 
 def _sse(events: list[str]) -> Response:
@@ -69,9 +97,9 @@ class Gateway:
         self._sessions: dict[str, HarnessSession] = {}
         self._ended: OrderedDict[str, str] = OrderedDict()
         self.app = Starlette(routes=[
-            Route("/v1/chat/completions", self._chat, methods=["POST"]),
-            Route("/v1/messages", self._messages, methods=["POST"]),
-            Route("/v1/responses", self._responses, methods=["POST"]),
+            Route("/v1/chat/completions", self._route(_CHAT), methods=["POST"]),
+            Route("/v1/messages", self._route(_MESSAGES), methods=["POST"]),
+            Route("/v1/responses", self._route(_RESPONSES), methods=["POST"]),
             Route("/v1/models", self._models, methods=["GET"]),
         ])
 
@@ -112,45 +140,28 @@ class Gateway:
         parsed = parse(body)
         return session, parsed, await session.complete(parsed)
 
-    async def _chat(self, request: Request) -> Response:
-        try:
-            session, parsed, turn = await self._turn(request, parse_chat_request)
-        except BadRequest as exc:
-            return _error(str(exc), 400, "invalid_request_error")
-        except Refused as exc:
-            return _error(str(exc), exc.status, "permission_error" if exc.status == 403 else "gateway_error")
-        if parsed.stream:
-            return _sse(render_chat_stream(turn, session.spec.model, parsed.stream_usage))
-        return JSONResponse(render_chat_completion(turn, session.spec.model))
+    def _route(self, wire: _Wire) -> Callable[[Request], Awaitable[Response]]:
+        """The endpoint of one wire: parse, take the turn, write it (or the error) in the wire's shape."""
 
-    async def _responses(self, request: Request) -> Response:
-        try:
-            session, parsed, turn = await self._turn(request, parse_responses_request)
-        except BadRequest as exc:
-            return _error(str(exc), 400, "invalid_request_error")
-        except Refused as exc:
-            return _error(str(exc), exc.status, "permission_error" if exc.status == 403 else "gateway_error")
-        if parsed.stream:
-            return _sse(render_response_stream(turn, session.spec.model))
-        return JSONResponse(render_response(turn, session.spec.model))
+        async def endpoint(request: Request) -> Response:
+            try:
+                session, parsed, turn = await self._turn(request, wire.parse)
+            except BadRequest as exc:
+                return wire.error(str(exc), 400)
+            except Refused as exc:
+                return wire.error(str(exc), exc.status)
+            model = session.spec.model
+            if parsed.stream:
+                return _sse(wire.stream(turn, model, parsed))
+            return JSONResponse(wire.render(turn, model))
 
-    async def _messages(self, request: Request) -> Response:
-        try:
-            session, parsed, turn = await self._turn(request, parse_messages_request)
-        except BadRequest as exc:
-            return _anthropic_error(str(exc), 400, "invalid_request_error")
-        except Refused as exc:
-            kind = {401: "authentication_error", 403: "permission_error"}.get(exc.status, "api_error")
-            return _anthropic_error(str(exc), exc.status, kind)
-        if parsed.stream:
-            return _sse(render_message_stream(turn, session.spec.model))
-        return JSONResponse(render_message(turn, session.spec.model))
+        return endpoint
 
     async def _models(self, request: Request) -> Response:
         try:
             session = self._session(request)
         except Refused as exc:
-            return _error(str(exc), exc.status, "permission_error")
+            return _error(str(exc), exc.status)
         return JSONResponse({"object": "list", "data": [{"id": session.spec.model, "object": "model",
                                                          "owned_by": "collector"}]})
 

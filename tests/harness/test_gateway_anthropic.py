@@ -9,89 +9,42 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
-import httpx
 import httpx2
 import pytest
 from anthropic import AsyncAnthropic, PermissionDeniedError
 
-from collector.config import LoopConfig
-from collector.episode.loop import EpisodeSpec
-from collector.harness.gateway import Gateway
-from collector.harness.session import HarnessSession
-from collector.providers import build_provider
-from collector.providers.base import Endpoint
-from collector.sim.app import create_app
+from collector.envs.base import Task
 from collector.stop import StopReason
-from collector.turn import SamplingParams
-from tests.harness.test_gateway_chat import CELLS, TASKS, Seen, _lines
+from tests.harness.helpers import TASKS, post_twice, sweep
 
 HARNESSES = Path(__file__).resolve().parents[2] / "examples" / "harnesses"
 if str(HARNESSES) not in sys.path:  # the loop imports its calculator from the OpenAI example
     sys.path.insert(0, str(HARNESSES))
 anthropic_tool_loop: Any = importlib.import_module("anthropic_tool_loop")
+MESSAGES = "/v1/messages"
 
 
-async def _episode(
-    gateway: Gateway,
-    sim: httpx.AsyncClient,
-    i: int,
-    model: str,
-    budget: int,
-    workdir: Path,
-    enforce: bool,
-    stream: bool,
-) -> tuple[HarnessSession, list[dict[str, Any]]]:
-    task = TASKS[i]
-    spec = EpisodeSpec(
-        run_id="r",
-        model=model,
-        provider_kind="sim",
-        budget=budget,
-        task=task,
-        seed=i,
-        sampling=SamplingParams(extra_headers={"x-sim-seed": str(i)}),
-    )
-    provider = Seen(build_provider("chat", Endpoint("http://sim/v1"), sim))
-    session = HarnessSession(spec, provider, LoopConfig(), enforce=enforce)
-    gateway.open(session)
-    workdir.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - a test's temp dir, before the episode
-    # The `anthropic` SDK is built on httpx2 (its own fork of httpx), with the same ASGI transport.
-    http = httpx2.AsyncClient(transport=httpx2.ASGITransport(app=gateway.app))
-    async with AsyncAnthropic(
-        base_url="http://gateway", api_key=session.token, http_client=http, max_retries=0
-    ) as client:
-        with contextlib.suppress(PermissionDeniedError):  # the episode ended and the loop asked again
-            await anthropic_tool_loop.run(client, str(task.prompt), workdir, stream=stream)
-    gateway.close(session)
-    return session, [json.loads(line) for line in _lines(workdir / "executions.jsonl")]
+def _drive(stream: bool) -> Any:
+    async def drive(app: Any, token: str, task: Task, workdir: Path) -> None:
+        # The `anthropic` SDK is built on httpx2 (its own fork of httpx), with the same ASGI transport.
+        http = httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app))
+        async with AsyncAnthropic(
+            base_url="http://gateway", api_key=token, http_client=http, max_retries=0
+        ) as c:
+            with contextlib.suppress(PermissionDeniedError):  # the episode ended and the loop asked again
+                await anthropic_tool_loop.run(c, str(task.prompt), workdir, stream=stream)
 
-
-async def _sweep(tmp_path: Path, enforce: bool, stream: bool) -> tuple[int, int, list[str]]:
-    gateway = Gateway()
-    cut_turns = executions = 0
-    from_cut: list[str] = []
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(0))) as sim:
-        for model, budget in CELLS:
-            for i in range(len(TASKS)):
-                session, logged = await _episode(
-                    gateway, sim, i, model, budget, tmp_path / f"{model}-{budget}-{i}", enforce, stream
-                )
-                cut_ids = {c.id for t in session.provider.turns if t.is_length for c in t.tool_calls}
-                cut_turns += sum(1 for t in session.state.turns if t.length_signals)
-                executions += len(logged)
-                from_cut += [e["id"] for e in logged if e["id"] in cut_ids]
-    return cut_turns, executions, from_cut
+    return drive
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
 def test_no_logged_tool_use_comes_from_a_cut_turn(tmp_path: Path, stream: bool) -> None:
     """An `anthropic` SDK loop behind the gateway never runs a `tool_use` of a cut turn, streamed or not."""
-    cut_turns, executions, from_cut = asyncio.run(_sweep(tmp_path, True, stream))
+    cut_turns, executions, from_cut = asyncio.run(sweep(tmp_path, _drive(stream), enforce=True))
     assert cut_turns >= 10
     assert executions >= 10
     assert from_cut == []
@@ -99,42 +52,30 @@ def test_no_logged_tool_use_comes_from_a_cut_turn(tmp_path: Path, stream: bool) 
 
 def test_without_enforcement_the_same_loop_runs_tool_uses_of_cut_turns(tmp_path: Path) -> None:
     """With the gateway only recording, the same loop runs calls of cut turns: the check above can fail."""
-    _, _, from_cut = asyncio.run(_sweep(tmp_path, False, False))
+    _, _, from_cut = asyncio.run(sweep(tmp_path, _drive(False), enforce=False))
     assert len(from_cut) >= 3
+
+
+def _key(token: str) -> dict[str, str]:
+    return {"x-api-key": token}
 
 
 def test_a_cut_turn_is_max_tokens_with_no_tool_use_and_the_token_is_refused_after() -> None:
     """A withheld turn reaches the harness as `stop_reason: max_tokens` with text only; then a 403."""
-
-    async def go() -> None:
-        gateway = Gateway()
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(0))) as sim:
-            task = TASKS[1]
-            spec = EpisodeSpec(run_id="r", model="sim-hidden-cut", provider_kind="sim", budget=36, task=task)
-            session = HarnessSession(
-                spec, build_provider("chat", Endpoint("http://sim/v1"), sim), LoopConfig()
-            )
-            gateway.open(session)
-            body = {
-                "model": "claude",
-                "max_tokens": 1000,
-                "tools": anthropic_tool_loop.TOOLS,
-                "messages": [{"role": "user", "content": task.prompt}],
-            }
-            headers = {"x-api-key": session.token}
-            async with httpx.AsyncClient(
-                transport=httpx.ASGITransport(app=gateway.app), base_url="http://gw"
-            ) as c:
-                reply = (await c.post("/v1/messages", json=body, headers=headers)).json()
-                again = await c.post("/v1/messages", json=body, headers=headers)
-        assert reply["stop_reason"] == "max_tokens"
-        assert [b["type"] for b in reply["content"]] in ([], ["text"])
-        assert session.state.turns[0].calls_withheld == 1
-        assert session.reason is StopReason.LENGTH
-        assert again.status_code == 403
-        assert again.json()["error"]["type"] == "permission_error"
-
-    asyncio.run(go())
+    body = {
+        "model": "claude",
+        "max_tokens": 1000,
+        "tools": anthropic_tool_loop.TOOLS,
+        "messages": [{"role": "user", "content": TASKS[1].prompt}],
+    }
+    session, first, again = asyncio.run(post_twice(MESSAGES, body, "sim-hidden-cut", 36, TASKS[1], _key))
+    reply = first.json()
+    assert reply["stop_reason"] == "max_tokens"
+    assert [b["type"] for b in reply["content"]] in ([], ["text"])
+    assert session.state.turns[0].calls_withheld == 1
+    assert session.reason is StopReason.LENGTH
+    assert again.status_code == 403
+    assert again.json()["error"]["type"] == "permission_error"
 
 
 @pytest.mark.parametrize(
@@ -160,24 +101,11 @@ def test_a_messages_body_the_gateway_cannot_read_is_a_400_naming_the_field(
 ) -> None:
     """A bad Messages body is a 400 in Anthropic's error shape naming the field; no turn is taken."""
 
-    async def go() -> None:
-        gateway = Gateway()
-        spec = EpisodeSpec(run_id="r", model="sim-perfect", provider_kind="sim", budget=50, task=TASKS[0])
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(0))) as sim:
-            session = HarnessSession(
-                spec, build_provider("chat", Endpoint("http://sim/v1"), sim), LoopConfig()
-            )
-            gateway.open(session)
-            async with httpx.AsyncClient(
-                transport=httpx.ASGITransport(app=gateway.app), base_url="http://gw"
-            ) as c:
-                reply = await c.post("/v1/messages", json=body, headers={"x-api-key": session.token})
-        assert reply.status_code == 400
-        assert reply.json()["type"] == "error"
-        assert field in reply.json()["error"]["message"]
-        assert session.state.turns == []
-
-    asyncio.run(go())
+    session, reply, _ = asyncio.run(post_twice(MESSAGES, body, "sim-perfect", 50, TASKS[0], _key))
+    assert reply.status_code == 400
+    assert reply.json()["type"] == "error"
+    assert field in reply.json()["error"]["message"]
+    assert session.state.turns == []
 
 
 def test_a_messages_body_becomes_the_neutral_conversation() -> None:
