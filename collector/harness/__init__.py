@@ -7,6 +7,6 @@
 
 docs/harnesses.md is the user's guide.
 
-Tests: tests/harness/test_gateway_chat.py, tests/harness/test_harness_env.py,
-tests/system/harness/test_harness_run.py.
+Tests: tests/harness/test_gateway_chat.py, tests/harness/test_session.py,
+tests/harness/test_harness_env.py, tests/system/harness/test_harness_run.py.
 """

@@ -167,8 +167,11 @@ class HarnessSession:
                 cap = min(cap, remaining)
             rewritten = self._record_request(request)  # 3
             self.offered = tools_json(request.tools)
-            turn_request = TurnRequest(self.spec.model, list(request.messages), request.tools, cap,
-                                       self.params, {})
+            # An empty assistant message (a withheld turn with no text, replayed by the harness) is
+            # not forwarded, as the loop never replays one: no dialect accepts it.
+            forwarded = [m for m in request.messages
+                         if not (isinstance(m, AssistantMessage) and not m.text and not m.tool_calls)]
+            turn_request = TurnRequest(self.spec.model, forwarded, request.tools, cap, self.params, {})
             try:  # 4
                 turn = await self.provider.complete(turn_request)
             except ContextOverflow as exc:
