@@ -6,7 +6,9 @@ environment built from the allow-list (`collector.harness.env`), and waits for t
 the harness exits; the gateway ends the episode (a stop rule fired, the provider failed);
 the wall-clock limit. Then the whole process group is stopped however the episode went:
 SIGTERM, and SIGKILL after `grace_s` for whatever is left, so no child the harness forked
-outlives its episode (one that left the group with `setsid` is out of reach).
+outlives its episode (one that left the group with `setsid` is out of reach). The group's
+leader is a small supervisor (`collector/harness/reaper.py`) that runs the harness and stops
+the group itself when the worker dies, SIGKILL included.
 
 Outcome, in this order:
 - the gateway ended the episode: its stop reason (`length`, `malformed_tool_call`,
@@ -51,6 +53,7 @@ from collector.stop import StopReason
 
 __all__ = ["harness_argv", "harness_environment", "run_harness_episode"]
 
+_REAPER = Path(__file__).with_name("reaper.py")
 _STDERR_TAIL = 800
 """Characters of the harness's stderr kept in an `error` episode's message."""
 
@@ -180,8 +183,11 @@ async def run_harness_episode(spec: EpisodeSpec, provider: Provider, env: Harnes
                                             spec.credentials, env.python_path)
             with (base / "stdout").open("wb") as out, (base / "stderr").open("wb") as err:
                 try:
+                    # Under the supervisor that stops the group if the worker dies (reaper.py).
+                    supervised = [sys.executable, str(_REAPER), str(settings.grace_s), str(os.getpid()), "--",
+                                  *argv]
                     process = await asyncio.create_subprocess_exec(
-                        *argv, cwd=workdir, env=variables, stdin=asyncio.subprocess.DEVNULL, stdout=out,
+                        *supervised, cwd=workdir, env=variables, stdin=asyncio.subprocess.DEVNULL, stdout=out,
                         stderr=err, start_new_session=True)
                 except OSError as exc:
                     why = exc.strerror or type(exc).__name__

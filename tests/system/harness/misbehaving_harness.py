@@ -7,6 +7,7 @@
 - `silent`: exits 0 without calling the model.
 - `sleep`: never exits on its own (the wall-clock limit ends it).
 - `env`: writes its environment to `env.json`, then calls the model once.
+- `fork-and-sleep`: starts a child, writes both pids (`child.pid`, `harness.pid`), sleeps.
 """
 
 from __future__ import annotations
@@ -20,13 +21,21 @@ from pathlib import Path
 
 from openai import OpenAI
 
-TOOLS = [{"type": "function", "function": {"name": "calculator", "parameters": {
-    "type": "object", "properties": {"expression": {"type": "string"}}}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "calculator",
+            "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}},
+        },
+    }
+]
 
 
 def ask(task: str) -> None:
     OpenAI(max_retries=0).chat.completions.create(
-        model="any", messages=[{"role": "user", "content": task}], tools=TOOLS)  # type: ignore[arg-type]
+        model="any", messages=[{"role": "user", "content": task}], tools=TOOLS
+    )  # type: ignore[arg-type]
 
 
 def main() -> None:
@@ -42,6 +51,11 @@ def main() -> None:
     elif mode == "silent":
         return
     elif mode == "sleep":
+        time.sleep(300)
+    elif mode == "fork-and-sleep":
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+        Path("child.pid").write_text(str(child.pid))
+        Path("harness.pid").write_text(str(os.getpid()))
         time.sleep(300)
     elif mode == "env":
         Path("env.json").write_text(json.dumps(dict(os.environ)))

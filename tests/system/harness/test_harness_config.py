@@ -17,9 +17,20 @@ def test_the_documented_harness_config_runs_and_its_run_checks_clean(tmp_path: P
     """The docs' harness config runs as written; every episode is a committed row; `check` is clean."""
     run = tmp_path / "run"
     done = subprocess.run(
-        [sys.executable, "-m", "collector", "run", "configs/harness_openai.toml",
-         "--set", f"output.path={run}"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+        [
+            sys.executable,
+            "-m",
+            "collector",
+            "run",
+            "configs/harness_openai.toml",
+            "--set",
+            f"output.path={run}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     reasons = []

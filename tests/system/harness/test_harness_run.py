@@ -210,3 +210,40 @@ def test_the_harness_never_sees_the_provider_key(tmp_path: Path, monkeypatch: py
     assert seen["HARNESS_TEST_ALLOWED"] == "yes"
     assert seen["OPENAI_API_KEY"].startswith("ep-")
     assert seen["OPENAI_BASE_URL"].startswith("http://127.0.0.1:")
+
+
+def test_a_sigkill_of_the_worker_takes_its_harness_and_the_harness_children_with_it(tmp_path: Path) -> None:
+    """With the worker killed by SIGKILL mid-episode, its harness and the child it forked die too."""
+    import signal
+    import subprocess
+
+    worker = subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("sigkill_worker.py")), str(tmp_path)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        deadline = time.monotonic() + 60
+        pids: list[Path] = []
+        while (
+            time.monotonic() < deadline and not pids
+        ):  # the episode is in flight: the harness wrote its pids
+            pids = list(tmp_path.glob("harness-*/work/child.pid"))
+            time.sleep(0.05)
+        assert pids, "the harness never started"
+        work = pids[0].parent
+        while not (work / "harness.pid").exists():
+            time.sleep(0.01)
+        harness, child = int((work / "harness.pid").read_text()), int((work / "child.pid").read_text())
+        assert _alive(harness)
+        assert _alive(child)
+        worker.send_signal(signal.SIGKILL)
+        worker.wait()
+        deadline = time.monotonic() + 10  # the supervisor's grace is 1 s
+        while (_alive(harness) or _alive(child)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(harness)
+        assert not _alive(child)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
