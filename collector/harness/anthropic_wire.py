@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from collector.harness.request import BadRequest, GatewayTurn, HarnessRequest, text_of
+from collector.harness.request import BadRequest, GatewayTurn, HarnessRequest, non_empty_list, text_of
 from collector.providers.common import call_from_object, replay_object
 from collector.turn import (
     AssistantMessage,
@@ -63,13 +63,9 @@ def _user(blocks: list[JSONObject], names: dict[str, str], where: str) -> list[M
     return results + ([UserMessage("".join(texts))] if texts else [])
 
 
-def parse_messages_request(body: Any) -> HarnessRequest:
+def parse_messages_request(body: dict[str, Any]) -> HarnessRequest:
     """The harness's Messages body as a `HarnessRequest` (see the module docstring)."""
-    if not isinstance(body, dict):
-        raise BadRequest("the request body must be a JSON object")
-    raw = body.get("messages")
-    if not isinstance(raw, list) or not raw:
-        raise BadRequest("messages: must be a non-empty list")
+    raw = non_empty_list(body, "messages")
     messages: list[Message] = []
     system = body.get("system")
     if system:

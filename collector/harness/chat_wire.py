@@ -21,7 +21,7 @@ import json
 import time
 from typing import Any
 
-from collector.harness.request import BadRequest, GatewayTurn, HarnessRequest, text_of
+from collector.harness.request import BadRequest, GatewayTurn, HarnessRequest, non_empty_list, text_of
 from collector.providers.chat import chat_messages
 from collector.providers.common import call_from_text
 from collector.turn import (
@@ -37,13 +37,9 @@ from collector.turn import (
 __all__ = ["parse_chat_request", "render_chat_completion", "render_chat_stream"]
 
 
-def parse_chat_request(body: Any) -> HarnessRequest:
+def parse_chat_request(body: dict[str, Any]) -> HarnessRequest:
     """The harness's Chat Completions body as a `HarnessRequest` (see the module docstring)."""
-    if not isinstance(body, dict):
-        raise BadRequest("the request body must be a JSON object")
-    raw_messages = body.get("messages")
-    if not isinstance(raw_messages, list) or not raw_messages:
-        raise BadRequest("messages: must be a non-empty list")
+    raw_messages = non_empty_list(body, "messages")
     messages: list[Message] = []
     names: dict[str, str] = {}  # call id -> tool name, for the tool results that follow
     for i, m in enumerate(raw_messages):

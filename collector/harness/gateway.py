@@ -71,7 +71,7 @@ def _anthropic_error(message: str, status: int) -> JSONResponse:
 class _Wire:
     """How one route reads a request and writes a turn, a stream and an error."""
 
-    parse: Callable[[Any], HarnessRequest]
+    parse: Callable[[dict[str, Any]], HarnessRequest]
     render: Callable[[GatewayTurn, str], JSONObject]
     stream: Callable[[GatewayTurn, str, HarnessRequest], list[str]]
     error: Callable[[str, int], JSONResponse]
@@ -129,7 +129,7 @@ class Gateway:
         raise Refused("unknown episode token: pass the token the collector gave this harness as its API key",
                       401)
 
-    async def _turn(self, request: Request, parse: Callable[[Any], HarnessRequest]) -> tuple[
+    async def _turn(self, request: Request, parse: Callable[[dict[str, Any]], HarnessRequest]) -> tuple[
             HarnessSession, HarnessRequest, GatewayTurn]:
         """The session, the parsed request and its turn; `BadRequest` / `Refused` for the route to write."""
         session = self._session(request)
@@ -137,6 +137,8 @@ class Gateway:
             body: Any = json.loads(await request.body())
         except ValueError:
             raise BadRequest("the request body is not JSON") from None
+        if not isinstance(body, dict):
+            raise BadRequest("the request body must be a JSON object")
         parsed = parse(body)
         return session, parsed, await session.complete(parsed)
 

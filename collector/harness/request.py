@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from collector.turn import Message, ToolCall, ToolSpec, Usage
 
-__all__ = ["BadRequest", "Finish", "GatewayTurn", "HarnessRequest", "Refused", "text_of"]
+__all__ = ["BadRequest", "Finish", "GatewayTurn", "HarnessRequest", "Refused", "non_empty_list", "text_of"]
 
 
 class BadRequest(Exception):
@@ -56,6 +56,14 @@ class GatewayTurn:
     usage: Usage
     response_id: str
     reasoning_items: list[dict[str, Any]] = field(default_factory=list)
+
+
+def non_empty_list(body: dict[str, Any], field: str) -> list[Any]:
+    """`body[field]`, which must be a non-empty list (a conversation)."""
+    value = body.get(field)
+    if not isinstance(value, list) or not value:
+        raise BadRequest(f"{field}: must be a non-empty list")
+    return value
 
 
 def text_of(content: Any, where: str) -> str:

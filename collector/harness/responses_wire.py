@@ -78,10 +78,8 @@ def _items(raw: list[Any]) -> list[Message]:
     return messages
 
 
-def parse_responses_request(body: Any) -> HarnessRequest:
+def parse_responses_request(body: dict[str, Any]) -> HarnessRequest:
     """The harness's Responses body as a `HarnessRequest` (see the module docstring)."""
-    if not isinstance(body, dict):
-        raise BadRequest("the request body must be a JSON object")
     if body.get("previous_response_id"):
         raise BadRequest("previous_response_id: the gateway keeps no state between requests; send the "
                          "whole input")
