@@ -29,14 +29,14 @@ TOOLS = [
 ]
 
 
-async def episode(client: httpx.AsyncClient, base_url: str, token: str, prompt: str) -> int:
+async def episode(client: httpx.AsyncClient, base_url: str, token: str, prompt: str, model: str) -> int:
     messages: list[Any] = [{"role": "user", "content": prompt}]
     headers = {"authorization": f"Bearer {token}"}
     for sent in range(1, 9):
         reply = await client.post(
             f"{base_url}/chat/completions",
             headers=headers,
-            json={"model": "m", "messages": messages, "tools": TOOLS},
+            json={"model": model, "messages": messages, "tools": TOOLS},
         )
         if reply.status_code != 200:
             return sent
@@ -58,7 +58,7 @@ async def main() -> None:
 
         async def one(e: dict[str, str]) -> int:
             async with gate:
-                return await episode(client, job["base_url"], e["token"], e["prompt"])
+                return await episode(client, job["base_url"], e["token"], e["prompt"], job.get("model", "m"))
 
         counts = await asyncio.gather(*(one(e) for e in job["episodes"]))
     print(sum(counts))
