@@ -31,7 +31,9 @@ ALLOWED = {
     "episode": VOCABULARY | {"providers", "envs", "record"},
     # Experiment trackers read what the analysis reads (the summary is the report's data).
     "tracking": VOCABULARY | {"record", "storage", "analysis"},
-    "run": VOCABULARY | {"providers", "envs", "record", "storage", "episode", "sim", "tracking"},
+    # A harness's episode (its gateway, process and record) sits beside the loop, on the same parts.
+    "harness": VOCABULARY | {"providers", "envs", "record", "episode"},
+    "run": VOCABULARY | {"providers", "envs", "record", "storage", "episode", "sim", "tracking", "harness"},
     # `python -m collector.sim` is the CLI's `sim` command; the app itself imports no layer.
     "sim": {"cli"},
     "tools": {"envs"},

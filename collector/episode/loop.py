@@ -128,6 +128,7 @@ from collector.episode.notices import (
 )
 from collector.episode.state import CHARS_PER_TOKEN, EpisodeState, Failure, env_failure, redactor_for
 from collector.episode.tokens import TokenTracker, holds_secret, withhold
+from collector.episode.verdict import Fault, FaultStreak, classify_turn, over_limits
 from collector.errors import ContextOverflow, EnvironmentFailure, ProtocolViolation, ProviderError
 from collector.providers.base import Provider
 from collector.record.chat import chat_messages, system_prompt, tools_json
@@ -141,11 +142,10 @@ from collector.stop import StopReason
 from collector.turn import (
     ArgStatus,
     SamplingParams,
-    Turn,
     TurnRequest,
 )
 
-__all__ = ["EpisodeSpec", "run_episode"]
+__all__ = ["EpisodeSpec", "record_episode", "run_episode"]
 
 #: Stop reasons that are not the model's doing (reward policy in the module docstring).
 _NOT_TRAINABLE = frozenset({StopReason.ERROR, StopReason.TIMEOUT})
@@ -197,37 +197,15 @@ class EpisodeSpec:
         )
 
 
-
-def _over_limits(turn: Turn, settings: LoopConfig) -> str | None:
-    """Why `turn` exceeds the loop's reply limits (step 1 of the check order), or None."""
-    calls = turn.tool_calls
-    if len(calls) > settings.max_tool_calls_per_turn:
-        return f"{len(calls)} tool calls in one turn, over loop.max_tool_calls_per_turn = " + str(
-            settings.max_tool_calls_per_turn
-        )
-    limit = settings.max_argument_bytes
-    for call in calls:
-        if call.raw_arguments is not None:
-            size = len(call.raw_arguments.encode("utf-8", "replace"))
-        else:
-            raw = call.raw_object if call.raw_object is not None else call.arguments
-            size = len(json.dumps(raw, separators=(",", ":")).encode("utf-8", "replace"))
-        if size > limit:
-            return f"a tool call's arguments are {size} bytes, over loop.max_argument_bytes = {limit}"
-    return None
-
-
 async def _drive(
     spec: EpisodeSpec, provider: Provider, tools: Sequence[Tool], state: EpisodeState, params: SamplingParams
 ) -> StopReason:
     """Turns until a stop reason; the numbered steps are those of the module docstring."""
     settings = state.settings
-    stop_on = settings.stop_on
-    max_faults = settings.max_consecutive_faults
     budget = settings.episode_output_budget
     specs = tool_specs(tools)
     by_name = {t.name: t for t in tools}
-    cut_streak = bad_streak = 0
+    streak = FaultStreak()
     # The offered tools' share of the prompt, for the context-window clamp only: measured when
     # a window is set (it cost ~0.3 ms an episode, `dataclasses.asdict` deep-copying every
     # schema, in runs that never read it: BENCHMARKS.md §a).
@@ -261,45 +239,32 @@ async def _drive(
         # Broad on purpose: an adapter bug must cost one episode, not a worker's whole batch.
         except Exception as exc:
             raise Failure(EpisodeError(type(exc).__name__, "unexpected exception in the provider")) from exc
-        over = _over_limits(turn, settings)
+        over = over_limits(turn, settings)
         if over is not None:
             raise Failure(EpisodeError(ProtocolViolation.__name__, f"turn {len(state.turns)}: {over}"))
         record = state.add_turn(turn, cap, bool(specs))
         calls = state.open_calls  # the turn's calls, repeated ids renamed
+        verdict = classify_turn(turn, record, calls, settings, streak)
 
-        if turn.is_length:  # 2
-            cut_streak += 1
-            bad_streak = 0
+        if verdict.fault is Fault.CUT:  # 2
             record.discarded = True
-            cut_answer = not calls and not record.unparsed_tool_call
-            ending = (
-                StopReason.LENGTH in stop_on
-                or cut_streak >= max_faults
-                or (cut_answer and not settings.retry_cut_answers)
-            )
-            state.settle(CUT if ending else CUT_RETRY)
-            if ending:
-                return StopReason.LENGTH
+            state.settle(CUT if verdict.ends else CUT_RETRY)
+            if verdict.ends is not None:
+                return verdict.ends
             if not calls:
                 state.notice(CUT_TEXT_NOTICE)
             continue
-        cut_streak = 0
-
-        invisible = record.invisible_output
-        if record.malformed_calls or ((record.unparsed_tool_call or invisible) and not calls):  # 3
-            bad_streak += 1
-            if StopReason.MALFORMED_TOOL_CALL in stop_on or bad_streak >= max_faults:
+        if verdict.fault is Fault.MALFORMED:  # 3
+            if verdict.ends is not None:
                 record.discarded = True
                 for call in calls:
                     bad = call.status is ArgStatus.MALFORMED
                     state.answer(call, MALFORMED_END if bad else SIBLING_END, True)
                 state.settle(SIBLING_END)
-                return StopReason.MALFORMED_TOOL_CALL
+                return verdict.ends
             if not calls:
-                state.notice(INVISIBLE_NOTICE if invisible else UNPARSED_NOTICE)
+                state.notice(INVISIBLE_NOTICE if record.invisible_output else UNPARSED_NOTICE)
                 continue
-        else:
-            bad_streak = 0
 
         if not calls:  # 6
             state.final_text = turn.text
@@ -385,13 +350,27 @@ async def run_episode(
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(settings.tool_timeout_s):
                     await world.close()
+    return record_episode(spec, spec.env_name or env.name, state, reason, (reward, graded), error, offered,
+                          time.perf_counter() - started)
+
+
+def record_episode(
+    spec: EpisodeSpec, env_name: str, state: EpisodeState, reason: StopReason,
+    rewards: tuple[float, float | None], error: EpisodeError | None, offered: str, duration_s: float,
+) -> Episode:
+    """The finished episode's record, scrubbed of every credential and redacted value.
+
+    Shared with the harness gateway (`collector.harness`), whose episodes are recorded turn by
+    turn in an `EpisodeState` the same way."""
+    redactor = state.redactor
+    reward, graded = rewards
     episode = Episode(
         episode_id=spec.episode_id,
         run_id=spec.run_id,
         model=spec.model,
         provider=spec.provider_kind,
         budget=spec.budget,
-        env=spec.env_name or env.name,
+        env=env_name,
         task_id=spec.task.id,
         sample=spec.sample,
         seed=spec.seed,
@@ -399,7 +378,7 @@ async def run_episode(
         trainable=reason not in _NOT_TRAINABLE,
         reward=reward,
         graded_reward=graded,
-        duration_s=time.perf_counter() - started,
+        duration_s=duration_s,
         turns=state.turns,
         messages=state.records,
         executed_tool_calls=state.executed,

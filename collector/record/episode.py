@@ -191,6 +191,18 @@ class TurnRecord:
     `weight_version`) or the run's declared one (`provider.policy_version*`). None: unknown."""
     policy_version_source: str | None = None
     """`server` or `declared`: where `policy_version` came from (a server's wins)."""
+    # --- a harness's episode (collector.harness; still schema version 3, nullable) ---
+    harness_asked_cap: int | None = None
+    """The output cap the harness asked for in this request (`max_output_tokens` is what the
+    gateway sent: the cell's budget). None: not a harness episode, or the harness asked none."""
+    calls_withheld: int | None = None
+    """Calls of this turn the gateway did not return to the harness (a cut or malformed turn
+    under the stop rules); the other `num_tool_calls - calls_withheld` were returned. None: not
+    a harness episode."""
+    history_rewritten: bool | None = None
+    """The harness's request for this turn did not extend what it sent before plus the turn it
+    was returned (it compacted or rewrote its history): this turn starts a new sequence, and a
+    trainer must not stitch it to the turns before. None: not a harness episode."""
 
 
 @dataclass(slots=True)

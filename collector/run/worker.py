@@ -44,6 +44,9 @@ import httpx
 from collector.config import ProviderConfig, RunConfig
 from collector.envs.base import Environment, Task
 from collector.errors import ConfigError
+from collector.harness.env import check_harness_config, harness_of
+from collector.harness.gateway import Gateway, GatewayServer
+from collector.harness.runner import run_harness_episode
 from collector.providers.base import Endpoint, Provider
 from collector.providers.transport import StreamTransport, fast_client
 from collector.record.episode import Episode
@@ -104,6 +107,8 @@ class EpisodeWorker:
         self._gates: dict[object, Admission] = {}
         """Adaptive admission: one gate per (provider index, model), built on first use."""
         self._gated: dict[tuple[int, str], Provider] = {}
+        self._gateway: GatewayServer | None = None
+        """With `env.name = "harness"`: the model endpoint this worker's harnesses call."""
 
     @property
     def finished(self) -> Counter[str]:
@@ -155,6 +160,11 @@ class EpisodeWorker:
         # URL) are kept out of every record like the providers' keys.
         self._credentials = tuple(dict.fromkeys((*self._credentials, *self._env.credentials())))
         self._tasks = {t.id: t for t in select_tasks(cfg, self._env)}
+        harness = harness_of(self._env)
+        if harness is not None:
+            check_harness_config(cfg, harness)
+            self._gateway = GatewayServer(Gateway(), harness.settings.host)
+            await self._gateway.start()
         if cfg.ray.admission == "adaptive":
             slow = [p.name for p in providers if p.http_client != "fast"]
             if slow:
@@ -276,7 +286,12 @@ class EpisodeWorker:
                 provider = self._gated_provider(item.provider_index, item.model)
             else:
                 provider = self._provider(item.provider_index, slot % len(self._clients))
-            episode = await run_episode(spec, provider, self._env, cfg.loop)
+            harness = harness_of(self._env)
+            if harness is not None and self._gateway is not None:
+                episode = await run_harness_episode(spec, provider, harness, cfg.loop, self._gateway.gateway,
+                                                    self._gateway.root)
+            else:
+                episode = await run_episode(spec, provider, self._env, cfg.loop)
         finally:
             self._slots.put_nowait(slot)
         episode.worker = self.setup.name
@@ -287,6 +302,8 @@ class EpisodeWorker:
     async def close(self) -> None:
         """Close the HTTP clients (the actor is about to go away)."""
         clients, self._clients = self._clients, []
+        if self._gateway is not None:
+            await self._gateway.stop()
         await asyncio.gather(*(c.aclose() for c in clients), return_exceptions=True)
 
 

@@ -1,0 +1,249 @@
+"""Harness episodes run by the worker: real child processes against the gateway and the simulator.
+
+The worker is driven in this process (no Ray); each harness is a child process started by the
+runner, so these tests belong to the system tier.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from collector.config import RunConfig
+from collector.envs.arithmetic import ArithmeticEnv
+from collector.record.episode import Episode
+from collector.record.shards import episodes_from_table, episodes_to_table
+from collector.run.plan import plan_work
+from collector.run.simlaunch import provider_urls
+from collector.run.worker import EpisodeWorker, WorkerSetup
+from collector.stop import StopReason
+
+ROOT = Path(__file__).resolve().parents[3]
+LOOP = ROOT / "examples" / "harnesses" / "openai_tool_loop.py"
+MISBEHAVING = Path(__file__).with_name("misbehaving_harness.py")
+
+
+def _config(
+    tmp_path: Path,
+    command: list[str],
+    models: list[str],
+    budgets: list[int],
+    tasks: int = 6,
+    provider: dict[str, Any] | None = None,
+    **options: Any,
+) -> RunConfig:
+    task_file = tmp_path / "tasks.jsonl"
+    rows = [{"id": t.id, "prompt": t.prompt} for t in ArithmeticEnv(num_tasks=tasks, seed=5).tasks()]
+    task_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "work").mkdir(exist_ok=True)
+    return RunConfig.model_validate(
+        {
+            "name": "harness-test",
+            "sweep": {"models": models, "budgets": budgets},
+            "env": {
+                "name": "harness",
+                "task_file": str(task_file),
+                "python_path": [str(LOOP.parent)],
+                "options": {
+                    "command": command,
+                    "workdir_root": str(tmp_path / "work"),
+                    "keep_workdir": True,
+                    "grace_s": 2,
+                    **options,
+                },
+            },
+            "provider": provider or {"kind": "sim"},
+            "ray": {"workers": 1, "episodes_in_flight": 4},
+            "output": {"path": str(tmp_path / "run")},
+        }
+    )
+
+
+def _run(cfg: RunConfig) -> list[Episode]:
+    plan = plan_work(cfg)
+
+    async def run() -> list[Episode]:
+        with provider_urls(plan.providers, cfg.seed) as urls:
+            worker = EpisodeWorker(WorkerSetup(cfg, plan.run_id, urls, "w"))
+            try:
+                return await worker.run_batch(list(plan.items))
+            finally:
+                await worker.close()
+
+    return asyncio.run(run())
+
+
+def _workdir(tmp_path: Path, episode: Episode) -> Path:
+    (found,) = (tmp_path / "work").glob(f"harness-{episode.episode_id[:12]}-*")
+    return found / "work"
+
+
+@pytest.mark.parametrize(
+    "loop",
+    [
+        ["openai_tool_loop.py", "{task}"],
+        ["openai_tool_loop.py", "{task}", "--stream"],
+        ["anthropic_tool_loop.py", "{task}"],
+        ["anthropic_tool_loop.py", "{task}", "--stream"],
+        ["agents_runner.py", "{task}"],
+    ],
+    ids=["openai", "openai-stream", "anthropic", "anthropic-stream", "openai-agents"],
+)
+def test_an_sdk_tool_loop_runs_as_episodes_and_never_runs_a_call_of_a_cut_turn(
+    tmp_path: Path, loop: list[str]
+) -> None:
+    """Each harness episode is one shard row; no execution the harness logged comes from a cut turn."""
+    command = [sys.executable, str(LOOP.parent / loop[0]), *loop[1:]]
+    cfg = _config(tmp_path, command, ["sim-hidden-cut", "sim-terse"], [16, 40, 400], tasks=4)
+    episodes = _run(cfg)
+    assert len(episodes) == 4 * 2 * 3
+    back = episodes_from_table(episodes_to_table(episodes))  # the shard row, and back
+    assert [e.episode_id for e in back] == [e.episode_id for e in episodes]
+    reasons = {e.stop_reason for e in back}
+    assert StopReason.LENGTH in reasons
+    assert StopReason.DONE in reasons
+    logged = 0
+    for episode in back:
+        discarded = {t.index for t in episode.turns if t.discarded}
+        returned = {c.call_id for c in episode.executed_tool_calls}
+        assert not {c.turn_index for c in episode.executed_tool_calls} & discarded
+        log = _workdir(tmp_path, episode) / "executions.jsonl"
+        ran = [json.loads(line)["id"] for line in log.read_text().splitlines()] if log.exists() else []
+        assert set(ran) <= returned  # everything the harness ran was a call the gateway returned
+        logged += len(ran)
+        if episode.stop_reason is StopReason.LENGTH:
+            assert episode.turns[-1].discarded
+            assert episode.reward == 0.0
+        if episode.stop_reason is StopReason.DONE:
+            assert episode.reward == 1.0  # exit status 0
+            asked = None if loop[0] == "agents_runner.py" else 4096  # the Runner asks for no cap
+            assert all(t.harness_asked_cap == asked for t in episode.turns)
+            assert all(t.max_output_tokens == episode.budget for t in episode.turns)
+    assert logged >= 6
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie waiting for its reaper is not running
+        return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_a_harness_that_hangs_after_a_cut_is_stopped_with_its_children(tmp_path: Path) -> None:
+    """The gateway ends the episode at the cut turn; the harness and the child it forked are both stopped."""
+    cfg = _config(
+        tmp_path,
+        [sys.executable, str(MISBEHAVING), "hang-after-cut", "{task}"],
+        ["sim-verbose"],
+        [8],
+        tasks=1,
+        timeout_s=120,
+    )
+    started = time.monotonic()
+    (episode,) = _run(cfg)
+    assert time.monotonic() - started < 60  # not the harness's 300 s, nor the limit's 120 s
+    assert episode.stop_reason is StopReason.LENGTH
+    child = int((_workdir(tmp_path, episode) / "child.pid").read_text())
+    deadline = time.monotonic() + 5
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child)
+
+
+@pytest.mark.parametrize(
+    ("mode", "options", "reason", "message"),
+    [
+        ("crash", {}, StopReason.ERROR, "exited with status 3; stderr: boom: the harness fell over"),
+        ("silent", {}, StopReason.ERROR, "exited without calling the model"),
+        ("sleep", {"timeout_s": 1}, StopReason.TIMEOUT, None),
+    ],
+)
+def test_a_harness_that_crashes_stays_silent_or_hangs_ends_typed(
+    tmp_path: Path, mode: str, options: dict[str, Any], reason: StopReason, message: str | None
+) -> None:
+    """Each misbehaviour ends as its own stop reason, with one line naming the harness and the cause."""
+    cfg = _config(
+        tmp_path,
+        [sys.executable, str(MISBEHAVING), mode, "{task}"],
+        ["sim-perfect"],
+        [400],
+        tasks=1,
+        **options,
+    )
+    (episode,) = _run(cfg)
+    assert episode.stop_reason is reason
+    assert not episode.trainable
+    if message is not None:
+        assert episode.error is not None
+        assert episode.error.message.startswith("harness 'python")
+        assert message in episode.error.message
+
+
+def test_the_harness_never_sees_the_provider_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The harness's environment is the allow-list and its token; the provider's key stays in the worker."""
+    monkeypatch.setenv("HARNESS_TEST_PROVIDER_KEY", "sk-provider-secret-123456")
+    monkeypatch.setenv("HARNESS_TEST_OTHER", "not allowed")
+    cfg = _config(
+        tmp_path,
+        [sys.executable, str(MISBEHAVING), "env", "{task}"],
+        ["sim-perfect"],
+        [400],
+        tasks=1,
+        provider={"kind": "sim", "api_key_env": "HARNESS_TEST_PROVIDER_KEY"},
+        pass_env=["HARNESS_TEST_ALLOWED"],
+    )
+    monkeypatch.setenv("HARNESS_TEST_ALLOWED", "yes")
+    (episode,) = _run(cfg)
+    assert episode.stop_reason is StopReason.DONE
+    seen = json.loads((_workdir(tmp_path, episode) / "env.json").read_text())
+    assert "sk-provider-secret-123456" not in json.dumps(seen)
+    assert "HARNESS_TEST_OTHER" not in seen
+    assert seen["HARNESS_TEST_ALLOWED"] == "yes"
+    assert seen["OPENAI_API_KEY"].startswith("ep-")
+    assert seen["OPENAI_BASE_URL"].startswith("http://127.0.0.1:")
+
+
+def test_a_sigkill_of_the_worker_takes_its_harness_and_the_harness_children_with_it(tmp_path: Path) -> None:
+    """With the worker killed by SIGKILL mid-episode, its harness and the child it forked die too."""
+    import signal
+    import subprocess
+
+    worker = subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("sigkill_worker.py")), str(tmp_path)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        deadline = time.monotonic() + 60
+        pids: list[Path] = []
+        while (
+            time.monotonic() < deadline and not pids
+        ):  # the episode is in flight: the harness wrote its pids
+            pids = list(tmp_path.glob("harness-*/work/child.pid"))
+            time.sleep(0.05)
+        assert pids, "the harness never started"
+        work = pids[0].parent
+        while not (work / "harness.pid").exists():
+            time.sleep(0.01)
+        harness, child = int((work / "harness.pid").read_text()), int((work / "child.pid").read_text())
+        assert _alive(harness)
+        assert _alive(child)
+        worker.send_signal(signal.SIGKILL)
+        worker.wait()
+        deadline = time.monotonic() + 10  # the supervisor's grace is 1 s
+        while (_alive(harness) or _alive(child)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(harness)
+        assert not _alive(child)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
