@@ -7,7 +7,8 @@ command ran and found a problem (`check` with violations).
 
     collector run CONFIG|--demo [--set k=v ...] [--address ADDR] [--in-process] [--target X]
     collector init DIR
-    collector stats RUN_DIR [--by COL,...] [--target X] [--format table|csv|json] [--per episode|turn]
+    collector stats RUN_DIR [--by COL,...] [--target X] [--format table|csv|json]
+                    [--per episode|turn|tool|task]
     collector episodes RUN_DIR [--where COL=VALUE ...] [--model M] [--budget N] [--limit N]
                        [--format table|json]
     collector show RUN_DIR EPISODE_ID [--format text|json]
@@ -119,6 +120,17 @@ def _cmd_init(args: argparse.Namespace) -> int:
 def _cmd_stats(args: argparse.Namespace) -> int:
     from collector.analysis.stats import compute_stats, format_stats
 
+    if args.per == "tool":
+        from collector.analysis.toolstats import compute_tool_stats, format_tool_stats
+
+        tools = compute_tool_stats(args.run, by=_by(args.by), target=args.target)
+        print(format_tool_stats(tools, args.format))
+        return EXIT_OK
+    if args.per == "task":
+        from collector.analysis.taskstats import compute_task_stats, format_task_stats
+
+        print(format_task_stats(compute_task_stats(args.run, by=_by(args.by)), args.format))
+        return EXIT_OK
     if args.per == "turn":
         from collector.analysis.turnstats import compute_turn_stats, format_turn_stats
 
@@ -342,9 +354,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("table", "csv", "json"), default="table")
     p.add_argument(
         "--per",
-        choices=("episode", "turn"),
+        choices=("episode", "turn", "tool", "task"),
         default="episode",
-        help="episode: share of episodes with a cut turn; turn: turns cut / turns, by turn index and kind",
+        help="episode: share of episodes with a cut turn; turn: turns cut / turns, by turn index and kind; "
+        "tool: calls cut per tool, call sizes, the budget each tool needs; task: tasks cut far more "
+        "than their cell",
     )
     p.add_argument("--groups", action="store_true", help="group health: zero-variance groups per cell")
     p.add_argument("--annotation", default=None, metavar="NAME",
