@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -143,3 +144,18 @@ def test_per_task_rates_agree_with_truth_and_name_the_long_tasks(run: Path) -> N
     assert at_32 == {t.id for t in _tasks() if t.metadata["kind"] == "email"}
     rates = [r.truncation_rate for r in result.rows if r.key["budget"] == 128]
     assert rates == sorted(rates, reverse=True)
+
+
+def test_python_tables_match_the_cli_tables(run: Path) -> None:
+    """`tool_truncation_table` / `task_truncation_table` hold the rows `stats --per tool/task` prints."""
+    from collector.analysis.tables import task_truncation_table, tool_truncation_table
+
+    def same(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:  # NaN (no complete call) != NaN
+        return [{k: None if v != v else v for k, v in r.items()} for r in rows]
+
+    tools = tool_truncation_table(run, target=TARGET).to_pylist()
+    assert same(tools) == same(compute_tool_stats(run, target=TARGET).rows())
+    assert {r["tool"] for r in tools} == set(TOOL_OF.values())
+    tasks = task_truncation_table(run).to_pylist()
+    assert len(tasks) == len(_tasks()) * len(BUDGETS)
+    assert sum(r["clustered"] for r in tasks) == len(compute_task_stats(run).clustered())
