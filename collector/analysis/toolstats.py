@@ -66,7 +66,7 @@ from collector.analysis.stats import (
 from collector.errors import ConfigError
 
 __all__ = ["ToolBudget", "ToolGroup", "ToolStatsResult", "aggregate_tools", "compute_tool_stats",
-           "format_tool_stats", "quantile", "tool_budget"]
+           "format_tool_stats", "pooled_survival", "quantile", "tool_budget"]
 
 #: The quantiles of the complete calls' sizes each row reports.
 QUANTILES = (0.5, 0.9, 0.99)
@@ -180,23 +180,36 @@ class _Cell:
     sizes: list[int]
 
 
-def tool_budget(cells: Iterable[tuple[int, int, int, Sequence[int]]], target: float
-                ) -> tuple[int | None, int | None, int | None, float, int]:
-    """(budget, low, high, rate at budget, largest budget) of one tool from its cells, each
-    ``(cell budget B, calls, cut, ascending complete sizes)``: see the module docstring."""
+def pooled_survival(cells: Iterable[tuple[int, int, int, Sequence[int]]]) -> list[tuple[int, int, int]]:
+    """``(b, k, n)`` for each cap b where the estimate changes, ascending, up to the largest
+    cell budget: k of the n calls (or turns) of the cells with budget >= b need b tokens or
+    more (their cut ones, and their complete ones of size >= b). Cells are ``(cell budget,
+    calls, cut, ascending complete sizes)``; see the module docstring."""
     rows = [_Cell(b, n, k, list(s)) for b, n, k, s in cells if n]
     if not rows:
-        return None, None, None, math.nan, 0
+        return []
     largest = max(c.budget for c in rows)
     # The estimate only changes where a size stops counting (size + 1) or a cell leaves the
     # pool (B + 1): the smallest cap of each constant stretch is one of these.
     candidates = {1, *(s + 1 for c in rows for s in c.sizes), *(c.budget + 1 for c in rows)}
-    point = low = high = None
-    rate_at = math.nan
+    out = []
     for b in sorted(x for x in candidates if x <= largest):
         pool = [c for c in rows if c.budget >= b]
         n = sum(c.calls for c in pool)
         k = sum(c.cut + len(c.sizes) - bisect_left(c.sizes, b) for c in pool)
+        out.append((b, k, n))
+    return out
+
+
+def tool_budget(cells: Iterable[tuple[int, int, int, Sequence[int]]], target: float
+                ) -> tuple[int | None, int | None, int | None, float, int]:
+    """(budget, low, high, rate at budget, largest budget) of one tool from its cells, each
+    ``(cell budget B, calls, cut, ascending complete sizes)``: see the module docstring."""
+    cells = list(cells)
+    largest = max((b for b, n, _, _ in cells if n), default=0)
+    point = low = high = None
+    rate_at = math.nan
+    for b, k, n in pooled_survival(cells):
         lo, hi = wilson_interval(k, n)
         if low is None and lo <= target:
             low = b
