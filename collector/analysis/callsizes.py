@@ -31,6 +31,7 @@ import pyarrow as pa
 
 from collector.analysis.committed import read_columns
 from collector.analysis.toolstats import aggregate_tools
+from collector.storage.mirror import resolve_run
 
 __all__ = ["ALL_TURNS", "SizeCurve", "compute_size_curves", "product_limit", "size_curve_table",
            "size_curves"]
@@ -123,7 +124,7 @@ def size_curves(table: pa.Table, by: Sequence[str] = ("model",)) -> list[SizeCur
 def compute_size_curves(run_dir: str | Path, by: Sequence[str] = ("model",)) -> list[SizeCurve]:
     """`size_curves` of a run's committed episodes."""
     columns = sorted({*by, "budget", "turns", "messages"})
-    return size_curves(read_columns(run_dir, columns), by)
+    return size_curves(read_columns(resolve_run(run_dir), columns), by)
 
 
 def size_curve_table(source: str | Path | pa.Table, by: Sequence[str] = ("model",)) -> pa.Table:
