@@ -433,7 +433,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("card", help="write a Hugging Face dataset card (README.md) of checkable claims")
     run_dir(p)
     p.add_argument("-o", "--out", default="README.md",
-                   help="the card to write, or a directory (an export folder) to write README.md in")
+                   help="the card (a .md file), or the folder (an export's) to write README.md in")
     p.add_argument("--target", type=_fraction, default=None, metavar="X",
                    help="the per-tool budget target the card states (default 5%%)")
     p.add_argument("--data-files", default="*.parquet", metavar="GLOB",

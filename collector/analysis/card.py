@@ -214,9 +214,15 @@ def card_lines(run_dir: str | Path, target: float = DEFAULT_TARGET, data_files: 
 
 def write_card(run_dir: str | Path, out: str | Path, target: float = DEFAULT_TARGET,
                data_files: str = "*.parquet") -> Path:
-    """Write the card to `out` (a directory gets ``README.md`` in it); returns the file written."""
+    """Write the card to `out`: a path ending in ``.md`` is the card itself; anything else is
+    the folder it goes in as ``README.md`` (created if missing: the export can follow). Returns
+    the file written."""
     path = Path(out)
-    if path.is_dir():
+    if path.is_dir() or path.suffix.lower() != ".md":
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise OutputError(f"cannot create {path}: {exc.strerror or exc}") from None
         path = path / "README.md"
     text = "\n".join(line for line, _ in card_lines(run_dir, target, data_files)) + "\n"
     write_output(str(path), lambda f: f.write(text.encode()), run_dir)

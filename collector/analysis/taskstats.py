@@ -14,7 +14,7 @@ above the cell's rate, so its excess is not the noise of a few samples. Rows are
 cell, then by rate, highest first. The table shows the clustered tasks of each cell; CSV,
 JSON and Arrow carry every task.
 
-Tests: tests/analysis/test_taskstats.py, tests/run/test_tool_truth.py.
+Tests: tests/run/test_tool_truth.py.
 """
 
 from __future__ import annotations

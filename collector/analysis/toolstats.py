@@ -40,7 +40,7 @@ is (the true budget lies between when the bands cover the true shares). A tool n
 the sweep brings to x is flagged ``fits_no_budget``: its calls need more than the sweep's
 largest budget (the cut calls there say how much more only that it is more).
 
-Tests: tests/analysis/test_toolstats.py, tests/run/test_tool_truth.py.
+Tests: tests/run/test_tool_truth.py, tests/analysis/test_callsizes.py.
 """
 
 from __future__ import annotations
