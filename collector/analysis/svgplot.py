@@ -107,6 +107,13 @@ def _legend(entries: Sequence[tuple[str, str, str]], y0: float) -> list[str]:
     return out
 
 
+def _polyline(ln: Line, xy: Sequence[tuple[float, float]]) -> str:
+    """A series' line through points already in the plot's coordinates, named by its label."""
+    dash = f' stroke-dasharray="{ln.dash}"' if ln.dash else ""
+    d = "M" + " L".join(f"{_fmt(px)} {_fmt(py)}" for px, py in xy)
+    return f'<path class="data line" d="{d}" stroke="{ln.colour}"{dash}><title>{esc(ln.label)}</title></path>'
+
+
 def line_chart(title: str, ylabel: str, budgets: Sequence[int], lines: Sequence[Line], *,
                top: float | None = None, percent: bool = True, hline: float | None = None) -> str:
     """Series against a log2 budget axis, bands drawn under their lines, `hline` dashed."""
@@ -143,10 +150,7 @@ def line_chart(title: str, ylabel: str, budgets: Sequence[int], lines: Sequence[
         pts = [(b, v) for b, v in ln.points if not math.isnan(v)]
         if not pts:
             continue
-        dash = f' stroke-dasharray="{ln.dash}"' if ln.dash else ""
-        d = "M" + " L".join(f"{_fmt(x(b))} {_fmt(y(v))}" for b, v in pts)
-        out.append(f'<path class="data line" d="{d}" stroke="{ln.colour}"{dash}>'
-                   f"<title>{esc(ln.label)}</title></path>")
+        out.append(_polyline(ln, [(x(b), y(v)) for b, v in pts]))
         for b, v in pts:
             out.append(f'<circle cx="{_fmt(x(b))}" cy="{_fmt(y(v))}" r="2.5" fill="{ln.colour}">'
                        f"<title>{esc(ln.label)} at {b}: {_tick_label(v, percent) if percent else f'{v:.4g}'}"
@@ -239,10 +243,7 @@ def cdf_chart(title: str, xlabel: str, budgets: Sequence[int], lines: Sequence[L
         pts = [(t, v) for t, v in pts if not math.isnan(v)]
         if not pts:
             continue
-        dash = f' stroke-dasharray="{ln.dash}"' if ln.dash else ""
-        d = "M" + " L".join(f"{_fmt(x(t))} {_fmt(y(v))}" for t, v in pts)
-        out.append(f'<path class="data line" d="{d}" stroke="{ln.colour}"{dash}>'
-                   f"<title>{esc(ln.label)}</title></path>")
+        out.append(_polyline(ln, [(x(t), y(v)) for t, v in pts]))
         for b in ticks:
             v = step_value(ln.points, b - 1)
             if not math.isnan(v):

@@ -30,13 +30,14 @@ import pyarrow.compute as pc
 
 from collector.analysis.stats import (
     StatsFormat,
+    aligned_lines,
     format_rows,
-    groupable_columns,
     read_columns,
+    requested_grouping,
+    settled_grouping,
     sort_key,
     wilson_interval,
 )
-from collector.errors import ConfigError
 from collector.stop import StopReason
 
 __all__ = ["TaskRow", "TaskStatsResult", "aggregate_tasks", "compute_task_stats", "format_task_stats"]
@@ -128,16 +129,9 @@ def compute_task_stats(run_dir: str | Path, by: Sequence[str] = ()) -> TaskStats
     """Per-task truncation of a run's committed episodes, per cell (model x budget by default,
     with provider first when the run has several). ConfigError for a `by` that is not a
     scalar column."""
-    default = not tuple(by)
-    by = tuple(by) or ("provider", "model", "budget")
-    allowed = groupable_columns()
-    for c in by:
-        if c not in allowed or c == "task_id":
-            choices = ", ".join(a for a in allowed if a != "task_id")
-            raise ConfigError(f"cannot group by {c!r}; choose from {choices}")
+    by, default = requested_grouping(by)
     table = read_columns(run_dir, sorted({*by, "task_id", "stop_reason", "is_truncated"}))
-    if default and pc.count_distinct(table.column("provider")).as_py() <= 1:
-        by = ("model", "budget")
+    by = settled_grouping(table, by, default)
     return aggregate_tasks(table, by)
 
 
@@ -152,14 +146,7 @@ def _table(result: TaskStatsResult) -> str:
         low, high = r.truncation_interval
         lines.append([*(str(r.key[c]) for c in result.by), str(r.key["task_id"]), str(r.episodes),
                       _pct(r.truncation_rate), f"[{100 * low:.1f}, {100 * high:.1f}]", _pct(r.cell_rate)])
-    nkeys = len(result.by) + 1
-    widths = [max(len(h), *(len(x[i]) for x in lines)) if lines else len(h) for i, h in enumerate(headers)]
-
-    def fmt(cells: Sequence[str]) -> str:
-        return "  ".join(c.ljust(w) if i < nkeys else c.rjust(w)
-                         for i, (c, w) in enumerate(zip(cells, widths, strict=True))).rstrip()
-
-    out = [fmt(headers), fmt(["-" * w for w in widths]), *(fmt(x) for x in lines)]
+    out = aligned_lines(headers, lines, len(result.by) + 1)
     tasks = len({r.key["task_id"] for r in result.rows})
     out.append(f"{len(lines)} of {len(result.rows)} task rows ({tasks} tasks) are cut far more than their "
                "cell: the task's 95% lower bound is above the cell's rate (--format csv/json: every task)")

@@ -57,13 +57,14 @@ import pyarrow.compute as pc
 
 from collector.analysis.stats import (
     StatsFormat,
+    aligned_lines,
     format_rows,
-    groupable_columns,
     read_columns,
+    requested_grouping,
+    settled_grouping,
     sort_key,
     wilson_interval,
 )
-from collector.errors import ConfigError
 
 __all__ = ["ToolBudget", "ToolGroup", "ToolStatsResult", "aggregate_tools", "compute_tool_stats",
            "format_tool_stats", "pooled_survival", "quantile", "tool_budget"]
@@ -302,19 +303,11 @@ def compute_tool_stats(run_dir: str | Path, by: Sequence[str] = (), target: floa
     Empty `by` groups by model x budget, with provider first when the run has several.
     ConfigError for a `by` column that is not a scalar column or a target outside [0, 1].
     """
-    default = not tuple(by)
-    by = tuple(by) or ("provider", "model", "budget")
-    allowed = groupable_columns()
-    for c in by:
-        if c not in allowed:
-            raise ConfigError(f"cannot group by {c!r}; choose from {', '.join(allowed)}")
-    if target is not None and not 0.0 <= target <= 1.0:
-        raise ConfigError(f"target must be between 0 and 1 (got {target})")
+    by, default = requested_grouping(by, target)
     if target is not None and "budget" not in by:
         by = (*by, "budget")  # the per-tool budget is read off the sweep's cells
     table = read_columns(run_dir, sorted({*by, "turns", "messages"}))
-    if default and pc.count_distinct(table.column("provider")).as_py() <= 1:
-        by = ("model", "budget")
+    by = settled_grouping(table, by, default)
     return aggregate_tools(table, by, target)
 
 
@@ -327,16 +320,6 @@ def _pct(x: float) -> str:
 
 def _tokens(x: float) -> str:
     return "-" if math.isnan(x) else str(int(x))
-
-
-def _aligned(headers: Sequence[str], lines: Sequence[Sequence[str]], nkeys: int) -> list[str]:
-    widths = [max(len(h), *(len(r[i]) for r in lines)) if lines else len(h) for i, h in enumerate(headers)]
-
-    def fmt(cells: Sequence[str]) -> str:
-        return "  ".join(c.ljust(w) if i < nkeys else c.rjust(w)
-                         for i, (c, w) in enumerate(zip(cells, widths, strict=True))).rstrip()
-
-    return [fmt(headers), fmt(["-" * w for w in widths]), *(fmt(r) for r in lines)]
 
 
 def _name(key: dict[str, Any]) -> str:
@@ -369,7 +352,7 @@ def _table(result: ToolStatsResult) -> str:
         lines.append([*(str(g.key[c]) for c in result.by), str(g.key["tool"]), str(g.calls),
                       _pct(g.truncation_rate), ci, str(g.malformed), _tokens(d["tokens_p50"]),
                       _tokens(d["tokens_p90"]), _tokens(d["tokens_p99"]), _tokens(d["tokens_max"])])
-    out = _aligned(headers, lines, len(result.by) + 1)
+    out = aligned_lines(headers, lines, len(result.by) + 1)
     out.append("cut: the cut turn was writing a call to this tool (its name arrives before its arguments); "
                "tokens: output tokens of the turn of each complete call")
     if result.unattributed:

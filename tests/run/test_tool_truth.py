@@ -64,6 +64,20 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root / "run"
 
 
+def _misses(checks: list[tuple[str, float, int, int]]) -> tuple[list[str], list[str]]:
+    """Of (label, truth, hits, n): those whose truth is outside the 95% and the 99.9% Wilson interval."""
+    outside_95, outside_999 = [], []
+    for label, truth, hits, n in checks:
+        low, high = wilson_interval(hits, n)
+        wide_low, wide_high = wilson_interval(hits, n, z=3.29)
+        where = f"{label}: truth {truth:.3f}, measured {hits / n:.3f}"
+        if not low <= truth <= high:
+            outside_95.append(where)
+        if not wide_low <= truth <= wide_high:
+            outside_999.append(where)
+    return outside_95, outside_999
+
+
 def _sizes_by_tool() -> dict[str, list[int]]:
     sizes: dict[str, list[int]] = {}
     for task in _tasks():
@@ -77,18 +91,13 @@ def test_per_tool_cut_rates_agree_with_simulator_truth(run: Path) -> None:
     rows = {(g.key["budget"], g.key["tool"]): g for g in result.groups}
     assert set(rows) == {(b, tool) for b in BUDGETS for tool in TOOL_OF.values()}
     assert not result.unattributed  # no preamble: every cut turn shows the call it was writing
-    outside_95, outside_999 = [], []
+    checks = []
     for (budget, tool), g in sorted(rows.items()):
         fixed = _sizes_by_tool()[tool]
         truth = sum(tool_cut_probability(MODEL, tool, budget, f) for f in fixed) / len(fixed)
         assert g.calls == SAMPLES * len(fixed)
-        low, high = g.truncation_interval
-        wide_low, wide_high = wilson_interval(g.cut, g.calls, z=3.29)
-        where = f"{tool}@{budget}: truth {truth:.3f}, measured {g.truncation_rate:.3f}"
-        if not low <= truth <= high:
-            outside_95.append(where)
-        if not wide_low <= truth <= wide_high:
-            outside_999.append(where)
+        checks.append((f"{tool}@{budget}", truth, g.cut, g.calls))
+    outside_95, outside_999 = _misses(checks)
     assert not outside_999, outside_999
     assert len(outside_95) <= 1, outside_95
     # The sizes are those of complete calls only: none reaches its cell's cap.
@@ -123,18 +132,13 @@ def test_per_task_rates_agree_with_truth_and_name_the_long_tasks(run: Path) -> N
     """Each task's rate holds its truth; the tasks cut far more than their cell are the e-mail ones."""
     result = compute_task_stats(run)
     by_id = {t.id: t for t in _tasks()}
-    outside_95, outside_999 = [], []
+    checks = []
     for row in result.rows:
         task = by_id[row.key["task_id"]]
         tool = TOOL_OF[task.metadata["kind"]]
         truth = tool_cut_probability(MODEL, tool, row.key["budget"], _call_tokens(task))
-        low, high = row.truncation_interval
-        wide_low, wide_high = wilson_interval(row.truncated, row.episodes, z=3.29)
-        where = f"{task.id}@{row.key['budget']}: truth {truth:.3f}, measured {row.truncation_rate:.3f}"
-        if not low <= truth <= high:
-            outside_95.append(where)
-        if not wide_low <= truth <= wide_high:
-            outside_999.append(where)
+        checks.append((f"{task.id}@{row.key['budget']}", truth, row.truncated, row.episodes))
+    outside_95, outside_999 = _misses(checks)
     assert not outside_999, outside_999
     assert len(outside_95) <= 2, outside_95
     clustered = result.clustered()
