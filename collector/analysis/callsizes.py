@@ -30,7 +30,7 @@ from typing import Any
 import pyarrow as pa
 
 from collector.analysis.committed import read_columns
-from collector.analysis.toolstats import aggregate_tools
+from collector.analysis.toolstats import aggregate_tools, turn_fields
 from collector.storage.mirror import resolve_run
 
 __all__ = ["ALL_TURNS", "SizeCurve", "compute_size_curves", "product_limit", "size_curve_table",
@@ -96,14 +96,14 @@ def size_curves(table: pa.Table, by: Sequence[str] = ("model",)) -> list[SizeCur
     turn_cells: dict[tuple[Any, ...], list[tuple[int, int, int, list[int]]]] = {}
     cell_of = list(zip(*(table.column(c).to_pylist() for c in cells_by), strict=True))
     per_cell: dict[tuple[Any, ...], list[Any]] = {}
-    for cell, turns in zip(cell_of, table.column("turns").to_pylist(), strict=True):
-        entry = per_cell.setdefault(cell, [0, 0, []])
-        for t in turns or []:
-            entry[0] += 1
-            if t["finish_class"] == "length":
-                entry[1] += 1
-            else:
-                entry[2].append(t["output_tokens"])
+    rows, _, cuts, tokens = turn_fields(table) if table.num_rows else ([], [], [], [])
+    for row, cut, size in zip(rows, cuts, tokens, strict=True):
+        entry = per_cell.setdefault(cell_of[row], [0, 0, []])
+        entry[0] += 1
+        if cut:
+            entry[1] += 1
+        else:
+            entry[2].append(size)
     for cell, (n, k, sizes) in per_cell.items():
         turn_cells.setdefault(cell[:-1], []).append((cell[-1], n, k, sorted(sizes)))
     tool_cells: dict[tuple[Any, ...], dict[str, list[tuple[int, int, int, list[int]]]]] = {}

@@ -37,7 +37,7 @@ import pyarrow.compute as pc
 
 from collector.analysis.output import write_output
 from collector.analysis.stats import compute_stats, read_columns
-from collector.analysis.toolstats import compute_tool_stats
+from collector.analysis.toolstats import compute_tool_stats, turn_fields
 from collector.errors import ConfigError, OutputError
 from collector.record.shards import read_shard, schema_version_of
 from collector.storage.manifest import committed_shard_paths, read_manifest
@@ -70,16 +70,14 @@ def _facts(run_dir: Path) -> dict[str, Any]:
     table = read_columns(run_dir, ["episode_id", "run_id", "turns", "executed_tool_calls"])
     versions = sorted({schema_version_of(read_shard(p, columns=["episode_id"]).schema) or 0
                        for p in committed_shard_paths(run_dir)})
-    cut_turns: set[tuple[str, int]] = set()
-    ids = table.column("episode_id").to_pylist()
-    for eid, turns in zip(ids, table.column("turns").to_pylist(), strict=True):
-        cut_turns.update((eid, t["index"]) for t in turns or [] if t["finish_class"] == "length")
-    executed = 0
-    from_cut = 0
-    for eid, calls in zip(ids, table.column("executed_tool_calls").to_pylist(), strict=True):
-        for call in calls or []:
-            executed += 1
-            from_cut += (eid, call["turn_index"]) in cut_turns
+    rows, indices, cuts, _ = turn_fields(table) if table.num_rows else ([], [], [], [])
+    cut_turns = {(row, index) for row, index, cut in zip(rows, indices, cuts, strict=True) if cut}
+    executed_calls = table.column("executed_tool_calls").combine_chunks()
+    executed_rows = pc.list_parent_indices(executed_calls).to_pylist()
+    executed_turns = pc.list_flatten(executed_calls).field("turn_index").to_pylist()
+    executed = len(executed_rows)
+    from_cut = sum((row, index) in cut_turns
+                   for row, index in zip(executed_rows, executed_turns, strict=True))
     run_ids = sorted(set(table.column("run_id").to_pylist())) if table.num_rows else []
     return {
         "store_id": manifest.get("store_id"),

@@ -67,7 +67,7 @@ from collector.analysis.stats import (
 )
 
 __all__ = ["ToolBudget", "ToolGroup", "ToolStatsResult", "aggregate_tools", "compute_tool_stats",
-           "format_tool_stats", "pooled_survival", "quantile", "tool_budget"]
+           "format_tool_stats", "pooled_survival", "quantile", "tool_budget", "turn_fields"]
 
 #: The quantiles of the complete calls' sizes each row reports.
 QUANTILES = (0.5, 0.9, 0.99)
@@ -222,18 +222,33 @@ def tool_budget(cells: Iterable[tuple[int, int, int, Sequence[int]]], target: fl
     return point, low, high, rate_at, largest
 
 
+def turn_fields(table: pa.Table) -> tuple[list[int], list[int], list[bool], list[int]]:
+    """Every turn of the table as four parallel lists: its episode's row, its index, whether it
+    was cut (finish class `length`), its output tokens. Only these fields are read (a turn
+    also holds token ids and text a Python list of the whole struct would copy)."""
+    turns = table.column("turns").combine_chunks()
+    flat = pc.list_flatten(turns)
+    cut = pc.fill_null(pc.equal(flat.field("finish_class"), "length"), False)
+    return (pc.list_parent_indices(turns).to_pylist(), flat.field("index").to_pylist(), cut.to_pylist(),
+            flat.field("output_tokens").to_pylist())
+
+
 def _calls_by_turn(table: pa.Table) -> dict[tuple[int, int], list[tuple[str, str]]]:
     """(episode row, turn index) -> the turn's recorded calls as (name, status), in order."""
     messages = table.column("messages").combine_chunks()
-    rows = pc.list_parent_indices(messages).to_pylist()
     flat = pc.list_flatten(messages)
+    assistant = pc.fill_null(pc.and_(pc.equal(flat.field("role"), "assistant"),
+                                     pc.is_valid(flat.field("turn_index"))), False)
+    owner = pc.list_parent_indices(messages).filter(assistant)
+    kept = flat.filter(assistant)
+    calls = kept.field("tool_calls")
+    message_of = pc.list_parent_indices(calls).to_pylist()
+    named = pc.list_flatten(calls)
+    rows, indices = owner.to_pylist(), kept.field("turn_index").to_pylist()
     out: dict[tuple[int, int], list[tuple[str, str]]] = {}
-    roles = flat.field("role").to_pylist()
-    indices = flat.field("turn_index").to_pylist()
-    calls = flat.field("tool_calls").to_pylist()
-    for row, role, index, turn_calls in zip(rows, roles, indices, calls, strict=True):
-        if role == "assistant" and index is not None and turn_calls:
-            out.setdefault((row, index), []).extend((c["name"], c["status"]) for c in turn_calls)
+    for m, name, status in zip(message_of, named.field("name").to_pylist(), named.field("status").to_pylist(),
+                               strict=True):
+        out.setdefault((rows[m], indices[m]), []).append((name, status))
     return out
 
 
@@ -244,23 +259,22 @@ def aggregate_tools(table: pa.Table, by: Sequence[str], target: float | None = N
     unattributed: dict[tuple[Any, ...], int] = {}
     keys = list(zip(*(table.column(c).to_pylist() for c in by), strict=True)) if by else [()] * table.num_rows
     recorded = _calls_by_turn(table) if table.num_rows else {}
-    turns = table.column("turns").to_pylist() if table.num_rows else []
-    for row, episode_turns in enumerate(turns):
-        for turn in episode_turns or []:
-            calls = recorded.get((row, turn["index"]), [])
-            if turn["finish_class"] == "length":
-                if not calls:
-                    unattributed[keys[row]] = unattributed.get(keys[row], 0) + 1
-                    continue
-                g = _group(groups, by, keys[row], calls[-1][0])
-                g.calls += 1
-                g.cut += 1
+    rows, indices, cuts, tokens = turn_fields(table) if table.num_rows else ([], [], [], [])
+    for row, index, cut, size in zip(rows, indices, cuts, tokens, strict=True):
+        calls = recorded.get((row, index), [])
+        if cut:
+            if not calls:
+                unattributed[keys[row]] = unattributed.get(keys[row], 0) + 1
                 continue
-            for name, status in calls:
-                g = _group(groups, by, keys[row], name)
-                g.calls += 1
-                g.malformed += status == "malformed"
-                g.sizes.append(turn["output_tokens"])
+            g = _group(groups, by, keys[row], calls[-1][0])
+            g.calls += 1
+            g.cut += 1
+            continue
+        for name, status in calls:
+            g = _group(groups, by, keys[row], name)
+            g.calls += 1
+            g.malformed += status == "malformed"
+            g.sizes.append(size)
     ordered = sorted(groups.values(), key=lambda g: tuple(sort_key(g.key[c]) for c in (*by, "tool")))
     for g in ordered:
         g.sizes.sort()
