@@ -30,7 +30,7 @@ from typing import Any
 import pyarrow as pa
 
 from collector.analysis.committed import read_columns
-from collector.analysis.toolstats import aggregate_tools, turn_fields
+from collector.analysis.toolstats import ToolStatsResult, aggregate_tools, turn_fields
 from collector.storage.mirror import resolve_run
 
 __all__ = ["ALL_TURNS", "SizeCurve", "compute_size_curves", "product_limit", "size_curve_table",
@@ -89,14 +89,18 @@ def _curve(key: dict[str, Any], series: str, cells: list[tuple[int, int, int, li
                      count=sum(c[1] for c in cells))
 
 
-def size_curves(table: pa.Table, by: Sequence[str] = ("model",)) -> list[SizeCurve]:
-    """Per `by` group (without budget): the curve of all turns, then one per tool, by name."""
+def size_curves(table: pa.Table, by: Sequence[str] = ("model",), tools: ToolStatsResult | None = None
+                ) -> list[SizeCurve]:
+    """Per `by` group (without budget): the curve of all turns, then one per tool, by name.
+    `tools`: the table's per-tool statistics when already computed by `by` + budget."""
     by = tuple(c for c in by if c != "budget")
     cells_by = (*by, "budget")
     turn_cells: dict[tuple[Any, ...], list[tuple[int, int, int, list[int]]]] = {}
     cell_of = list(zip(*(table.column(c).to_pylist() for c in cells_by), strict=True))
     per_cell: dict[tuple[Any, ...], list[Any]] = {}
-    rows, _, cuts, tokens = turn_fields(table) if table.num_rows else ([], [], [], [])
+    turns = turn_fields(table) if table.num_rows else None
+    rows, cuts, tokens = ((turns.row.tolist(), turns.cut.tolist(), turns.tokens.tolist()) if turns
+                          else ([], [], []))
     for row, cut, size in zip(rows, cuts, tokens, strict=True):
         entry = per_cell.setdefault(cell_of[row], [0, 0, []])
         entry[0] += 1
@@ -107,7 +111,9 @@ def size_curves(table: pa.Table, by: Sequence[str] = ("model",)) -> list[SizeCur
     for cell, (n, k, sizes) in per_cell.items():
         turn_cells.setdefault(cell[:-1], []).append((cell[-1], n, k, sorted(sizes)))
     tool_cells: dict[tuple[Any, ...], dict[str, list[tuple[int, int, int, list[int]]]]] = {}
-    for g in aggregate_tools(table, cells_by).groups:
+    if tools is None or tools.by != cells_by:
+        tools = aggregate_tools(table, cells_by)
+    for g in tools.groups:
         key = tuple(g.key[c] for c in by)
         tool_cells.setdefault(key, {}).setdefault(g.key["tool"], []).append(
             (g.key["budget"], g.calls, g.cut, g.sizes))

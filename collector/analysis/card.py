@@ -70,8 +70,10 @@ def _facts(run_dir: Path) -> dict[str, Any]:
     table = read_columns(run_dir, ["episode_id", "run_id", "turns", "executed_tool_calls"])
     versions = sorted({schema_version_of(read_shard(p, columns=["episode_id"]).schema) or 0
                        for p in committed_shard_paths(run_dir)})
-    rows, indices, cuts, _ = turn_fields(table) if table.num_rows else ([], [], [], [])
-    cut_turns = {(row, index) for row, index, cut in zip(rows, indices, cuts, strict=True) if cut}
+    turns = turn_fields(table) if table.num_rows else None
+    cut_turns: set[tuple[int, int]] = set()
+    if turns is not None:
+        cut_turns = set(zip(turns.row[turns.cut].tolist(), turns.index[turns.cut].tolist(), strict=True))
     executed_calls = table.column("executed_tool_calls").combine_chunks()
     executed_rows = pc.list_parent_indices(executed_calls).to_pylist()
     executed_turns = pc.list_flatten(executed_calls).field("turn_index").to_pylist()

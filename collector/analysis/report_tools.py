@@ -40,8 +40,9 @@ def collect_tools(root: str | Path, by: Sequence[str], target: float | None) -> 
     by = tuple(by) if "budget" in by else (*by, "budget")
     table = read_columns(root, sorted({*by, "task_id", "stop_reason", "is_truncated", "turns", "messages"}))
     model_by = [c for c in by if c != "budget"]
-    return ToolReport(tools=aggregate_tools(table, by, target), tasks=aggregate_tasks(table, by),
-                      curves=size_curves(table, model_by))
+    tools = aggregate_tools(table, by, target)
+    return ToolReport(tools=tools, tasks=aggregate_tasks(table, by),
+                      curves=size_curves(table, model_by, tools))
 
 
 def _pct(x: float) -> str:

@@ -101,6 +101,7 @@ class TaskStatsResult:
 def aggregate_tasks(table: pa.Table, by: Sequence[str]) -> TaskStatsResult:
     """Per-task rates of an episode table (`by` columns, ``task_id``, `stop_reason`, `is_truncated`)."""
     by = tuple(by)
+    table = table.select(list(dict.fromkeys([*by, "task_id", "stop_reason", "is_truncated"])))  # not turns
     reasons = table.column("stop_reason")
     if pa.types.is_dictionary(reasons.type):
         reasons = reasons.cast(pa.string())
