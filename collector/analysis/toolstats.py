@@ -38,7 +38,8 @@ whose estimate is at or under x (``budget``), with the interval [``budget_low``,
 ``budget_high``]: the smallest b whose lower bound is, and the smallest whose upper bound
 is (the true budget lies between when the bands cover the true shares). A tool no cap of
 the sweep brings to x is flagged ``fits_no_budget``: its calls need more than the sweep's
-largest budget (the cut calls there say how much more only that it is more).
+largest budget (the cut calls there say how much more only that it is more). The rule is
+`collector.analysis.toolbudget`'s.
 
 Tests: tests/run/test_tool_truth.py, tests/analysis/test_callsizes.py.
 """
@@ -46,8 +47,7 @@ Tests: tests/run/test_tool_truth.py, tests/analysis/test_callsizes.py.
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,6 +66,7 @@ from collector.analysis.stats import (
     sort_key,
     wilson_interval,
 )
+from collector.analysis.toolbudget import tool_budget
 
 __all__ = [
     "ToolBudget",
@@ -75,9 +76,7 @@ __all__ = [
     "aggregate_tools",
     "compute_tool_stats",
     "format_tool_stats",
-    "pooled_survival",
     "quantile",
-    "tool_budget",
     "turn_fields",
 ]
 
@@ -181,57 +180,6 @@ class ToolStatsResult:
         if rows:
             return pa.Table.from_pylist(rows)
         return pa.table({n: pa.array([], pa.float64()) for n in self.columns()})
-
-
-@dataclass(slots=True)
-class _Cell:
-    """What `tool_budget` reads of one (group, tool, budget) row."""
-
-    budget: int
-    calls: int
-    cut: int
-    sizes: list[int]
-
-
-def pooled_survival(cells: Iterable[tuple[int, int, int, Sequence[int]]]) -> list[tuple[int, int, int]]:
-    """``(b, k, n)`` for each cap b where the estimate changes, ascending, up to the largest
-    cell budget: k of the n calls (or turns) of the cells with budget >= b need b tokens or
-    more (their cut ones, and their complete ones of size >= b). Cells are ``(cell budget,
-    calls, cut, ascending complete sizes)``; see the module docstring."""
-    rows = [_Cell(b, n, k, list(s)) for b, n, k, s in cells if n]
-    if not rows:
-        return []
-    largest = max(c.budget for c in rows)
-    # The estimate only changes where a size stops counting (size + 1) or a cell leaves the
-    # pool (B + 1): the smallest cap of each constant stretch is one of these.
-    candidates = {1, *(s + 1 for c in rows for s in c.sizes), *(c.budget + 1 for c in rows)}
-    out = []
-    for b in sorted(x for x in candidates if x <= largest):
-        pool = [c for c in rows if c.budget >= b]
-        n = sum(c.calls for c in pool)
-        k = sum(c.cut + len(c.sizes) - bisect_left(c.sizes, b) for c in pool)
-        out.append((b, k, n))
-    return out
-
-
-def tool_budget(cells: Iterable[tuple[int, int, int, Sequence[int]]], target: float
-                ) -> tuple[int | None, int | None, int | None, float, int]:
-    """(budget, low, high, rate at budget, largest budget) of one tool from its cells, each
-    ``(cell budget B, calls, cut, ascending complete sizes)``: see the module docstring."""
-    cells = list(cells)
-    largest = max((b for b, n, _, _ in cells if n), default=0)
-    point = low = high = None
-    rate_at = math.nan
-    for b, k, n in pooled_survival(cells):
-        lo, hi = wilson_interval(k, n)
-        if low is None and lo <= target:
-            low = b
-        if point is None and k / n <= target:
-            point, rate_at = b, k / n
-        if high is None and hi <= target:
-            high = b
-            break
-    return point, low, high, rate_at, largest
 
 
 @dataclass(slots=True)
