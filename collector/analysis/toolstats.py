@@ -38,7 +38,7 @@ whose estimate is at or under x (``budget``), with the interval [``budget_low``,
 ``budget_high``]: the smallest b whose lower bound is, and the smallest whose upper bound
 is (the true budget lies between when the bands cover the true shares). A tool no cap of
 the sweep brings to x is flagged ``fits_no_budget``: its calls need more than the sweep's
-largest budget (the cut calls there say how much more only that it is more). The rule is
+largest budget (its cut calls there say only that they need more, not how much). The rule is
 `collector.analysis.toolbudget`'s.
 
 Tests: tests/run/test_tool_truth.py, tests/analysis/test_callsizes.py.
