@@ -7,12 +7,14 @@ command ran and found a problem (`check` with violations).
 
     collector run CONFIG|--demo [--set k=v ...] [--address ADDR] [--in-process] [--target X]
     collector init DIR
-    collector stats RUN_DIR [--by COL,...] [--target X] [--format table|csv|json] [--per episode|turn]
+    collector stats RUN_DIR [--by COL,...] [--target X] [--format table|csv|json]
+                    [--per episode|turn|tool|task]
     collector episodes RUN_DIR [--where COL=VALUE ...] [--model M] [--budget N] [--limit N]
                        [--format table|json]
     collector show RUN_DIR EPISODE_ID [--format text|json]
     collector validate CONFIG [--set k=v ...]
-    collector check RUN_DIR
+    collector check RUN_DIR [--health] [--card CARD]
+    collector card RUN_DIR [-o OUT] [--target X] [--data-files GLOB]
     collector schema
     collector export RUN_DIR OUT [--format chat-jsonl|parquet|atif] [--where COL OP VALUE ...]
                                  [--annotation NAME]
@@ -119,6 +121,17 @@ def _cmd_init(args: argparse.Namespace) -> int:
 def _cmd_stats(args: argparse.Namespace) -> int:
     from collector.analysis.stats import compute_stats, format_stats
 
+    if args.per == "tool":
+        from collector.analysis.toolstats import compute_tool_stats, format_tool_stats
+
+        tools = compute_tool_stats(args.run, by=_by(args.by), target=args.target)
+        print(format_tool_stats(tools, args.format))
+        return EXIT_OK
+    if args.per == "task":
+        from collector.analysis.taskstats import compute_task_stats, format_task_stats
+
+        print(format_task_stats(compute_task_stats(args.run, by=_by(args.by)), args.format))
+        return EXIT_OK
     if args.per == "turn":
         from collector.analysis.turnstats import compute_turn_stats, format_turn_stats
 
@@ -188,6 +201,9 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 def _cmd_check(args: argparse.Namespace) -> int:
     from collector.analysis.check import check_run
 
+    if args.card is not None:
+        return _check_card(args)
+
     report = check_run(args.run)
     if args.health:
         from collector.analysis.health import add_health
@@ -202,6 +218,28 @@ def _cmd_check(args: argparse.Namespace) -> int:
         return EXIT_OK
     print(f"{args.run_dir}: {len(report.problems)} problem(s)", file=sys.stderr)
     return EXIT_PROBLEM
+
+
+def _check_card(args: argparse.Namespace) -> int:
+    from collector.analysis.card import check_card
+
+    result = check_card(args.run, args.card)
+    for problem in result.problems:
+        print(problem)
+    if result.ok:
+        print(f"{args.card}: ok ({result.checked} claims hold for {args.run_dir})")
+        return EXIT_OK
+    print(f"{args.card}: {len(result.problems)} of {result.checked} claim(s) do not hold", file=sys.stderr)
+    return EXIT_PROBLEM
+
+
+def _cmd_card(args: argparse.Namespace) -> int:
+    from collector.analysis.card import DEFAULT_TARGET, write_card
+
+    target = DEFAULT_TARGET if args.target is None else args.target
+    path = write_card(args.run, args.out, target, args.data_files)
+    print(f"wrote {path}; check it with: collector check {args.run_dir} --card {path}", file=sys.stderr)
+    return EXIT_OK
 
 
 def _cmd_regrade(args: argparse.Namespace) -> int:
@@ -342,9 +380,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("table", "csv", "json"), default="table")
     p.add_argument(
         "--per",
-        choices=("episode", "turn"),
+        choices=("episode", "turn", "tool", "task"),
         default="episode",
-        help="episode: share of episodes with a cut turn; turn: turns cut / turns, by turn index and kind",
+        help="episode: share of episodes with a cut turn; turn: turns cut / turns, by turn index and kind; "
+        "tool: calls cut per tool, call sizes, the budget each tool needs; task: tasks cut far more "
+        "than their cell",
     )
     p.add_argument("--groups", action="store_true", help="group health: zero-variance groups per cell")
     p.add_argument("--annotation", default=None, metavar="NAME",
@@ -386,7 +426,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--health", action="store_true", help="also look for hollow turns, identical samples, ...")
     p.add_argument("--max-failure-share", type=_fraction, default=0.05, metavar="X",
                    help="--health: name a cell whose error + timeout share is above X (default 0.05)")
+    p.add_argument("--card", default=None, metavar="CARD",
+                   help="instead: recompute every claim of a dataset card (`collector card`) from the shards")
     p.set_defaults(func=_cmd_check)
+
+    p = sub.add_parser("card", help="write a Hugging Face dataset card (README.md) of checkable claims")
+    run_dir(p)
+    p.add_argument("-o", "--out", default="README.md",
+                   help="the card (a .md file), or the folder (an export's) to write README.md in")
+    p.add_argument("--target", type=_fraction, default=None, metavar="X",
+                   help="the per-tool budget target the card states (default 5%%)")
+    p.add_argument("--data-files", default="*.parquet", metavar="GLOB",
+                   help="the card's data_files: the export's files beside it (default: %(default)s)")
+    p.set_defaults(func=_cmd_card)
 
     p = sub.add_parser("regrade", help="re-grade every committed episode with an environment's grader")
     run_dir(p)

@@ -4,7 +4,9 @@ The public analysis API (`from collector.analysis import load_run, truncation_ta
 
 - `tables`: the committed episodes as one Arrow table, and the truncation tables;
 - `episodes`: one episode by id, listings, transcripts (`collector show`, `collector episodes`);
-- `stats` / `turnstats`: the statistics `collector stats` prints, per cell and per turn;
+- `stats` / `turnstats` / `toolstats` / `taskstats`: the statistics `collector stats` prints,
+  per cell, per turn, per tool and per task; `callsizes`: how many tokens turns and calls need;
+- `card`: a dataset card whose numbers `collector check --card` recomputes;
 - `figures`: the notebook's figures (matplotlib, the `analysis` extra);
 - `export` / `trainer`: a run in the formats trainers read (`collector export`, `trainer-view`);
 - `check`: the invariants of a stored run, re-derived from its rows (`collector check`).
@@ -30,6 +32,8 @@ from collector.analysis.tables import (
     reasoning_grouping,
     run_dataset,
     stop_reason_mix,
+    task_truncation_table,
+    tool_truncation_table,
     truncation_table,
     turn_truncation_table,
 )
@@ -49,6 +53,8 @@ __all__ = [
     "resolve_episode_id",
     "run_dataset",
     "stop_reason_mix",
+    "task_truncation_table",
+    "tool_truncation_table",
     "truncation_table",
     "turn_truncation_table",
 ]

@@ -189,3 +189,32 @@ def reward_figure(trunc: Frame) -> Figure:
     ax.legend()
     ax.set_title("Reward against budget")
     return fig
+
+
+def size_cdf_figure(curves: Frame) -> Figure:
+    """Per model (one panel each), the cumulative distribution of output tokens per turn and of
+    each tool's call size (`collector.analysis.callsizes.size_curve_table`), against tokens on a
+    log2 axis with every swept budget ticked and ruled: where a tool's curve crosses 1 - x is
+    the budget that keeps its cuts at x; a curve still below 1 at the last rule needs more."""
+    models = sorted(curves["model"].unique())
+    fig, axes = plt.subplots(1, max(len(models), 1), figsize=(6 * max(len(models), 1), 4), squeeze=False)
+    for ax, model in zip(axes[0], models, strict=False):
+        rows = curves[curves["model"] == model]
+        budgets = sorted({int(b) for bs in rows["budgets"] for b in bs})
+        names = list(dict.fromkeys(rows["series"]))
+        for i, name in enumerate(names):
+            g = rows[rows["series"] == name].sort_values("tokens")
+            style = "-" if i == 0 else ("--", "-.", ":")[(i - 1) % 3]
+            ax.step(g["tokens"].clip(lower=1), g["cdf"], where="post", linestyle=style,
+                    color=MODEL_COLOURS[i % len(MODEL_COLOURS)], label=name)
+        for b in budgets:
+            ax.axvline(b, color="grey", linestyle=":", linewidth=1)
+        budget_axis(ax, budgets)
+        ax.set_xlabel("output tokens (a cut one: more than its cap)")
+        ax.set_ylim(0, 1.02)
+        ax.set_title(model)
+        ax.legend(fontsize=8, loc="lower right")
+    axes[0][0].set_ylabel("share needing at most this many tokens")
+    fig.suptitle("Output tokens per turn and per tool call, with the swept budgets")
+    fig.tight_layout()
+    return fig

@@ -44,6 +44,7 @@ from collector.analysis.report_data import (
     clip_strings,
     collect,
 )
+from collector.analysis.report_tools import size_figure, tools_section
 from collector.analysis.stats import RETRY_CAUSES
 from collector.analysis.svgplot import DASHES, Bar, Line, bar_chart, esc, line_chart
 from collector.analysis.turnstats import TurnStatsResult
@@ -270,6 +271,7 @@ def _model_figures(data: ReportData, model: str, colour: str) -> str:
                                  DASHES[i % len(DASHES)]) for i, (label, gs) in enumerate(series.items())],
                            top=1.0, percent=False))
     figs.append(_turn_figure(data.turns, model, colour, target))
+    figs.append(size_figure(data.tools, model, colour))
     if any(g.thinking_cut for g in groups):
         figs.append(line_chart(
             "Thinking cut per reasoning setting", "share: cap spent on reasoning", budgets,
@@ -514,6 +516,7 @@ def render(data: ReportData) -> str:
 <p class="muted">Click a header to sort. {esc(footer)}</p>
 <div class="wide">{_stats_table(data)}</div>
 {_picks_table(data)}
+{tools_section(data.tools)}
 <h2>Figures</h2>{"".join(sections)}
 <h2>Transcripts</h2>
 <p class="muted">Up to {PER_CELL} episodes per cell, cut ones first. Marked: the turn cut at the cap, calls

@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 from collector import __version__
 from collector.analysis.check import check_run
 from collector.analysis.committed import read_columns, stored_columns
+from collector.analysis.report_tools import ToolReport, collect_tools
 from collector.analysis.stats import StatsResult, compute_stats, format_stats, sort_key
 from collector.analysis.turnstats import TurnStatsResult, compute_turn_stats
 from collector.record.episode import Episode
@@ -62,6 +63,8 @@ class ReportData:
     errors: dict[tuple[Any, ...], dict[str, int]]
     """Per (model, budget) cell: error episodes by exception type."""
     sample: list[Episode]
+    tools: ToolReport | None = None
+    """The per-tool and per-task tables and the call-size curves (`collector.analysis.report_tools`)."""
 
 
 def _cell(row: dict[str, Any], by: Sequence[str]) -> tuple[Any, ...]:
@@ -203,5 +206,5 @@ def collect(run: str | Path, target: float | None = DEFAULT_TARGET, per_cell: in
         stats_json=json.loads(format_stats(stats, "json")), turns=turns,
         identity=_identity(root, str(source if source is not None else run), stats, base),
         check_ok=report.ok, check_problems=len(report.problems), check_lines=lines,
-        errors=_errors_by_type(base), sample=sample,
+        errors=_errors_by_type(base), sample=sample, tools=collect_tools(root, stats.by, target),
     )

@@ -253,6 +253,28 @@ def groupable_columns() -> list[str]:
 
 
 
+def requested_grouping(by: Sequence[str], target: float | None = None) -> tuple[tuple[str, ...], bool]:
+    """The grouping a command asked for, checked, and whether it is the default: an empty `by`
+    is provider x model x budget (`settled_grouping` drops provider for a one-provider run).
+    ConfigError for a `by` column that is not a scalar shard column or a target outside [0, 1]."""
+    default = not tuple(by)
+    by = tuple(by) or ("provider", "model", "budget")
+    allowed = groupable_columns()
+    for c in by:
+        if c not in allowed:
+            raise ConfigError(f"cannot group by {c!r}; choose from {', '.join(allowed)}")
+    if target is not None and not 0.0 <= target <= 1.0:
+        raise ConfigError(f"target must be between 0 and 1 (got {target})")
+    return by, default
+
+
+def settled_grouping(table: pa.Table, by: tuple[str, ...], default: bool) -> tuple[str, ...]:
+    """`by`, or model x budget when it is the default and the run holds one provider."""
+    if default and pc.count_distinct(table.column("provider")).as_py() <= 1:
+        return ("model", "budget")
+    return by
+
+
 def aggregate(table: pa.Table, by: Sequence[str], target: float | None = None) -> StatsResult:
     """The statistics of an episode table (any table with the shard columns `by` + measures)."""
     by = tuple(by)
@@ -382,19 +404,11 @@ def compute_stats(
     Raises ConfigError for a `by` column that is not a scalar shard column or a target
     outside [0, 1], OutputError when `run_dir` is not a run directory.
     """
-    default = not tuple(by)
-    by = tuple(by) or ("provider", "model", "budget")
-    allowed = groupable_columns()
-    for c in by:
-        if c not in allowed:
-            raise ConfigError(f"cannot group by {c!r}; choose from {', '.join(allowed)}")
-    if target is not None and not 0.0 <= target <= 1.0:
-        raise ConfigError(f"target must be between 0 and 1 (got {target})")
+    by, default = requested_grouping(by, target)
     wanted = sorted({*by, "stop_reason", *_MEASURES, *(("model", "budget") if target is not None else ())})
     axis = stored_columns(run_dir, "reasoning") if default else []
     table = read_columns(run_dir, [*wanted, *stored_columns(run_dir, "retries", "thinking_cut"), *axis])
-    if default and pc.count_distinct(table.column("provider")).as_py() <= 1:
-        by = ("model", "budget")
+    by = settled_grouping(table, by, default)
     if axis and pc.count_distinct(table.column("reasoning")).as_py() >= 1:
         by = (*by, "reasoning")  # a sweep over reasoning settings is never pooled either
     return aggregate(table, by, target)
@@ -501,6 +515,18 @@ def format_stats(result: StatsResult, fmt: StatsFormat = "table") -> str:
                        result.target, result.picks)
 
 
+def aligned_lines(headers: Sequence[str], lines: Sequence[Sequence[str]], nkeys: int) -> list[str]:
+    """A text table: the header, a rule, the rows; the first `nkeys` columns left-aligned (the
+    group's values), the rest right-aligned (numbers)."""
+    widths = [max(len(h), *(len(r[i]) for r in lines)) if lines else len(h) for i, h in enumerate(headers)]
+
+    def fmt(cells: Sequence[str]) -> str:
+        return "  ".join(c.ljust(w) if i < nkeys else c.rjust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths, strict=True))).rstrip()
+
+    return [fmt(headers), fmt(["-" * w for w in widths]), *(fmt(r) for r in lines)]
+
+
 def format_rows(
     rows: Sequence[dict[str, Any]], columns: Sequence[str], fmt: StatsFormat, head: dict[str, Any],
     target: float | None, picks: Sequence[Any],
@@ -528,6 +554,7 @@ __all__ = [
     "GroupStats",
     "StatsResult",
     "aggregate",
+    "aligned_lines",
     "compute_stats",
     "format_rows",
     "format_stats",
@@ -535,8 +562,10 @@ __all__ = [
     "pick_budgets",
     "read_columns",
     "read_committed",
+    "requested_grouping",
     "rows_with_picks",
     "run_dataset",
+    "settled_grouping",
     "sort_key",
     "target_lines",
     "wilson_interval",

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 
 from collector.analysis.colours import MODEL_COLOURS, STOP_COLOURS, stop_colour
 
-__all__ = ["MODEL_COLOURS", "STOP_COLOURS", "Bar", "Line", "bar_chart", "esc", "line_chart", "stop_colour"]
+__all__ = ["MODEL_COLOURS", "STOP_COLOURS", "Bar", "Line", "bar_chart", "cdf_chart", "esc", "line_chart",
+           "step_value", "stop_colour"]
 
 #: Stroke patterns that tell apart the lines of one model (settings, turn kinds).
 DASHES = ("", "6 3", "2 3", "8 3 2 3")
@@ -106,6 +107,13 @@ def _legend(entries: Sequence[tuple[str, str, str]], y0: float) -> list[str]:
     return out
 
 
+def _polyline(ln: Line, xy: Sequence[tuple[float, float]]) -> str:
+    """A series' line through points already in the plot's coordinates, named by its label."""
+    dash = f' stroke-dasharray="{ln.dash}"' if ln.dash else ""
+    d = "M" + " L".join(f"{_fmt(px)} {_fmt(py)}" for px, py in xy)
+    return f'<path class="data line" d="{d}" stroke="{ln.colour}"{dash}><title>{esc(ln.label)}</title></path>'
+
+
 def line_chart(title: str, ylabel: str, budgets: Sequence[int], lines: Sequence[Line], *,
                top: float | None = None, percent: bool = True, hline: float | None = None) -> str:
     """Series against a log2 budget axis, bands drawn under their lines, `hline` dashed."""
@@ -142,10 +150,7 @@ def line_chart(title: str, ylabel: str, budgets: Sequence[int], lines: Sequence[
         pts = [(b, v) for b, v in ln.points if not math.isnan(v)]
         if not pts:
             continue
-        dash = f' stroke-dasharray="{ln.dash}"' if ln.dash else ""
-        d = "M" + " L".join(f"{_fmt(x(b))} {_fmt(y(v))}" for b, v in pts)
-        out.append(f'<path class="data line" d="{d}" stroke="{ln.colour}"{dash}>'
-                   f"<title>{esc(ln.label)}</title></path>")
+        out.append(_polyline(ln, [(x(b), y(v)) for b, v in pts]))
         for b, v in pts:
             out.append(f'<circle cx="{_fmt(x(b))}" cy="{_fmt(y(v))}" r="2.5" fill="{ln.colour}">'
                        f"<title>{esc(ln.label)} at {b}: {_tick_label(v, percent) if percent else f'{v:.4g}'}"
@@ -196,5 +201,54 @@ def bar_chart(title: str, ylabel: str, categories: Sequence[str], bars: Sequence
             out.append(f'<text x="{_fmt(x0 + width / 2)}" y="{_TOP + ph + 22}" text-anchor="middle" '
                        f'class="small">{esc(rest)}</text>')
     out += _legend([(b.label, b.colour, "") for b in bars], _TOP + ph + 36)
+    out.append("</svg>")
+    return "".join(out)
+
+
+def step_value(points: Sequence[tuple[int, float]], t: float) -> float:
+    """The value at `t` of a step function given as ascending (x, value) points (NaN before the first)."""
+    value = math.nan
+    for x, v in points:
+        if x > t:
+            break
+        value = v
+    return value
+
+
+def cdf_chart(title: str, xlabel: str, budgets: Sequence[int], lines: Sequence[Line], *,
+              samples: int = 160) -> str:
+    """Cumulative shares (0 to 1) against tokens on a log2 axis, each swept budget ticked and
+    marked by a vertical rule. A `Line`'s points are its step function's corners; it is drawn
+    at `samples` log-spaced positions (and at every budget), so the page stays small."""
+    ticks = sorted({int(b) for b in budgets})
+    firsts = [ln.points[0][0] for ln in lines if ln.points]
+    hi = float(max([*ticks, 2]))
+    lo = float(max(1, min([*firsts, *ticks[:1], int(hi)])))
+    lo = min(lo, hi / 2)
+    out, pw, ph = _frame(title, "share needing at most this many", 1.0, True)
+
+    def x(t: float) -> float:
+        return _LEFT + (math.log2(t) - math.log2(lo)) / (math.log2(hi) - math.log2(lo)) * pw
+
+    def y(v: float) -> float:
+        return _TOP + ph - min(max(v, 0.0), 1.0) * ph
+
+    for b in ticks:
+        out.append(f'<path class="target" d="M{_fmt(x(b))} {_TOP}V{_TOP + ph}"/>')
+        out.append(f'<text x="{_fmt(x(b))}" y="{_TOP + ph + 14}" text-anchor="middle">{b}</text>')
+    out.append(f'<text x="{_LEFT + pw / 2}" y="{_TOP + ph + 27}" text-anchor="middle">{esc(xlabel)}</text>')
+    grid = sorted({*(lo * (hi / lo) ** (i / (samples - 1)) for i in range(samples)), *map(float, ticks)})
+    for ln in lines:
+        pts = [(t, step_value(ln.points, t)) for t in grid]
+        pts = [(t, v) for t, v in pts if not math.isnan(v)]
+        if not pts:
+            continue
+        out.append(_polyline(ln, [(x(t), y(v)) for t, v in pts]))
+        for b in ticks:
+            v = step_value(ln.points, b - 1)
+            if not math.isnan(v):
+                out.append(f'<circle cx="{_fmt(x(b))}" cy="{_fmt(y(v))}" r="2.5" fill="{ln.colour}">'
+                           f"<title>{esc(ln.label)}: {100 * v:.1f}% fit budget {b}</title></circle>")
+    out += _legend([(ln.label, ln.colour, ln.dash) for ln in lines], _TOP + ph + 42)
     out.append("</svg>")
     return "".join(out)

@@ -16,6 +16,8 @@ the statistics exactly as `collector stats` computes them (`collector.analysis.s
     from collector.analysis.tables import load_run, truncation_table
     table = load_run("runs/demo", columns=["model", "budget", "stop_reason", "reward"])
     df = truncation_table("runs/demo", target=0.05).to_pandas()
+    tools = tool_truncation_table("runs/demo", target=0.05)   # per tool: cuts, call sizes, budgets
+    tasks = task_truncation_table("runs/demo")                 # per task: rate, interval, clustered
 
 A sweep over reasoning settings (`sweep.reasoning`) is split by the setting, never pooled:
 `reasoning_grouping(episodes)` is ``("model", "budget", "reasoning")`` for a run with more
@@ -47,6 +49,8 @@ __all__ = [
     "reasoning_grouping",
     "run_dataset",
     "stop_reason_mix",
+    "task_truncation_table",
+    "tool_truncation_table",
     "truncation_table",
     "turn_truncation_table",
 ]
@@ -134,6 +138,26 @@ def turn_truncation_table(
     (``turn_index``) and by kind (``turn_kind``: call or answer), with Wilson 95% bounds."""
     needed = [*by, "turns", *(("budget",) if target is not None else ())]
     return aggregate_turns(_table(source, needed), by, target).to_arrow()
+
+
+def tool_truncation_table(
+    source: RunOrTable, by: Sequence[str] = ("model", "budget"), target: float | None = None
+) -> pa.Table:
+    """`collector stats --per tool` as Arrow: per `by` group and tool, calls, cut calls (Wilson
+    95% bounds), malformed calls, the complete calls' size quantiles; with a target, each row
+    carries its tool's budget answer (`collector.analysis.toolstats`). `by` must hold budget
+    for a target (the answer is read off the sweep's cells)."""
+    from collector.analysis.toolstats import aggregate_tools
+
+    return aggregate_tools(_table(source, [*by, "turns", "messages"]), by, target).to_arrow()
+
+
+def task_truncation_table(source: RunOrTable, by: Sequence[str] = ("model", "budget")) -> pa.Table:
+    """`collector stats --per task` as Arrow: every task's truncation rate per `by` group, with
+    Wilson 95% bounds, its cell's rate and `clustered` (`collector.analysis.taskstats`)."""
+    from collector.analysis.taskstats import aggregate_tasks
+
+    return aggregate_tasks(_table(source, [*by, "task_id", "stop_reason", "is_truncated"]), by).to_arrow()
 
 
 def stop_reason_mix(source: RunOrTable, by: Sequence[str] = ("model", "budget")) -> pa.Table:

@@ -37,15 +37,15 @@ from collector.analysis.stats import (
     BudgetPick,
     StatsFormat,
     format_rows,
-    groupable_columns,
     pick_budgets,
     read_columns,
+    requested_grouping,
     rows_with_picks,
+    settled_grouping,
     sort_key,
     target_lines,
     wilson_interval,
 )
-from collector.errors import ConfigError
 
 __all__ = ["TurnGroup", "TurnStatsResult", "aggregate_turns", "compute_turn_stats", "format_turn_stats"]
 
@@ -176,18 +176,10 @@ def compute_turn_stats(run_dir: str | Path, by: Sequence[str] = (), target: floa
     Empty `by` groups by model x budget, with provider first when the run has several.
     ConfigError for a `by` column that is not a scalar column or a target outside [0, 1].
     """
-    default = not tuple(by)
-    by = tuple(by) or ("provider", "model", "budget")
-    allowed = groupable_columns()
-    for c in by:
-        if c not in allowed:
-            raise ConfigError(f"cannot group by {c!r}; choose from {', '.join(allowed)}")
-    if target is not None and not 0.0 <= target <= 1.0:
-        raise ConfigError(f"target must be between 0 and 1 (got {target})")
+    by, default = requested_grouping(by, target)
     wanted = sorted({*by, "turns", *(("budget",) if target is not None else ())})
     table = read_columns(run_dir, wanted)
-    if default and pc.count_distinct(table.column("provider")).as_py() <= 1:
-        by = ("model", "budget")
+    by = settled_grouping(table, by, default)
     return aggregate_turns(table, by, target)
 
 

@@ -22,7 +22,13 @@ from typing import Any
 
 from collector.sim.policy import Plan, PlannedCall
 from collector.sim.presets import LeakFamily, ModelPreset
-from collector.sim.tokenizer import CALL_HEAD_TOKENS, CALL_TAIL_TOKENS, count_tokens, prefix_chars
+from collector.sim.tokenizer import (
+    CALL_HEAD_TOKENS,
+    CALL_TAIL_TOKENS,
+    CHARS_PER_TOKEN,
+    count_tokens,
+    prefix_chars,
+)
 
 _WORDS = (
     "let", "me", "check", "the", "request", "first", "and", "then", "call", "the", "right", "tool",
@@ -76,6 +82,19 @@ def serialize(arguments: tuple[tuple[str, Any], ...], style: str) -> tuple[str, 
         ends.append(pos)
     parts.append("}")
     return "".join(parts), tuple(ends)
+
+
+def _padded(serialized: tuple[str, tuple[int, ...]], preset: ModelPreset, tool: str, rng: random.Random
+            ) -> tuple[str, tuple[int, ...]]:
+    """The arguments with the preset's whitespace for `tool` before the closing brace: exactly
+    the drawn number of tokens more (`CHARS_PER_TOKEN` spaces each), the object unchanged.
+    A draw only for a padded tool, so every other preset draws exactly as before."""
+    dist = preset.padding_for(tool)
+    if dist is None:
+        return serialized
+    args, ends = serialized
+    extra = dist.sample(rng.random())
+    return args[:-1] + " " * (CHARS_PER_TOKEN * extra) + args[-1:], ends
 
 
 def _wrong(call: PlannedCall, u: float) -> PlannedCall:
@@ -217,7 +236,8 @@ def generate(
         families = preset.leak_families
         leak = families[min(int(u_leak_kind * len(families)), len(families) - 1)]
 
-    serialized = [serialize(c.arguments, preset.arg_style) for c in calls_planned]
+    serialized = [_padded(serialize(c.arguments, preset.arg_style), preset, c.name, rng)
+                  for c in calls_planned]
     text_tokens = count_tokens(text)
     content = text_tokens + sum(
         CALL_HEAD_TOKENS + count_tokens(s) + CALL_TAIL_TOKENS for s, _ in serialized

@@ -180,10 +180,19 @@ class ModelPreset:
     reasoning_field: Literal["reasoning", "reasoning_content"] = "reasoning"
     """Chat Completions: the message field the reasoning text goes in (vLLM's new name, or
     the older one SGLang, llama.cpp and DeepSeek still send)."""
+    argument_padding: tuple[tuple[str, LengthDist], ...] = ()
+    """Per tool name: tokens of whitespace the model writes inside that tool's arguments
+    (pretty-printing before the closing brace: the object is unchanged, its length is not).
+    Each call draws its own length, so each tool's call size has a known distribution and
+    the per-tool cut rate and budget are exact (`collector.sim.truth.tool_cut_probability`)."""
     capacity: Capacity | None = None
     """How much load the server takes (`collector.sim.capacity`): slots, a queue whose wait
     is latency, refusals past it, a tokens-per-minute budget. None: unlimited, every request
     served at once (the suite's default, so no test depends on load)."""
+
+    def padding_for(self, tool: str) -> LengthDist | None:
+        """The whitespace-length distribution of `tool`'s arguments (None: no padding)."""
+        return next((dist for name, dist in self.argument_padding if name == tool), None)
 
     @property
     def fault_prob(self) -> float:
@@ -349,6 +358,17 @@ PRESETS: dict[str, ModelPreset] = {
             answer_preamble=LengthDist(zero_prob=0.5, median=6.0, sigma=0.8),
             thinking=LengthDist(zero_prob=0.0, median=60.0, sigma=0.6, max_tokens=1024),
             reasoning_field="reasoning_content",
+        ),
+        ModelPreset(
+            name="sim-tools",
+            description="One short tool and one long one: lookup_order's arguments are a few "
+                        "tokens, send_email's a long body, each with a known length distribution.",
+            preamble=_NO_TEXT,
+            answer_preamble=_NO_TEXT,
+            argument_padding=(
+                ("lookup_order", LengthDist(zero_prob=0.0, median=6.0, sigma=0.6, max_tokens=256)),
+                ("send_email", LengthDist(zero_prob=0.0, median=90.0, sigma=0.5, max_tokens=2048)),
+            ),
         ),
     )
 }

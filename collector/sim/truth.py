@@ -15,6 +15,12 @@ malformed arguments are length-preserving, and transient errors are not turns.
 ``calculator(expression="37 * 12 + 5")`` and the answer step is ``"449"``; pass
 `fixed_tokens` (see `call_tokens_for` / `answer_tokens_for`) for any other task.
 
+Per tool (a preset with `argument_padding`, such as `sim-tools`): a turn making one call to
+a padded tool needs ``L + K + F`` tokens, ``K`` the tool's whitespace length drawn per call,
+so ``P(cut) = P(L + K >= budget - F)`` (`tool_cut_probability`), and the smallest budget at
+which at most a share x of the tool's calls is cut is the first budget where the mean of
+that over the tasks is at or under x (`tool_budget_for_target`).
+
 `monte_carlo_cut_rate` runs the simulator's own generator, and `binomial_interval` gives the
 acceptance band tests hold a measured rate against.
 """
@@ -23,11 +29,12 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from collector.sim.generate import generate, serialize
 from collector.sim.policy import Plan, PlannedCall
-from collector.sim.presets import PRESETS, ModelPreset
+from collector.sim.presets import PRESETS, LengthDist, ModelPreset
 from collector.sim.tokenizer import CALL_HEAD_TOKENS, call_tokens, count_tokens
 
 Step = Literal["call", "answer"]
@@ -129,6 +136,36 @@ def episode_truncation_probability(model: str, budget: int, calls: int, *, call_
     p_call = turn_cut_probability(model, budget, "call", call_tokens)
     p_answer = turn_cut_probability(model, budget, "answer", answer_tokens)
     return 1.0 - (1.0 - p_call) ** calls * (1.0 - p_answer)
+
+
+def tool_cut_probability(model: str, tool: str, budget: int, fixed_tokens: int) -> float:
+    """Probability that a turn of `model` making one call to `tool` is cut at cap `budget`;
+    `fixed_tokens` is the call's size without padding (`call_tokens_for`). The cut call shows
+    its name on every wire that keeps a cut call, so each such cut is one of `tool`'s."""
+    preset = _preset(model)
+    if preset.thinking is not None:
+        raise ValueError(f"{model}: the per-tool truth is for presets that do not think")
+    padding = preset.padding_for(tool) or LengthDist()  # the default is always 0 tokens
+    return sum(p * padding.survival(budget - fixed_tokens - length)
+               for length, p in enumerate(preset.preamble.pmf()) if p > 0.0)
+
+
+def tool_budget_for_target(model: str, tool: str, target: float, fixed_tokens: Sequence[int]) -> int:
+    """The smallest cap at which at most `target` of `tool`'s calls are cut, the calls being
+    one per entry of `fixed_tokens` (a task's unpadded call size), equally often."""
+    def rate(budget: int) -> float:
+        return sum(tool_cut_probability(model, tool, budget, f) for f in fixed_tokens) / len(fixed_tokens)
+
+    low, high = 1, 1
+    while rate(high) > target:  # the cut probability falls to 0 past the longest call
+        low, high = high, high * 2
+    while low < high:
+        middle = (low + high) // 2
+        if rate(middle) <= target:
+            high = middle
+        else:
+            low = middle + 1
+    return high
 
 
 def monte_carlo_cut_rate(model: str, budget: int, step: Step, n: int, seed: int = 0) -> float:
