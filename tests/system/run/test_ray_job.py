@@ -70,9 +70,11 @@ def test_replacement_that_cannot_be_placed_stops_the_run(tmp_path: Path) -> None
             for actor in snapshot.busy_actors:
                 ray.kill(actor, no_restart=True)
 
+    # The replacement can never be placed: the run waits out its start timeout, which must also
+    # cover the first worker's start on a loaded machine (15 s: Ray's start took over 6 there).
     cfg = small_config(
         tmp_path / "run", ray__pool="ray", sweep__models=["sim-slow"], env__tasks=10, ray__workers=1,
-        ray__start_timeout_s=6.0,
+        ray__start_timeout_s=15.0,
     )
     with pytest.raises(CollectorError) as info:
         run_job(cfg, show_progress=False, on_commit=kill_all, pool=Unplaceable())
@@ -83,7 +85,9 @@ def test_replacement_that_cannot_be_placed_stops_the_run(tmp_path: Path) -> None
     assert before
     assert set(before.values()) == {1}
 
-    again = run_job(cfg, show_progress=False)
+    # The rerun's own start timeout is generous: it is not what is tested (and not in the run's identity).
+    again = run_job(small_config(tmp_path / "run", ray__pool="ray", sweep__models=["sim-slow"], env__tasks=10,
+                                 ray__workers=1, ray__start_timeout_s=120.0), show_progress=False)
     assert again.already == sum(before.values())
     counts = committed_id_counts(tmp_path / "run")
     assert set(counts) == {item.episode_id for item in plan_work(cfg).items}
