@@ -7,16 +7,19 @@ from the results. A result that reads as an error (the collector's "not executed
 "arguments were malformed" results, Anthropic `is_error`, Gemini `{"error": ...}`) does not
 count, so the call is issued again: that is how a model recovers.
 
-The simulator never imports `collector.envs`: the templates below are the contract, and a
-prompt that matches none gets a short answer with no call.
+The simulator never imports `collector.envs`: the templates below are the contract. A
+prompt that matches none is played by `collector.sim.explore`: every offered tool is called
+with arguments valid for its JSON Schema, then the model answers with the results (with no
+tools offered, it answers in text).
 
-Tests: tests/sim/test_faults_policy.py, tests/sim/test_truth.py.
+Tests: tests/sim/test_faults_policy.py, tests/sim/test_truth.py, tests/sim/test_explore.py.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,7 +88,7 @@ def _needed_calls(task: str, m: re.Match[str]) -> tuple[PlannedCall, ...]:
     return (PlannedCall("lookup_order", (("order_id", g["order_id"]),)),)
 
 
-def _is_error(text: str, flagged: bool) -> bool:
+def is_error_result(text: str, flagged: bool) -> bool:
     if flagged or _ERROR_TEXT.search(text):
         return True
     if text.startswith("{"):
@@ -125,8 +128,11 @@ def _answer(task: str, m: re.Match[str], results: dict[str, str]) -> str:
     return f"Order {g['order_id']} is {_status_of(results['lookup_order'])}."
 
 
-def decide(history: list[HistoryItem], tools: frozenset[str]) -> Plan:
-    """The next move given the conversation so far and the names of the offered tools."""
+def decide(history: list[HistoryItem], tools: frozenset[str],
+           schemas: Mapping[str, Mapping[str, Any]] | None = None) -> Plan:
+    """The next move given the conversation so far and the names of the offered tools
+    (`schemas`: each offered tool's parameters schema, in the order offered, when the wire
+    carries them)."""
     start = -1
     task = "none"
     match: re.Match[str] | None = None
@@ -142,7 +148,10 @@ def decide(history: list[HistoryItem], tools: frozenset[str]) -> Plan:
         if match is not None:
             break
     if match is None:
-        return Plan(answer="I can help with orders, tickets, emails and arithmetic.")
+        # Imported here: the explorer builds on this module's plan types.
+        from collector.sim.explore import explore
+
+        return explore(history, tools, schemas)
     needed = _needed_calls(task, match)
     if any(c.name not in tools for c in needed):
         return Plan(answer="I do not have the tools this request needs.", task=task)
@@ -155,7 +164,7 @@ def decide(history: list[HistoryItem], tools: frozenset[str]) -> Plan:
             attempts[item[2]] = attempts.get(item[2], 0) + 1
         elif item[0] == "result":
             name = names_by_id.get(item[1]) or str(item[2])
-            if not _is_error(item[3], item[4]):
+            if not is_error_result(item[3], item[4]):
                 ok[name] = item[3]
     pending = tuple(c for c in needed if c.name not in ok)
     if not pending:
