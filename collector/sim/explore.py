@@ -45,7 +45,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from collector.sim.policy import MAX_ATTEMPTS, HistoryItem, Plan, PlannedCall, is_error_result
+from collector.sim.plans import MAX_ATTEMPTS, HistoryItem, Plan, PlannedCall, tally
 
 RESULT_CHARS = 200
 """Characters of each tool result the answer quotes (keeps an answer turn's size bounded)."""
@@ -249,17 +249,7 @@ def explore(
     names = list(schemas) if schemas else sorted(tools)
     if not names:
         return Plan(answer=NO_TOOLS_ANSWER, task="explore")
-    attempts: dict[str, int] = {}
-    ok: dict[str, str] = {}
-    names_by_id: dict[str, str] = {}
-    for item in history[start + 1 :]:
-        if item[0] == "call":
-            names_by_id[item[1]] = item[2]
-            attempts[item[2]] = attempts.get(item[2], 0) + 1
-        elif item[0] == "result":
-            name = names_by_id.get(item[1]) or str(item[2])
-            if not is_error_result(item[3], item[4]):
-                ok.setdefault(name, item[3])
+    ok, attempts = tally(history[start + 1 :])
     pending = [n for n in names if n not in ok and attempts.get(n, 0) < MAX_ATTEMPTS]
     if not pending:
         answered = [(n, ok[n]) for n in names if n in ok]

@@ -239,10 +239,11 @@ SCHEMAS = {"ship": RICH, "tag": GEMINI_STYLE}
 N = 1500
 
 
-@pytest.mark.parametrize("model", ["sim-terse", "sim-verbose", "sim-sloppy", "sim-thinker"])
+@pytest.mark.parametrize("model", sorted(PRESETS))
 def test_measured_cut_rate_of_explored_turns_matches_truth(model: str) -> None:
-    """Over 1,500 simulated requests per budget, explored call turns (and the answer turn after them)
-    are cut as often as the truth module says, within its 99% binomial band."""
+    """For every preset, over 1,500 generated turns, explored call turns (and the answer turn after
+    them) are cut as often as the truth module says, within its 99% binomial band (exactly, for
+    a preset whose lengths are fixed)."""
     history: list[tuple[Any, ...]] = [("user", PROMPT)]
     call_plan = decide(history, frozenset(SCHEMAS), SCHEMAS)
     answer_history = [
@@ -261,7 +262,7 @@ def test_measured_cut_rate_of_explored_turns_matches_truth(model: str) -> None:
         curve = {b: turn_cut_probability(model, b, step, fixed) for b in range(1, 2000)}  # type: ignore[arg-type]
         budget = min(curve, key=lambda b: (abs(curve[b] - 0.5), b))
         truth = curve[budget]
-        assert 0.2 < truth < 0.8
+        assert 0.2 < truth < 0.8 or truth in (0.0, 1.0)  # a step function has no middle
         cuts = sum(generate(plan, preset, budget, random.Random(budget * 31 + i)).cut for i in range(N))
         lo, hi = binomial_interval(truth, N)
         assert lo <= cuts <= hi, (model, step, budget, truth, cuts)
