@@ -207,3 +207,20 @@ async def test_rows_from_a_saved_dataset_and_get_reward(tmp_path: Path) -> None:
             f"trl:{M}:TypedToolsEnv",
             {"dataset": str(tmp_path / "ds"), "split": "dev", "reward": [f"{M}:bonus_reward"]},
         )
+
+
+async def test_a_reset_that_raises_is_an_error_episode(tmp_path: Path) -> None:
+    """reset() raising (its server is down) ends the episode as `error` naming the environment and
+    the cause, before any model turn."""
+    env = _load("ResetFailsEnv", tmp_path, [{"prompt": "Echo hi."}], reward=[f"{M}:reward_func"])
+    provider = ScriptedProvider([text("never asked")])
+    episode = await run_episode(
+        EpisodeSpec("r", "m", "scripted", 256, env.tasks()[0]), provider, env, LoopConfig()
+    )
+    assert episode.stop_reason is StopReason.ERROR
+    assert episode.error is not None
+    assert episode.error.message.startswith(
+        f"start: EnvironmentFailure: trl:{M}:ResetFailsEnv: reset() raised"
+    )
+    assert "ConnectionError: env server refused the connection" in episode.error.message
+    assert provider.requests == []

@@ -248,3 +248,10 @@ def not_a_list_reward(environments, **kwargs) -> float:
 
 
 NOT_CALLABLE = 3
+
+
+class ResetFailsEnv(EchoToolEnv):
+    """A client whose server is down: reset() raises for every episode."""
+
+    def reset(self, **kwargs) -> str | None:
+        raise ConnectionError("env server refused the connection")
