@@ -130,6 +130,16 @@ class Tool:
 class EpisodeWorld(ABC):
     """One episode's private state: its tools and its grader."""
 
+    time_limit_s: float | None = None
+    """This episode's own wall-clock limit (a Harbor task's agent timeout); the loop uses the
+    smaller of it and `loop.episode_timeout_s`. None: the loop's alone."""
+    grade_timeout_s: float | None = None
+    """How long an async grader may take (a verifier with its own timeout); None: the loop's
+    `tool_timeout_s`."""
+    grade_timed_out: bool = False
+    """Grade an episode that ended `timeout` too, for diagnosis only: the verdict is stored in
+    `graded_reward`, the reward stays 0."""
+
     @property
     @abstractmethod
     def tools(self) -> Sequence[Tool]: ...

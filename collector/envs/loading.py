@@ -36,6 +36,7 @@ BUILTINS: Mapping[str, str] = {
     "arithmetic": "collector.envs.arithmetic:ArithmeticEnv",
     "support_desk": "collector.envs.support_desk:SupportDeskEnv",
     "mcp": "collector.envs.mcp:MCPEnvironment",
+    "harbor": "collector.envs.harbor:HarborEnvironment",
 }
 
 

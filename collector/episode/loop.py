@@ -320,6 +320,13 @@ async def _reward(reason: StopReason, world: EpisodeWorld, state: EpisodeState) 
         if clamp or policy.grade_cut_episodes:
             graded = await _grade(world, None, state)
             return (min(graded, 0.0) if clamp else 0.0), (graded if policy.grade_cut_episodes else None)
+    if reason is StopReason.TIMEOUT and world.grade_timed_out:
+        # Diagnosis only: a timed-out episode that the verifier would pass is still reward 0
+        # (training on it rewards running out the clock); a failing verifier changes nothing.
+        try:
+            return 0.0, await _grade(world, None, state)
+        except Failure:
+            return 0.0, None
     return 0.0, None
 
 
@@ -328,7 +335,10 @@ async def _grade(world: EpisodeWorld, final_text: str | None, state: EpisodeStat
     try:
         result = world.grade(final_text)
         if inspect.isawaitable(result):  # an async grader (one asking a server) gets a tool's time
-            async with asyncio.timeout(state.settings.tool_timeout_s):
+            limit = world.grade_timeout_s
+            if limit is None:
+                limit = state.settings.tool_timeout_s
+            async with asyncio.timeout(limit):
                 result = await result
         value = float(result)
     # Broad on purpose: a grader crash is the environment's failure, an `error` episode.
@@ -369,7 +379,10 @@ async def run_episode(
         # Broad on purpose: the environment crashed setting up, an `error` episode.
         except Exception as exc:
             raise env_failure("start", exc, redactor) from exc
-        deadline = asyncio.timeout(settings.episode_timeout_s)
+        limit = settings.episode_timeout_s
+        if world.time_limit_s is not None:  # the task's own limit (a Harbor agent timeout)
+            limit = min(limit, world.time_limit_s)
+        deadline = asyncio.timeout(limit)
         try:
             async with deadline:
                 reason = await _drive(spec, provider, tools, state, params)

@@ -80,7 +80,10 @@ def redactor_for(config: RedactionConfig, credentials: tuple[str, ...] = ()) -> 
 def env_failure(phase: str, exc: Exception, redactor: Redactor) -> Failure:
     text = redactor.redact_text(str(exc))[:300]
     message = f"{phase}: {type(exc).__name__}: {text}" if text else f"{phase}: {type(exc).__name__}"
-    return Failure(EpisodeError(EnvironmentFailure.__name__, message))
+    # A typed environment failure (a verifier timeout, an image that did not build) keeps its
+    # own name as the recorded cause, so `collector stats` can tell infrastructure apart.
+    cause = type(exc).__name__ if isinstance(exc, EnvironmentFailure) else EnvironmentFailure.__name__
+    return Failure(EpisodeError(cause, message))
 
 
 class EpisodeState:

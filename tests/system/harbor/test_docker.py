@@ -1,0 +1,121 @@
+"""Harbor tasks against a real Docker daemon (started by scripts/system-setup): one container per
+episode, typed outcomes, cached images, and no container left behind."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from collector.cli import main
+from collector.envs.docker_sandbox import DockerBackend
+from collector.envs.harbor import EPISODE_LABEL, RUN_LABEL, HarborEnvironment
+from collector.envs.harbor_task import read_task
+from collector.record.shards import read_shard
+from collector.storage.manifest import committed_shard_paths
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "harbor"
+
+pytestmark = pytest.mark.skipif(
+    subprocess.run(["docker", "info"], capture_output=True, check=False).returncode != 0,
+    reason="no Docker daemon: bash scripts/system-setup starts one",
+)
+
+
+def containers(label: str) -> list[str]:
+    """Every container (running or not) carrying `label`."""
+    out = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label={label}"], capture_output=True, text=True, check=True
+    )
+    return out.stdout.split()
+
+
+def test_own_tasks_on_docker_commit_every_outcome_and_leave_no_container(
+    tmp_path: Path,
+) -> None:
+    """`collector run` on the simulator against Docker: rewards, a cut write, typed errors; no leftovers."""
+    config = tmp_path / "harbor.toml"
+    config.write_text(
+        'name = "harbor_docker"\n[provider]\nkind = "sim"\n'
+        '[sweep]\nmodels = ["sim-perfect"]\nbudgets = [64, 4096]\n'
+        f'[env]\nname = "harbor"\n[env.options]\npath = "{EXAMPLES}"\n'
+        '[ray]\npool = "in_process"\nworkers = 1\nepisodes_in_flight = 4\n'
+        f'[output]\npath = "{tmp_path / "run"}"\n'
+    )
+    assert main(["run", str(config)]) == 0
+    rows = [
+        r
+        for p in committed_shard_paths(tmp_path / "run")
+        for r in read_shard(p, ["task_id", "budget", "stop_reason", "reward", "error", "run_id"]).to_pylist()
+    ]
+    got = {
+        (r["task_id"], r["budget"]): (r["stop_reason"], r["reward"], (r["error"] or {}).get("type"))
+        for r in rows
+    }
+    assert got == {
+        ("shell-steps", 64): ("done", 1.0, None),
+        ("shell-steps", 4096): ("done", 1.0, None),
+        ("long-file", 64): ("length", 0.0, None),
+        ("long-file", 4096): ("done", 1.0, None),
+        ("verifier-hangs", 64): ("error", 0.0, "VerifierTimeout"),
+        ("verifier-hangs", 4096): ("error", 0.0, "VerifierTimeout"),
+        ("image-fails", 64): ("error", 0.0, "ImageBuildFailed"),
+        ("image-fails", 4096): ("error", 0.0, "ImageBuildFailed"),
+    }
+    assert containers(f"{RUN_LABEL}={rows[0]['run_id']}") == []
+
+
+def test_the_image_is_built_once_and_the_container_is_labelled_and_removed(tmp_path: Path) -> None:
+    """A second start finds the cached image; the container is labelled with its episode; stop removes it."""
+    task = read_task(EXAMPLES / "shell-steps")
+    backend = DockerBackend()
+
+    async def scenario() -> tuple[bool, bool, str, list[str]]:
+        first, times1 = await backend.start(task, {RUN_LABEL: "sys-run", EPISODE_LABEL: "ep-1"})
+        await first.stop()
+        box, times2 = await backend.start(task, {RUN_LABEL: "sys-run", EPISODE_LABEL: "ep-2"})
+        try:
+            result = await box.exec(
+                "echo hi > /app/x && cat /app/x && (ping -c1 -W1 127.0.0.2 >/dev/null 2>&1 || true)", 10
+            )
+            running = containers(f"{EPISODE_LABEL}=ep-2")
+        finally:
+            await box.stop()
+        return times1.image_cached, times2.image_cached, result.output, running
+
+    _, cached_again, output, running = asyncio.run(scenario())
+    assert cached_again
+    assert output == "hi\n"
+    assert len(running) == 1
+    assert containers(f"{RUN_LABEL}=sys-run") == []
+
+
+def test_a_command_past_its_timeout_is_killed_inside_the_container() -> None:
+    """The timeout kills the command where it runs: the container has no `sleep` of it left."""
+    task = read_task(EXAMPLES / "shell-steps")
+    backend = DockerBackend()
+
+    async def scenario() -> tuple[bool, str]:
+        box, _ = await backend.start(task, {RUN_LABEL: "sys-timeout", EPISODE_LABEL: "ep"})
+        try:
+            cut = await box.exec("sleep 555", 1)
+            left = await box.exec("ps | grep 'sleep 555' | grep -v grep || true", 10)
+        finally:
+            await box.stop()
+        return cut.timed_out, left.output
+
+    timed_out, left = asyncio.run(scenario())
+    assert timed_out
+    assert left == ""
+
+
+def test_a_resumed_run_removes_the_containers_a_killed_run_left(tmp_path: Path) -> None:
+    """Containers labelled with the run id (a SIGKILLed attempt's) are removed before the run goes on."""
+    env = HarborEnvironment(str(EXAMPLES / "shell-steps"))
+    task = read_task(EXAMPLES / "shell-steps")
+    _box, _ = asyncio.run(DockerBackend().start(task, {RUN_LABEL: "sys-dead-run", EPISODE_LABEL: "ep-x"}))
+    assert len(containers(f"{RUN_LABEL}=sys-dead-run")) == 1
+    assert asyncio.run(env.remove_leftovers("sys-dead-run")) == 1
+    assert containers(f"{RUN_LABEL}=sys-dead-run") == []
