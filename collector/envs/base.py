@@ -154,6 +154,12 @@ class EpisodeWorld(ABC):
         (the default): the prompt is the task's as it is."""
         return None
 
+    def time_outside(self) -> Mapping[str, float | bool | None]:
+        """The world's own time outside the model and the tools, by `EpisodeTiming` field
+        (`image_build_s`, `image_cached`, `sandbox_start_s`, `sandbox_stop_s`, `verifier_s`);
+        read once after `close`. The default: none (a world with no sandbox)."""
+        return {}
+
     async def open(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Acquire what the world needs outside the process (a server session); the loop awaits
         it after `start`, and a failure ends the episode as `error`."""

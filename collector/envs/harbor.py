@@ -47,7 +47,7 @@ from pathlib import Path
 
 from collector.envs.base import Environment, EpisodeContext, EpisodeWorld, Task, Tool
 from collector.envs.harbor_task import HarborTask, read_tasks
-from collector.envs.sandbox import DEFAULT_MAX_OUTPUT_BYTES, Sandbox, SandboxBackend, StartTimes
+from collector.envs.sandbox import DEFAULT_MAX_OUTPUT_BYTES, Sandbox, SandboxBackend
 from collector.envs.toolkit import tool
 from collector.errors import (
     ConfigError,
@@ -75,12 +75,14 @@ REWARD_JSON = "/logs/verifier/reward.json"
 class SandboxTimes:
     """Where an episode's time outside the model went (`Episode.timing`'s environment part)."""
 
-    image_build_s: float = 0.0
+    image_build_s: float | None = None
     image_cached: bool | None = None
-    sandbox_start_s: float = 0.0
-    verifier_s: float = 0.0
-    stop_s: float = 0.0
+    sandbox_start_s: float | None = None
+    verifier_s: float | None = None
+    """None when no verifier ran (a cut episode, a time-out)."""
+    stop_s: float | None = None
     tool_exec_s: list[float] = field(default_factory=list)
+    """Each command's or write's own time in the sandbox, in call order."""
 
 
 class HarborEnvironment(Environment):
@@ -215,16 +217,23 @@ class HarborWorld(EpisodeWorld):
         return self._tools
 
     async def open(self) -> None:
+        began = time.perf_counter()
         try:
             self.sandbox, started = await self.backend.start(self.task, self.labels, self.network)
-        except SandboxStartFailed:
+        except BaseException:
+            # A build that failed still spent its time: counted as building, not cached.
+            self.times.image_build_s = time.perf_counter() - began
+            self.times.image_cached = False
             raise
-        self._record_start(started)
-
-    def _record_start(self, started: StartTimes) -> None:
         self.times.image_build_s = started.image_build_s
         self.times.image_cached = started.image_cached
         self.times.sandbox_start_s = started.start_s
+
+    def time_outside(self) -> Mapping[str, float | bool | None]:
+        times = self.times
+        return {"image_build_s": times.image_build_s, "image_cached": times.image_cached,
+                "sandbox_start_s": times.sandbox_start_s, "sandbox_stop_s": times.stop_s,
+                "verifier_s": times.verifier_s}
 
     async def close(self) -> None:
         if self.sandbox is not None:

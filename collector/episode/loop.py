@@ -134,6 +134,7 @@ from collector.record.chat import chat_messages, system_prompt, tools_json
 from collector.record.episode import (
     Episode,
     EpisodeError,
+    EpisodeTiming,
     episode_id,
     policy_span,
 )
@@ -304,7 +305,11 @@ async def _drive(
         if not calls:  # 6
             state.final_text = turn.text
             return StopReason.DONE
-        await state.dispatch(calls, by_name)  # 3 (continuing), 4, 5
+        began = time.perf_counter()
+        try:
+            await state.dispatch(calls, by_name)  # 3 (continuing), 4, 5
+        finally:  # a timeout or a broken world mid-call still counts the time it took
+            record.tool_s = time.perf_counter() - began
         state.settle(TIMED_OUT)
     return StopReason.MAX_STEPS
 
@@ -348,6 +353,17 @@ async def _grade(world: EpisodeWorld, final_text: str | None, state: EpisodeStat
         message = "grade: the grader returned a non-finite value"
         raise Failure(EpisodeError(EnvironmentFailure.__name__, message))
     return value
+
+
+def _timing(state: EpisodeState, world: EpisodeWorld | None) -> EpisodeTiming:
+    """The episode's time outside the model (`EpisodeTiming`), the world's part included."""
+    outside = dict(world.time_outside()) if world is not None else {}
+    known = {f for f in EpisodeTiming.__dataclass_fields__ if f not in ("model_s", "tools_s")}
+    return EpisodeTiming(
+        model_s=sum(t.latency_s for t in state.turns),
+        tools_s=sum(t.tool_s or 0.0 for t in state.turns),
+        **{k: v for k, v in outside.items() if k in known},  # type: ignore[arg-type]
+    )
 
 
 async def run_episode(
@@ -426,6 +442,7 @@ async def run_episode(
         tools=offered,
         reasoning=spec.reasoning,
         retries=state.retries,
+        timing=_timing(state, world),
     )
     (episode.policy_version_first, episode.policy_version_last,
      episode.policy_versions) = policy_span(state.turns)
