@@ -119,3 +119,18 @@ def test_a_resumed_run_removes_the_containers_a_killed_run_left(tmp_path: Path) 
     assert len(containers(f"{RUN_LABEL}=sys-dead-run")) == 1
     assert asyncio.run(env.remove_leftovers("sys-dead-run")) == 1
     assert containers(f"{RUN_LABEL}=sys-dead-run") == []
+
+
+def test_validate_tasks_on_docker_finds_the_broken_tasks_and_leaves_no_container(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`collector validate-tasks` against Docker: oracles pass, the broken tasks are named, nothing left."""
+    assert main(["validate-tasks", str(EXAMPLES)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert "shell-steps: ok" in lines
+    assert "long-file: ok" in lines
+    assert any(line.startswith("image-fails: oracle: ImageBuildFailed") for line in lines)
+    assert any(line.startswith("verifier-hangs: oracle: VerifierTimeout") for line in lines)
+    labelled = subprocess.run(["docker", "ps", "-a", "--filter", f"label={RUN_LABEL}", "--format",
+                               f'{{{{.Label "{RUN_LABEL}"}}}}'], capture_output=True, text=True, check=True)
+    assert not [run for run in labelled.stdout.split() if run.startswith("validate-")]
