@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from collector.analysis.stats import compute_stats
 from collector.cli import main
 from collector.envs.docker_sandbox import DockerBackend
 from collector.envs.harbor import EPISODE_LABEL, RUN_LABEL, HarborEnvironment
@@ -16,7 +17,8 @@ from collector.envs.harbor_task import read_task
 from collector.record.shards import read_shard
 from collector.storage.manifest import committed_shard_paths
 
-EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "harbor"
+REPO = Path(__file__).resolve().parents[3]
+EXAMPLES = REPO / "examples" / "harbor"
 
 pytestmark = pytest.mark.skipif(
     subprocess.run(["docker", "info"], capture_output=True, check=False).returncode != 0,
@@ -33,18 +35,11 @@ def containers(label: str) -> list[str]:
 
 
 def test_own_tasks_on_docker_commit_every_outcome_and_leave_no_container(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`collector run` on the simulator against Docker: rewards, a cut write, typed errors; no leftovers."""
-    config = tmp_path / "harbor.toml"
-    config.write_text(
-        'name = "harbor_docker"\n[provider]\nkind = "sim"\n'
-        '[sweep]\nmodels = ["sim-perfect"]\nbudgets = [64, 4096]\n'
-        f'[env]\nname = "harbor"\n[env.options]\npath = "{EXAMPLES}"\n'
-        '[ray]\npool = "in_process"\nworkers = 1\nepisodes_in_flight = 4\n'
-        f'[output]\npath = "{tmp_path / "run"}"\n'
-    )
-    assert main(["run", str(config)]) == 0
+    """configs/harbor_demo.toml as docs/harbor.md runs it: rewards, a cut write, typed errors, no leftover."""
+    monkeypatch.chdir(REPO)
+    assert main(["run", "configs/harbor_demo.toml", "--set", f"output.path={tmp_path / 'run'}"]) == 0
     rows = [
         r
         for p in committed_shard_paths(tmp_path / "run")
@@ -65,6 +60,9 @@ def test_own_tasks_on_docker_commit_every_outcome_and_leave_no_container(
         ("image-fails", 4096): ("error", 0.0, "ImageBuildFailed"),
     }
     assert containers(f"{RUN_LABEL}={rows[0]['run_id']}") == []
+    cells = compute_stats(tmp_path / "run").groups
+    assert sum(g.timing.images_cached for g in cells) >= 4  # built once per task, found after
+    assert all(g.error_causes.get("VerifierTimeout") == 1 for g in cells)
 
 
 def test_the_image_is_built_once_and_the_container_is_labelled_and_removed(tmp_path: Path) -> None:
