@@ -5,7 +5,8 @@ its Dockerfile) under `[environment] build_timeout_sec`, tagged
 ``collector-harbor/<task>:<content key>``: an unchanged directory is built once and found by
 every later episode (`StartTimes.image_cached`), an edited one gets a new tag. Builds of one tag
 in one process are serialised, so a batch of episodes of a new task builds it once. A build
-that fails or times out is `ImageBuildFailed`, naming the task and the build's last line.
+that fails or times out is `ImageBuildFailed`, naming the task and the build's last line (its
+intermediate containers are removed, failed or not: `--force-rm`).
 
 Containers. `docker run -d` with `--network none` unless the episode was given a network,
 `--cpus` / `--memory` from `task.toml`, the run's and episode's labels, the Dockerfile's
@@ -195,6 +196,7 @@ class DockerBackend(SandboxBackend):
                 )
             code, output, killed = await docker(
                 "build",
+                "--force-rm",  # a failed step's container is removed too, not left exited
                 "--label",
                 "collector.harbor=1",
                 "-t",
