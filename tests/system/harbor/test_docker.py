@@ -129,6 +129,51 @@ def test_validate_tasks_on_docker_finds_the_broken_tasks_and_leaves_no_container
     assert "long-file: ok" in lines
     assert any(line.startswith("image-fails: oracle: ImageBuildFailed") for line in lines)
     assert any(line.startswith("verifier-hangs: oracle: VerifierTimeout") for line in lines)
-    labelled = subprocess.run(["docker", "ps", "-a", "--filter", f"label={RUN_LABEL}", "--format",
-                               f'{{{{.Label "{RUN_LABEL}"}}}}'], capture_output=True, text=True, check=True)
+    labelled = subprocess.run(
+        ["docker", "ps", "-a", "--filter", f"label={RUN_LABEL}", "--format", f'{{{{.Label "{RUN_LABEL}"}}}}'],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert not [run for run in labelled.stdout.split() if run.startswith("validate-")]
+
+
+def test_a_flooding_command_comes_back_bounded() -> None:
+    """A command printing megabytes returns its head and tail within max_output_bytes, with its status."""
+    task = read_task(EXAMPLES / "shell-steps")
+    backend = DockerBackend(max_output_bytes=2048)
+
+    async def scenario() -> tuple[int, str]:
+        box, _ = await backend.start(task, {RUN_LABEL: "sys-flood", EPISODE_LABEL: "ep"})
+        try:
+            result = await box.exec("seq 1 300000", 30)
+        finally:
+            await box.stop()
+        return result.exit_code, result.output
+
+    code, output = asyncio.run(scenario())
+    assert code == 0
+    assert output.startswith("1\n2\n")
+    assert output.rstrip().endswith("300000")
+    assert "bytes of output left out" in output
+    assert len(output.encode()) < 4096
+
+
+def test_no_daemon_is_an_error_episode_named_sandbox_start_failed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no daemon answering, the episode ends `error` as SandboxStartFailed, naming the task."""
+    from collector.config import LoopConfig
+    from collector.episode.loop import EpisodeSpec, run_episode
+    from collector.providers.scripted import ScriptedProvider, text
+
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    env = HarborEnvironment(str(EXAMPLES / "shell-steps"))
+    (task,) = env.tasks()
+    episode = asyncio.run(
+        run_episode(
+            EpisodeSpec("r", "m", "scripted", 64, task), ScriptedProvider([text("done")]), env, LoopConfig()
+        )
+    )
+    assert episode.stop_reason == "error"
+    assert episode.error is not None
+    assert episode.error.type == "SandboxStartFailed"
+    assert "task shell-steps" in episode.error.message
