@@ -13,6 +13,7 @@ command ran and found a problem (`check` with violations).
                        [--format table|json]
     collector show RUN_DIR EPISODE_ID [--format text|json]
     collector validate CONFIG [--set k=v ...]
+    collector validate-tasks PATH [--backend docker|local_no_isolation]
     collector check RUN_DIR [--health] [--card CARD]
     collector card RUN_DIR [-o OUT] [--target X] [--data-files GLOB]
     collector schema
@@ -196,6 +197,17 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     print(f"{args.config}: ok")
     print(plan.describe())
     return EXIT_OK
+
+
+def _cmd_validate_tasks(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from collector.envs.harbor_validate import validate_tasks, verdict_lines
+
+    verdicts = asyncio.run(validate_tasks(args.path, args.backend))
+    for line in verdict_lines(verdicts):
+        print(line)
+    return EXIT_OK if all(v.ok for v in verdicts) else EXIT_PROBLEM
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
@@ -420,6 +432,12 @@ def build_parser() -> argparse.ArgumentParser:
     config(p)
     overrides(p)
     p.set_defaults(func=_cmd_validate)
+
+    p = sub.add_parser("validate-tasks", help="run Harbor tasks' oracles and verifiers before a sweep")
+    p.add_argument("path", metavar="PATH", help="a Harbor task directory, or a directory of them")
+    p.add_argument("--backend", choices=("docker", "local_no_isolation"), default="docker",
+                   help="the sandbox backend (local_no_isolation: no isolation at all)")
+    p.set_defaults(func=_cmd_validate_tasks)
 
     p = sub.add_parser("check", help="verify every shard of a run directory")
     run_dir(p)

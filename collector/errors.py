@@ -21,6 +21,13 @@ names its module (relative to `collector`)::
     │   ├── RequestRejected         any other 4xx (auth, bad request, not found)
     │   └── ProtocolViolation       a 200 reply that is not the transport's wire format
     ├── EnvironmentFailure          the environment (not a tool call) crashed
+    │   ├── ImageBuildFailed        a task's image did not build (Harbor sandboxes)
+    │   ├── SandboxStartFailed      the sandbox did not start (or no daemon answers)
+    │   ├── SandboxLost             the sandbox or its daemon went away mid-episode
+    │   ├── VerifierTimeout         the task's verifier outlived its timeout
+    │   ├── VerifierCrashed         the verifier failed without writing a reward
+    │   ├── RewardMissing           the verifier exited 0 and wrote no reward
+    │   └── RewardUnparsable        the reward file holds no number in [0, 1]
     └── OutputError                 the run directory cannot be written, read or trusted
         ├── ShardError              record.shards: a shard cannot be read ("{path}: {reason}")
         ├── NotARunDirectory        storage.manifest: the path has no manifest at all
@@ -41,7 +48,11 @@ Outside the tree, each for a contract of its own (never recorded as an episode's
     WorkerLost                      run.pool: a worker or its node is gone (the driver's seam)
     ReplacedNotDurable (OSError)    storage.manifest: a file was replaced, its fsync failed
     SimError                        sim.errors: a request the simulated server refuses
+    BadRequest                      harness.request: a harness's body the gateway cannot read (400)
+    Refused                         harness.request: an unknown or ended episode's token (403)
+    HarnessFailed                   harness.runner: the harness crashed or its reward is unreadable
     Failure                         episode.state: internal; ends an episode as `error`
+    _Exit                           envs.local_sandbox: internal; the in-process shell's `exit`
     _Stale                          providers.transport: internal; a reused connection was closed
     _Clash                          storage.mirror: internal; a key that cannot be a file of its own
     _Failed                         storage.s3client: internal; a request failed after every retry
@@ -110,6 +121,34 @@ class ProtocolViolation(ProviderError):
 
 class EnvironmentFailure(CollectorError):
     """The environment itself crashed (task set-up or grading); the episode ends as `error`."""
+
+
+class ImageBuildFailed(EnvironmentFailure):
+    """A sandbox image did not build (its Dockerfile failed, or the build outlived its timeout)."""
+
+
+class SandboxStartFailed(EnvironmentFailure):
+    """A sandbox could not be started: the container runtime refused, or is not running."""
+
+
+class SandboxLost(EnvironmentFailure):
+    """A running sandbox (or its daemon) went away during the episode."""
+
+
+class VerifierTimeout(EnvironmentFailure):
+    """A task's verifier ran past its timeout: the task's fault, not the model's."""
+
+
+class VerifierCrashed(EnvironmentFailure):
+    """A verifier exited non-zero without writing a reward."""
+
+
+class RewardMissing(EnvironmentFailure):
+    """A verifier exited 0 but wrote neither reward file."""
+
+
+class RewardUnparsable(EnvironmentFailure):
+    """The reward file holds text, NaN, or a number outside [0, 1]."""
 
 
 class OutputError(CollectorError):

@@ -163,6 +163,12 @@ _COLUMNS: list[tuple[str, str, str]] = [
     ("wasted_output_tokens", "wasted tok", "int"), ("wasted_fraction", "wasted", "pct"),
     ("retries", "retries", "int"), ("target_budget", "target budget", "int"),
     ("target_budget_confident", "confident budget", "int"),
+    # The cause of each error, and where the wall time went (`collector.analysis.outside`):
+    # shown when a run recorded them (every run since the timing column; causes when errors).
+    ("error_causes", "error causes", "str"), ("mean_episode_s", "s/episode", "num"),
+    ("model_share", "model time", "pct"), ("tools_share", "tool time", "pct"),
+    ("sandbox_share", "sandbox time", "pct"), ("verifier_share", "verifier time", "pct"),
+    ("worker_hours_per_million", "worker-h per 1M episodes", "num"),
 ]
 
 

@@ -61,6 +61,7 @@ import pyarrow.compute as pc
 
 # The readers moved to `committed`; other modules still import them from here.
 from collector.analysis.committed import read_columns, read_committed, run_dataset, stored_columns
+from collector.analysis.outside import CellTiming, causes_text, outside_by_cell, timing_text
 from collector.errors import ConfigError
 from collector.record.shards import SCHEMA
 from collector.stop import StopReason
@@ -112,6 +113,10 @@ class GroupStats:
     """Episodes per stop reason (errors included)."""
     retries: dict[str, int] = field(default_factory=dict)
     """Retried requests per cause (`RETRY_CAUSES`)."""
+    error_causes: dict[str, int] = field(default_factory=dict)
+    """`error` episodes per recorded cause (`error.type`: `collector.analysis.outside`)."""
+    timing: CellTiming = field(default_factory=CellTiming)
+    """Where the wall time went (`collector.analysis.outside`)."""
 
     def reason_rate(self, reason: StopReason) -> float:
         """Share of the valid episodes that ended with `reason`."""
@@ -175,6 +180,8 @@ class GroupStats:
             "errors": self.errors,
             "retries": self.retried,
             **{f"retries_{c}": self.retries.get(c, 0) for c in RETRY_CAUSES},
+            "error_causes": causes_text(self.error_causes),
+            **self.timing.as_dict(),
         }
 
 
@@ -315,6 +322,10 @@ def aggregate(table: pa.Table, by: Sequence[str], target: float | None = None) -
         elif reason == StopReason.DONE:
             g.done += n
     _count_retries(table, by, groups)
+    for key, outside in outside_by_cell(table, by).items():
+        g = groups.get(key)
+        if g is not None:
+            g.error_causes, g.timing = outside.error_causes, outside.timing
     ordered = sorted(groups.values(), key=lambda g: tuple(sort_key(g.key[c]) for c in by))
     result = StatsResult(by=by, groups=ordered, target=target)
     if target is not None:
@@ -407,7 +418,8 @@ def compute_stats(
     by, default = requested_grouping(by, target)
     wanted = sorted({*by, "stop_reason", *_MEASURES, *(("model", "budget") if target is not None else ())})
     axis = stored_columns(run_dir, "reasoning") if default else []
-    table = read_columns(run_dir, [*wanted, *stored_columns(run_dir, "retries", "thinking_cut"), *axis])
+    extra = stored_columns(run_dir, "retries", "thinking_cut", "duration_s", "timing", "error")
+    table = read_columns(run_dir, [*wanted, *extra, *axis])
     by = settled_grouping(table, by, default)
     if axis and pc.count_distinct(table.column("reasoning")).as_py() >= 1:
         by = (*by, "reasoning")  # a sweep over reasoning settings is never pooled either
@@ -468,6 +480,17 @@ def _table(result: StatsResult) -> str:
                 total[cause] = total.get(cause, 0) + n
         footer += f"; {_retried(total).replace(' (', ' requests retried (', 1)}"
     out.append(footer)
+    causes = [g for g in result.groups if g.error_causes]
+    if causes:
+        out.append("errors by cause:")
+        out.extend(f"  {_name(g.key)}: {causes_text(g.error_causes)}" for g in causes)
+    # The time block is for runs with a sandbox (an image per episode): elsewhere the table
+    # stays a function of what the episodes did, not of how fast the machine was (the csv
+    # and json carry the shares for every run).
+    timed = [g for g in result.groups if g.timing.episodes]
+    if any(g.timing.images_built or g.timing.images_cached for g in timed):
+        out.append("time per episode (share of wall time; one episode at a time per worker):")
+        out.extend(f"  {_name(g.key)}: {timing_text(g.timing)}" for g in timed)
     if result.target is not None:
         out.extend(target_lines(result.picks, result.target, "truncation", "episodes"))
     return "\n".join(out)

@@ -130,6 +130,16 @@ class Tool:
 class EpisodeWorld(ABC):
     """One episode's private state: its tools and its grader."""
 
+    time_limit_s: float | None = None
+    """This episode's own wall-clock limit (a Harbor task's agent timeout); the loop uses the
+    smaller of it and `loop.episode_timeout_s`. None: the loop's alone."""
+    grade_timeout_s: float | None = None
+    """How long an async grader may take (a verifier with its own timeout); None: the loop's
+    `tool_timeout_s`."""
+    grade_timed_out: bool = False
+    """Grade an episode that ended `timeout` too, for diagnosis only: the verdict is stored in
+    `graded_reward`, the reward stays 0."""
+
     @property
     @abstractmethod
     def tools(self) -> Sequence[Tool]: ...
@@ -137,6 +147,18 @@ class EpisodeWorld(ABC):
     @abstractmethod
     def grade(self, final_text: str | None) -> float | Awaitable[float]:
         """Reward in [0, 1] from the world's final state (and the final answer, if any)."""
+
+    def initial_observation(self) -> str | None:
+        """Text the loop appends to the task's last user message once the world is open, before
+        the first turn (a TRL environment's `reset()` observation, `collector.envs.trl`); None
+        (the default): the prompt is the task's as it is."""
+        return None
+
+    def time_outside(self) -> Mapping[str, float | bool | None]:
+        """The world's own time outside the model and the tools, by `EpisodeTiming` field
+        (`image_build_s`, `image_cached`, `sandbox_start_s`, `sandbox_stop_s`, `verifier_s`);
+        read once after `close`. The default: none (a world with no sandbox)."""
+        return {}
 
     async def open(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Acquire what the world needs outside the process (a server session); the loop awaits

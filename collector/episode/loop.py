@@ -135,6 +135,7 @@ from collector.record.chat import chat_messages, system_prompt, tools_json
 from collector.record.episode import (
     Episode,
     EpisodeError,
+    EpisodeTiming,
     episode_id,
     policy_span,
 )
@@ -269,7 +270,11 @@ async def _drive(
         if not calls:  # 6
             state.final_text = turn.text
             return StopReason.DONE
-        await state.dispatch(calls, by_name)  # 3 (continuing), 4, 5
+        began = time.perf_counter()
+        try:
+            await state.dispatch(calls, by_name)  # 3 (continuing), 4, 5
+        finally:  # a timeout or a broken world mid-call still counts the time it took
+            record.tool_s = time.perf_counter() - began
         state.settle(TIMED_OUT)
     return StopReason.MAX_STEPS
 
@@ -285,6 +290,13 @@ async def _reward(reason: StopReason, world: EpisodeWorld, state: EpisodeState) 
         if clamp or policy.grade_cut_episodes:
             graded = await _grade(world, None, state)
             return (min(graded, 0.0) if clamp else 0.0), (graded if policy.grade_cut_episodes else None)
+    if reason is StopReason.TIMEOUT and world.grade_timed_out:
+        # Diagnosis only: a timed-out episode that the verifier would pass is still reward 0
+        # (training on it rewards running out the clock); a failing verifier changes nothing.
+        try:
+            return 0.0, await _grade(world, None, state)
+        except Failure:
+            return 0.0, None
     return 0.0, None
 
 
@@ -293,7 +305,10 @@ async def _grade(world: EpisodeWorld, final_text: str | None, state: EpisodeStat
     try:
         result = world.grade(final_text)
         if inspect.isawaitable(result):  # an async grader (one asking a server) gets a tool's time
-            async with asyncio.timeout(state.settings.tool_timeout_s):
+            limit = world.grade_timeout_s
+            if limit is None:
+                limit = state.settings.tool_timeout_s
+            async with asyncio.timeout(limit):
                 result = await result
         value = float(result)
     # Broad on purpose: a grader crash is the environment's failure, an `error` episode.
@@ -303,6 +318,17 @@ async def _grade(world: EpisodeWorld, final_text: str | None, state: EpisodeStat
         message = "grade: the grader returned a non-finite value"
         raise Failure(EpisodeError(EnvironmentFailure.__name__, message))
     return value
+
+
+def _timing(state: EpisodeState, world: EpisodeWorld | None) -> EpisodeTiming:
+    """The episode's time outside the model (`EpisodeTiming`), the world's part included."""
+    outside = dict(world.time_outside()) if world is not None else {}
+    known = {f for f in EpisodeTiming.__dataclass_fields__ if f not in ("model_s", "tools_s")}
+    return EpisodeTiming(
+        model_s=sum(t.latency_s for t in state.turns),
+        tools_s=sum(t.tool_s or 0.0 for t in state.turns),
+        **{k: v for k, v in outside.items() if k in known},  # type: ignore[arg-type]
+    )
 
 
 async def run_episode(
@@ -328,10 +354,16 @@ async def run_episode(
                 await world.open()
             tools = list(world.tools)
             offered = tools_json(tool_specs(tools))
+            observation = world.initial_observation()
+            if observation:
+                state.extend_prompt(observation)
         # Broad on purpose: the environment crashed setting up, an `error` episode.
         except Exception as exc:
             raise env_failure("start", exc, redactor) from exc
-        deadline = asyncio.timeout(settings.episode_timeout_s)
+        limit = settings.episode_timeout_s
+        if world.time_limit_s is not None:  # the task's own limit (a Harbor agent timeout)
+            limit = min(limit, world.time_limit_s)
+        deadline = asyncio.timeout(limit)
         try:
             async with deadline:
                 reason = await _drive(spec, provider, tools, state, params)
@@ -351,17 +383,19 @@ async def run_episode(
                 async with asyncio.timeout(settings.tool_timeout_s):
                     await world.close()
     return record_episode(spec, spec.env_name or env.name, state, reason, (reward, graded), error, offered,
-                          time.perf_counter() - started)
+                          time.perf_counter() - started, _timing(state, world))
 
 
 def record_episode(
     spec: EpisodeSpec, env_name: str, state: EpisodeState, reason: StopReason,
     rewards: tuple[float, float | None], error: EpisodeError | None, offered: str, duration_s: float,
+    timing: EpisodeTiming | None = None,
 ) -> Episode:
     """The finished episode's record, scrubbed of every credential and redacted value.
 
     Shared with the harness gateway (`collector.harness`), whose episodes are recorded turn by
-    turn in an `EpisodeState` the same way."""
+    turn in an `EpisodeState` the same way. `timing`: the time outside the model, where the
+    caller measured it (the loop does; a harness's time is its own)."""
     redactor = state.redactor
     reward, graded = rewards
     episode = Episode(
@@ -389,6 +423,7 @@ def record_episode(
         tools=offered,
         reasoning=spec.reasoning,
         retries=state.retries,
+        timing=timing,
     )
     (episode.policy_version_first, episode.policy_version_last,
      episode.policy_versions) = policy_span(state.turns)

@@ -80,7 +80,10 @@ def redactor_for(config: RedactionConfig, credentials: tuple[str, ...] = ()) -> 
 def env_failure(phase: str, exc: Exception, redactor: Redactor) -> Failure:
     text = redactor.redact_text(str(exc))[:300]
     message = f"{phase}: {type(exc).__name__}: {text}" if text else f"{phase}: {type(exc).__name__}"
-    return Failure(EpisodeError(EnvironmentFailure.__name__, message))
+    # A typed environment failure (a verifier timeout, an image that did not build) keeps its
+    # own name as the recorded cause, so `collector stats` can tell infrastructure apart.
+    cause = type(exc).__name__ if isinstance(exc, EnvironmentFailure) else EnvironmentFailure.__name__
+    return Failure(EpisodeError(cause, message))
 
 
 class EpisodeState:
@@ -138,6 +141,18 @@ class EpisodeState:
         self.scrubbed = False
         """Redaction hid something of a turn's reasoning text as it was recorded (the token
         rule needs it: the raw reasoning is in no message of the history)."""
+
+    def extend_prompt(self, text: str) -> None:
+        """Append `text` to the prompt's last user message (a new user message when it has none),
+        before the first turn: how an environment's opening observation reaches the model."""
+        for i in range(len(self.history) - 1, -1, -1):
+            message = self.history[i]
+            if isinstance(message, UserMessage):
+                self.history[i] = UserMessage(message.text + text)
+                break
+        else:
+            self.history.append(UserMessage(text))
+        self.records = self.redactor.message_records(self.history, None)
 
     def prompt_estimate(self) -> int:
         """Tokens the next request's messages will take: the provider's own count of the last

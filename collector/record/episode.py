@@ -203,6 +203,10 @@ class TurnRecord:
     """The harness's request for this turn did not extend what it sent before plus the turn it
     was returned (it compacted or rewrote its history): this turn starts a new sequence, and a
     trainer must not stitch it to the turns before. None: not a harness episode."""
+    # --- the time outside the model (still schema version 3) ---
+    tool_s: float | None = None
+    """Seconds this turn's tool calls took to run (validation and execution, in the model's
+    order); None: the turn ran no call, or a shard written before the field."""
 
 
 @dataclass(slots=True)
@@ -249,6 +253,24 @@ class ExecutedToolCall:
     arguments_json: str
     """Redacted arguments, as JSON."""
     is_error: bool
+
+
+@dataclass(slots=True)
+class EpisodeTiming:
+    """Where an episode's wall time went (`Episode.timing`): the model, the tools, the sandbox.
+
+    `model_s` is the turns' `latency_s` added up, `tools_s` their `tool_s`. The sandbox fields
+    are those of an environment that runs one (`collector.envs.harbor`), else None; what is
+    left of `duration_s` is the loop's own time (history, records, grading a plain world)."""
+
+    model_s: float
+    tools_s: float
+    image_build_s: float | None = None
+    """Building the task's image, or finding it built (`image_cached`)."""
+    image_cached: bool | None = None
+    sandbox_start_s: float | None = None
+    sandbox_stop_s: float | None = None
+    verifier_s: float | None = None
 
 
 @dataclass(slots=True)
@@ -344,6 +366,9 @@ class Episode:
     """How many distinct policy versions answered its turns: above 1, the episode straddles
     a weight update (an off-policy mix a trainer may drop or weight); 0: none known. None
     in a shard written before the field existed."""
+    # --- the time outside the model (still schema version 3) ---
+    timing: EpisodeTiming | None = None
+    """Where the wall time went (`EpisodeTiming`); None in a shard written before the field."""
 
     @property
     def is_truncated(self) -> bool:

@@ -49,7 +49,7 @@ from collector.config import RunConfig, check_run_config, resolved_config, with_
 from collector.errors import OutputError
 from collector.run.commits import CommitTarget
 from collector.run.driver import Driver, JobResult, Snapshot
-from collector.run.plan import plan_work
+from collector.run.plan import load_env, plan_work
 from collector.run.pool import WorkerPool
 from collector.run.preflight import check_providers
 from collector.run.progress import Progress
@@ -148,7 +148,8 @@ def _run_job(
     # output.path: a local path or s3://bucket/prefix (gs://, credentials in the URI, a bad
     # bucket name: one line before any work). Checked here, not in config: it is the data layer's.
     where = parse_location(cfg.output.path)
-    plan = plan_work(cfg)
+    env = load_env(cfg)
+    plan = plan_work(cfg, env)
     address = pool.address(address, cfg)
     if address is None:
         # Local workers share this machine and inherit this environment: check before
@@ -159,6 +160,11 @@ def _run_job(
         cfg.output.path, plan.fingerprint, resolved_config(cfg), cfg.output.format, cfg.output.rows_per_shard
     )
     with opened as store:
+        # The run's lock is held: sandboxes still labelled with this run id are a killed
+        # earlier attempt's (a SIGKILLed driver or worker never stopped them), removed now.
+        leftovers = getattr(env, "remove_leftovers", None)
+        if leftovers is not None:
+            asyncio.run(leftovers(plan.run_id))
         retried = 0
         if retry_errors:
             errors = committed_error_ids(store)

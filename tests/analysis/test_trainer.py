@@ -332,8 +332,8 @@ def test_version_2_shards_stay_readable(tmp_path: Path, fmt: str) -> None:
     # (13), `usage_known` (31), 3 drift fields, `stop_tokens_uncounted` and the 2 token-in
     # fields `prompt_sent_as_ids`, `token_in_fallback` (26), `policy_version` with its
     # source (27), the id-range fields `tokens_rejected`, `token_vocab_size`, and the harness
-    # gateway's `harness_asked_cap`, `calls_withheld`, `history_rewritten`.
-    assert len(_NEW_TURN_FIELDS) == 30
+    # gateway's `harness_asked_cap`, `calls_withheld`, `history_rewritten`, and a turn's `tool_s`.
+    assert len(_NEW_TURN_FIELDS) == 31
     run = tmp_path / "run"
     _commit(run, asyncio.run(_episodes([("sim-terse", 256, t, False, 0) for t in range(5)])), fmt)
     for path in committed_shard_paths(run):

@@ -1,0 +1,3 @@
+#!/bin/bash
+echo waiting > /app/wait.txt
+echo yes > /app/done.txt
