@@ -35,7 +35,9 @@ _RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 class EnvConfig(_Model):
     name: str = "arithmetic"
-    """A built-in environment (`arithmetic`, `support_desk`) or `package.module:attr`."""
+    """A built-in environment (`arithmetic`, `support_desk`), `package.module:attr`, or a TRL
+    environment class as `trl:package.module:Class` (its reward functions in
+    `options.reward`; docs/environments.md)."""
     tasks: Annotated[int, Field(gt=0, le=MAX_TASKS)] | None = None
     """Use the first N tasks; all when unset (at most 1,000,000)."""
     task_file: str | None = None

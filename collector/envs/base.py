@@ -138,6 +138,12 @@ class EpisodeWorld(ABC):
     def grade(self, final_text: str | None) -> float | Awaitable[float]:
         """Reward in [0, 1] from the world's final state (and the final answer, if any)."""
 
+    def initial_observation(self) -> str | None:
+        """Text the loop appends to the task's last user message once the world is open, before
+        the first turn (a TRL environment's `reset()` observation, `collector.envs.trl`); None
+        (the default): the prompt is the task's as it is."""
+        return None
+
     async def open(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Acquire what the world needs outside the process (a server session); the loop awaits
         it after `start`, and a failure ends the episode as `error`."""

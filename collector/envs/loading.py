@@ -1,7 +1,8 @@
 """Finding the environment a config names: a built-in, or the user's own `package.module:attr`.
 
 `load_environment(spec, options)`:
-- `spec` is a built-in name (`arithmetic`, `support_desk`) or ``package.module:attr``
+- `spec` is a built-in name (`arithmetic`, `support_desk`), ``trl:package.module:Class`` (a
+  TRL environment class with its reward functions, `collector.envs.trl`) or ``package.module:attr``
   (``attr`` may be dotted) naming an `Environment` instance, an `Environment` subclass, or
   a factory returning one. Classes and factories are called with `options` as keyword
   arguments; an instance was built before any option could reach it, so options given to
@@ -67,6 +68,10 @@ def load_environment(spec: str, options: Mapping[str, Any] | None = None) -> Env
     """The environment named by `spec`, built with `options` (see the module docstring)."""
     opts = dict(options or {})
     task_file = opts.pop("task_file", None)
+    if spec.startswith("trl:"):  # a TRL environment_factory class (collector.envs.trl)
+        from collector.envs.trl import load_trl_environment
+
+        return load_trl_environment(spec, opts, None if task_file is None else str(task_file), _resolve)
     target = BUILTINS.get(spec, spec)
     if ":" not in target:
         known = ", ".join(sorted(BUILTINS))
@@ -92,26 +97,27 @@ def _check(env: Environment, task: Task, spec: str) -> str | None:
     return None if problem is None else " ".join(str(problem).split())
 
 
-def _resolve(target: str, spec: str) -> Any:
+def _resolve(target: str, spec: str, field: str = "env.name") -> Any:
+    """The object ``package.module:attr`` names; one `ConfigError` line under `field` if none."""
     module_name, _, attr_path = target.partition(":")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ConfigError(f"env.name: cannot import module {module_name!r} ({exc.msg})") from None
+        raise ConfigError(f"{field}: cannot import module {module_name!r} ({exc.msg})") from None
     except SyntaxError as exc:
         where = f"{exc.filename}:{exc.lineno}" if exc.filename else module_name
-        raise ConfigError(f"env.name: {module_name!r} has a syntax error ({where}: {exc.msg})") from None
+        raise ConfigError(f"{field}: {module_name!r} has a syntax error ({where}: {exc.msg})") from None
     except SystemExit as exc:
         # A module that exits on import would end the run "successfully" having done nothing.
-        raise ConfigError(f"env.name: importing {module_name!r} called sys.exit({exc.code!r})") from None
+        raise ConfigError(f"{field}: importing {module_name!r} called sys.exit({exc.code!r})") from None
     except Exception as exc:  # noqa: BLE001 - whatever the user's module raises, one line names it
-        raise ConfigError(f"env.name: importing {module_name!r} raised {type(exc).__name__}: {exc}") from None
+        raise ConfigError(f"{field}: importing {module_name!r} raised {type(exc).__name__}: {exc}") from None
     obj: Any = module
     for part in attr_path.split("."):
         try:
             obj = getattr(obj, part)
         except AttributeError:
-            raise ConfigError(f"env.name: {module_name!r} has no attribute {attr_path!r}") from None
+            raise ConfigError(f"{field}: {module_name!r} has no attribute {attr_path!r}") from None
     return obj
 
 

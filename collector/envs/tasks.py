@@ -41,13 +41,18 @@ from collector.turn import (
 def load_tasks(path: str | Path) -> list[Task]:
     """Every task of a `.jsonl` / `.json` (one object a line) or `.parquet` file."""
     file = Path(path)
-    if not file.is_file():
-        raise ConfigError(f"env.task_file: no such file: {file}")
-    rows = _parquet_rows(file) if file.suffix == ".parquet" else _jsonl_rows(file)
-    tasks = [task_from_row(row, f"{file.stem}-{n}", where=f"{file}: row {n}") for n, row in rows]
+    tasks = [task_from_row(row, f"{file.stem}-{n}", where=f"{file}: row {n}") for n, row in read_rows(file)]
     if not tasks:
         raise ConfigError(f"env.task_file: {file} holds no tasks")
     return tasks
+
+
+def read_rows(path: str | Path) -> Iterator[tuple[int, Mapping[str, Any]]]:
+    """(row number, row) of every row of a task file, every column as written."""
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(f"env.task_file: no such file: {file}")
+    return _parquet_rows(file) if file.suffix == ".parquet" else _jsonl_rows(file)
 
 
 def _jsonl_rows(file: Path) -> Iterator[tuple[int, Mapping[str, Any]]]:

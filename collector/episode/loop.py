@@ -363,6 +363,9 @@ async def run_episode(
                 await world.open()
             tools = list(world.tools)
             offered = tools_json(tool_specs(tools))
+            observation = world.initial_observation()
+            if observation:
+                state.extend_prompt(observation)
         # Broad on purpose: the environment crashed setting up, an `error` episode.
         except Exception as exc:
             raise env_failure("start", exc, redactor) from exc

@@ -139,6 +139,18 @@ class EpisodeState:
         """Redaction hid something of a turn's reasoning text as it was recorded (the token
         rule needs it: the raw reasoning is in no message of the history)."""
 
+    def extend_prompt(self, text: str) -> None:
+        """Append `text` to the prompt's last user message (a new user message when it has none),
+        before the first turn: how an environment's opening observation reaches the model."""
+        for i in range(len(self.history) - 1, -1, -1):
+            message = self.history[i]
+            if isinstance(message, UserMessage):
+                self.history[i] = UserMessage(message.text + text)
+                break
+        else:
+            self.history.append(UserMessage(text))
+        self.records = self.redactor.message_records(self.history, None)
+
     def prompt_estimate(self) -> int:
         """Tokens the next request's messages will take: the provider's own count of the last
         turn (its prompt and its output) plus what was added since at ~4 characters a token;

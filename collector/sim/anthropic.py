@@ -126,11 +126,13 @@ def parse(body: dict[str, Any]) -> ParsedRequest:
             raise SimError(400, f"{where}.role: Input should be 'user' or 'assistant'")
     ledger.close_turn()
     tools: set[str] = set()
+    schemas: dict[str, Any] = {}
     for tool in body.get("tools") or []:
         if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
             raise SimError(400, "tools: each tool needs a name", param="tools")
         tools.add(tool["name"])
-    return ParsedRequest(model=model, history=history, tools=frozenset(tools), cap=cap,
+        schemas[tool["name"]] = tool.get("input_schema")
+    return ParsedRequest(model=model, history=history, tools=frozenset(tools), cap=cap, tool_schemas=schemas,
                          stream=body.get("stream") is True, thinking_budget=budget, unreasoned=unreasoned)
 
 

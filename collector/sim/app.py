@@ -131,7 +131,8 @@ class _Simulator:
 
 def _turn(req: ParsedRequest, preset: ModelPreset, digest: bytes) -> Generation:
     rng = random.Random(int.from_bytes(digest, "big"))
-    return generate(decide(req.history, req.tools), preset, req.cap, rng, req.thinking_budget)
+    plan = decide(req.history, req.tools, req.tool_schemas)
+    return generate(plan, preset, req.cap, rng, req.thinking_budget)
 
 
 _PARSERS = {"chat": chat_wire.parse, "responses": responses_wire.parse, "anthropic": anthropic_wire.parse,

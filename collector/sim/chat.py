@@ -79,17 +79,20 @@ def parse(body: dict[str, Any]) -> ParsedRequest:
             raise SimError(400, f"{where}: unknown role {role!r}.", param=f"{where}.role")
     ledger.close_turn()
     tools: list[str] = []
+    schemas: dict[str, Any] = {}
     for tool in body.get("tools") or []:
         fn = tool.get("function") if isinstance(tool, dict) else None
         if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
             raise SimError(400, "tools[] entries need function.name.", param="tools")
         tools.append(fn["name"])
+        schemas[fn["name"]] = fn.get("parameters")
     cap = optional_cap(body, "max_completion_tokens", "max_tokens") or DEFAULT_CAP
     stream = body.get("stream") is True
     opts = body.get("stream_options")
     include_usage = stream and isinstance(opts, dict) and opts.get("include_usage") is True
     return ParsedRequest(model=model, history=history, tools=frozenset(tools), cap=cap, stream=stream,
                          include_usage=include_usage, raw_messages=messages, tool_names=tuple(tools),
+                         tool_schemas=schemas,
                          return_token_ids=body.get("return_token_ids") is True,
                          return_prompt_token_ids=body.get("return_prompt_token_ids") is True,
                          logprobs=body.get("logprobs") is True)

@@ -162,11 +162,13 @@ def parse(body: dict[str, Any]) -> ParsedRequest:
             raise SimError(400, f"{where}.role: Please use a valid role: user, model.")
     ledger.close_turn()
     tools: set[str] = set()
+    schemas: dict[str, Any] = {}
     for tool in body.get("tools") or []:
         for decl in (tool.get("functionDeclarations") or []) if isinstance(tool, dict) else []:
             if not isinstance(decl, dict) or not isinstance(decl.get("name"), str):
                 raise SimError(400, "tools[].functionDeclarations[]: name is required")
             tools.add(decl["name"])
+            schemas[decl["name"]] = decl.get("parametersJsonSchema", decl.get("parameters"))
     config = body.get("generationConfig") or {}
     if not isinstance(config, dict):
         raise SimError(400, "generationConfig must be an object")
@@ -181,7 +183,7 @@ def parse(body: dict[str, Any]) -> ParsedRequest:
     budget = thinking.get("thinkingBudget")
     if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget < -1):
         raise SimError(400, "generationConfig.thinkingConfig.thinkingBudget must be an integer")
-    return ParsedRequest(model=model, history=history, tools=frozenset(tools), cap=cap,
+    return ParsedRequest(model=model, history=history, tools=frozenset(tools), cap=cap, tool_schemas=schemas,
                          stream=body.get("stream") is True, unreasoned=unreasoned,
                          thinking_budget=budget if isinstance(budget, int) and budget >= 0 else None,
                          include_thoughts=thinking.get("includeThoughts") is True)

@@ -15,7 +15,7 @@ Tests: tests/sim/test_validation.py.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from collector.sim.errors import SimError
@@ -41,6 +41,9 @@ class ParsedRequest:
     """Chat only: the request's messages as sent, for rendering prompt token ids."""
     tool_names: tuple[str, ...] = ()
     """Chat only: the offered tools, in request order."""
+    tool_schemas: dict[str, Any] = field(default_factory=dict)
+    """Each offered tool's parameters schema, in request order (`collector.sim.explore` plays
+    the tools of a request no template matches)."""
     return_token_ids: bool = False
     return_prompt_token_ids: bool = False
     logprobs: bool = False

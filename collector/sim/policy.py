@@ -7,25 +7,25 @@ from the results. A result that reads as an error (the collector's "not executed
 "arguments were malformed" results, Anthropic `is_error`, Gemini `{"error": ...}`) does not
 count, so the call is issued again: that is how a model recovers.
 
-The simulator never imports `collector.envs`: the templates below are the contract, and a
-prompt that matches none gets a short answer with no call.
+The simulator never imports `collector.envs`: the templates below are the contract. A
+prompt that matches none is played by `collector.sim.explore`: every offered tool is called
+with arguments valid for its JSON Schema, then the model answers with the results (with no
+tools offered, it answers in text).
 
-Tests: tests/sim/test_faults_policy.py, tests/sim/test_truth.py.
+Tests: tests/sim/test_faults_policy.py, tests/sim/test_truth.py, tests/sim/test_explore.py.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
-# A parsed conversation, neutral across the four wire formats:
-#   ("user", text) | ("call", call_id, name, args_or_None) | ("result", call_id, name, text, is_error)
-HistoryItem = tuple[Any, ...]
+from collector.sim.explore import explore
+from collector.sim.plans import MAX_ATTEMPTS, HistoryItem, Plan, PlannedCall, tally
 
-MAX_ATTEMPTS = 4
-"""Calls of one tool after which the model gives up and answers (no infinite loops)."""
+__all__ = ["MAX_ATTEMPTS", "HistoryItem", "Plan", "PlannedCall", "decide"]
 
 _TEMPLATES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("arithmetic", re.compile(
@@ -43,26 +43,6 @@ _TEMPLATES: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"dollars; refunds over 500 need approval first\.")),
     ("lookup", re.compile(r"What is the status of order (?P<order_id>[^\s?]+)\?")),
 )
-
-_ERROR_TEXT = re.compile(
-    r"(?i)^\s*(error\b|not executed)|arguments were malformed|cut by the output-token limit")
-
-
-@dataclass(frozen=True, slots=True)
-class PlannedCall:
-    name: str
-    arguments: tuple[tuple[str, Any], ...]
-    """Ordered members; the serializer keeps this order."""
-
-
-@dataclass(frozen=True, slots=True)
-class Plan:
-    """Either calls to make now (`calls` non-empty) or a final answer (`answer`)."""
-
-    calls: tuple[PlannedCall, ...] = ()
-    answer: str = ""
-    task: str = "none"
-
 
 def _needed_calls(task: str, m: re.Match[str]) -> tuple[PlannedCall, ...]:
     g = m.groupdict()
@@ -83,18 +63,6 @@ def _needed_calls(task: str, m: re.Match[str]) -> tuple[PlannedCall, ...]:
             PlannedCall("refund", (("order_id", g["order_id"]), ("amount", int(g["amount"])))),
         )
     return (PlannedCall("lookup_order", (("order_id", g["order_id"]),)),)
-
-
-def _is_error(text: str, flagged: bool) -> bool:
-    if flagged or _ERROR_TEXT.search(text):
-        return True
-    if text.startswith("{"):
-        try:
-            obj = json.loads(text)
-        except ValueError:
-            return False
-        return isinstance(obj, dict) and "error" in obj
-    return False
 
 
 def _status_of(text: str) -> str:
@@ -125,8 +93,11 @@ def _answer(task: str, m: re.Match[str], results: dict[str, str]) -> str:
     return f"Order {g['order_id']} is {_status_of(results['lookup_order'])}."
 
 
-def decide(history: list[HistoryItem], tools: frozenset[str]) -> Plan:
-    """The next move given the conversation so far and the names of the offered tools."""
+def decide(history: list[HistoryItem], tools: frozenset[str],
+           schemas: Mapping[str, Mapping[str, Any]] | None = None) -> Plan:
+    """The next move given the conversation so far and the names of the offered tools
+    (`schemas`: each offered tool's parameters schema, in the order offered, when the wire
+    carries them)."""
     start = -1
     task = "none"
     match: re.Match[str] | None = None
@@ -142,21 +113,11 @@ def decide(history: list[HistoryItem], tools: frozenset[str]) -> Plan:
         if match is not None:
             break
     if match is None:
-        return Plan(answer="I can help with orders, tickets, emails and arithmetic.")
+        return explore(history, tools, schemas)
     needed = _needed_calls(task, match)
     if any(c.name not in tools for c in needed):
         return Plan(answer="I do not have the tools this request needs.", task=task)
-    ok: dict[str, str] = {}
-    attempts: dict[str, int] = {}
-    names_by_id: dict[str, str] = {}
-    for item in history[start + 1:]:
-        if item[0] == "call":
-            names_by_id[item[1]] = item[2]
-            attempts[item[2]] = attempts.get(item[2], 0) + 1
-        elif item[0] == "result":
-            name = names_by_id.get(item[1]) or str(item[2])
-            if not _is_error(item[3], item[4]):
-                ok[name] = item[3]
+    ok, attempts = tally(history[start + 1:])
     pending = tuple(c for c in needed if c.name not in ok)
     if not pending:
         return Plan(answer=_answer(task, match, ok), task=task)

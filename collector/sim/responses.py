@@ -90,13 +90,15 @@ def parse(body: dict[str, Any]) -> ParsedRequest:
     else:
         raise SimError(400, "input must be a non-empty string or list of items.", param="input")
     tools: set[str] = set()
+    schemas: dict[str, Any] = {}
     for tool in body.get("tools") or []:
         if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
             raise SimError(400, "tools[] entries need a name.", param="tools")
         tools.add(tool["name"])
+        schemas[tool["name"]] = tool.get("parameters")
     cap = optional_cap(body, "max_output_tokens") or DEFAULT_CAP
     include = body.get("include")
-    return ParsedRequest(model=model, history=history, tools=frozenset(tools), cap=cap,
+    return ParsedRequest(model=model, history=history, tools=frozenset(tools), cap=cap, tool_schemas=schemas,
                          stream=body.get("stream") is True, unreasoned=unreasoned,
                          short_assistant=short_assistant,
                          include_thoughts=isinstance(include, list)

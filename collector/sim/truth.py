@@ -13,7 +13,10 @@ malformed arguments are length-preserving, and transient errors are not turns.
 
 `F` depends on the task. The defaults are the reference tasks: the call step is
 ``calculator(expression="37 * 12 + 5")`` and the answer step is ``"449"``; pass
-`fixed_tokens` (see `call_tokens_for` / `answer_tokens_for`) for any other task.
+`fixed_tokens` (see `call_tokens_for` / `answer_tokens_for`) for any other task. For a turn
+of any plan, the built-in tasks' or the explorer's (`collector.sim.explore`, which plays the
+tools of a prompt no template matches, with arguments fixed by the schema and the prompt),
+`plan_fixed_tokens(model, policy.decide(history, tools, schemas))` is its `F`.
 
 `monte_carlo_cut_rate` runs the simulator's own generator, and `binomial_interval` gives the
 acceptance band tests hold a measured rate against.
@@ -52,6 +55,14 @@ def call_tokens_for(model: str, calls: list[tuple[str, dict[str, Any]]]) -> int:
 def answer_tokens_for(answer: str) -> int:
     """Fixed tokens of a final answer whose text (after the preamble) is `answer`."""
     return count_tokens(answer)
+
+
+def plan_fixed_tokens(model: str, plan: Plan) -> int:
+    """`F` of the turn `plan` asks for: its calls in `model`'s argument style, or its answer.
+    Pass it as `fixed_tokens` with step "call" when `plan.calls`, else "answer"."""
+    if plan.calls:
+        return call_tokens_for(model, [(c.name, dict(c.arguments)) for c in plan.calls])
+    return answer_tokens_for(plan.answer)
 
 
 def _fixed(model: str, step: Step) -> int:

@@ -74,7 +74,7 @@ def test_policy_reissues_after_an_error_result_and_gives_up_eventually() -> None
             ("result", f"c{i}", "refund", "not executed: cut by the output-token limit", False),
         ]
     assert decide(history, TOOLS).calls == ()
-    assert decide([("user", "tell me a joke")], TOOLS).answer
+    assert decide([("user", "tell me a joke")], frozenset()).answer
 
 
 @pytest.mark.parametrize(
