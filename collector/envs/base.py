@@ -138,6 +138,18 @@ class EpisodeWorld(ABC):
     def grade(self, final_text: str | None) -> float | Awaitable[float]:
         """Reward in [0, 1] from the world's final state (and the final answer, if any)."""
 
+    @property
+    def opening(self) -> str | None:
+        """What the world's own reset said (an OpenEnv reset observation), read once after
+        `open`: the loop adds it as a user message after the task's prompt. None adds nothing."""
+        return None
+
+    @property
+    def finished(self) -> bool:
+        """The world ended the episode itself (an OpenEnv observation said ``done``): the loop
+        reads it after a turn's calls are settled and ends the episode as `done`."""
+        return False
+
     async def open(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Acquire what the world needs outside the process (a server session); the loop awaits
         it after `start`, and a failure ends the episode as `error`."""

@@ -248,6 +248,13 @@ class EpisodeState:
         self.open_calls = []
         self.results = {}
 
+    def add_opening(self, text: str | None) -> None:
+        """The world's reset observation (`EpisodeWorld.opening`), a user message after the prompt."""
+        if text:
+            message = UserMessage(text)
+            self.history.append(message)
+            self.records.extend(self.redactor.message_records([message], None))
+
     def notice(self, text: str) -> None:
         message = UserMessage(text)
         self.history.append(message)
