@@ -36,6 +36,7 @@ BUILTINS: Mapping[str, str] = {
     "support_desk": "collector.envs.support_desk:SupportDeskEnv",
     "mcp": "collector.envs.mcp:MCPEnvironment",
     "reasoning_gym": "collector.envs.reasoning_gym:ReasoningGymEnv",
+    "openenv": "collector.envs.openenv:OpenEnvEnvironment",
 }
 
 

@@ -1,0 +1,173 @@
+"""Real OpenEnv servers for the tests, built with the `openenv` package's own server classes.
+
+`GuessEnvironment` is a typed-action environment (its action model `GuessAction`), the
+`Environment` + `create_app` shape of openenv's own template; `WarehouseEnvironment` is an
+MCP-style one (`MCPEnvironment` over a FastMCP server, tools through list_tools/call_tool).
+Both append every action they execute to `EXECUTED`, so a test can show what reached them.
+`serve` runs an app with uvicorn on a loopback port in a thread of the test's own process.
+Also a server module: ``python -m tests.envs.openenv_servers {port}`` serves the guess game.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import uvicorn
+from fastmcp import FastMCP
+from openenv.core.env_server import Action, Environment, MCPEnvironment, Observation, State, create_app
+from openenv.core.env_server.mcp_types import CallToolAction, CallToolObservation
+from pydantic import Field
+
+#: Every action an environment of this module executed: (environment, what).
+EXECUTED: list[tuple[str, object]] = []
+#: Released by a test to let a `GuessEnvironment` step that hangs (guess 99) return.
+RELEASE = threading.Event()
+#: Set by a `GuessEnvironment` step when it starts to hang.
+HANGING = threading.Event()
+
+
+class GuessAction(Action):
+    """Guess the secret number."""
+
+    guess: int = Field(..., ge=0, le=100, description="Your guess, 0 to 100")
+
+
+class GuessObservation(Observation):
+    message: str = Field(default="", description="What the game says")
+
+
+class GuessEnvironment(Environment):  # type: ignore[misc]
+    """Find the secret number (7 + seed): reward 0.25 for a wrong guess, 1.0 for the right one."""
+
+    SUPPORTS_CONCURRENT_SESSIONS = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.secret = 7
+        self._state = State(episode_id="", step_count=0)
+
+    def reset(
+        self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any
+    ) -> GuessObservation:
+        self.secret = 7 + (seed or 0)
+        self._state = State(episode_id=episode_id or "", step_count=0)
+        return GuessObservation(message="I picked a number from 0 to 100.", reward=None, done=False)
+
+    def step(self, action: GuessAction, timeout_s: float | None = None, **kwargs: Any) -> GuessObservation:  # type: ignore[override]
+        EXECUTED.append(("guess", action.guess))
+        self._state.step_count += 1
+        if action.guess == 99:
+            HANGING.set()
+            RELEASE.wait(30)
+        if action.guess == 13:
+            raise RuntimeError("unlucky number")
+        if action.guess == self.secret:
+            return GuessObservation(message="right!", reward=1.0, done=True)
+        hint = "higher" if action.guess < self.secret else "lower"
+        return GuessObservation(message=hint, reward=0.25, done=False)
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+
+def warehouse_server() -> FastMCP:
+    mcp = FastMCP("warehouse")
+
+    @mcp.tool()
+    def order_status(order_id: str) -> str:
+        """The status of an order."""
+        EXECUTED.append(("order_status", order_id))
+        return {"A-1": "shipped"}.get(order_id, "unknown order")
+
+    @mcp.tool()
+    def refund(order_id: str, amount: float) -> str:
+        """Refund an amount on an order."""
+        EXECUTED.append(("refund", (order_id, amount)))
+        return f"refunded {amount} on {order_id}"
+
+    return mcp
+
+
+class WarehouseEnvironment(MCPEnvironment):  # type: ignore[misc]
+    """An MCP-style OpenEnv environment: two tools, no actions of its own."""
+
+    SUPPORTS_CONCURRENT_SESSIONS = True
+
+    def __init__(self) -> None:
+        super().__init__(warehouse_server())
+        self._state = State(episode_id="", step_count=0)
+
+    def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> Observation:
+        return Observation(metadata={"ready": True}, reward=None, done=False)
+
+    def _step_impl(self, action: Action, timeout_s: float | None = None, **kwargs: Any) -> Observation:
+        return Observation(metadata={"error": "no such action"}, reward=None, done=False)
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+
+def guess_app() -> Any:
+    return create_app(GuessEnvironment, GuessAction, GuessObservation, env_name="guess",
+                      max_concurrent_envs=8)
+
+
+def warehouse_app() -> Any:
+    return create_app(WarehouseEnvironment, CallToolAction, CallToolObservation, env_name="warehouse",
+                      max_concurrent_envs=8)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+class Served:
+    """An app served by uvicorn in a thread: its URL, and a way to stop it mid-test."""
+
+    def __init__(self, app: Any) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="error", lifespan="on",
+                                ws="websockets-sansio")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("the test's OpenEnv server did not start")
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+@contextlib.contextmanager
+def serve(app: Any) -> Iterator[Served]:
+    served = Served(app)
+    served.start()
+    try:
+        yield served
+    finally:
+        RELEASE.set()
+        served.stop()
+        RELEASE.clear()
+        HANGING.clear()
+
+
+if __name__ == "__main__":
+    uvicorn.run(guess_app(), host="127.0.0.1", port=int(sys.argv[1]), log_level="error")
