@@ -24,6 +24,7 @@ import socket
 import sys
 import tempfile
 import time
+from typing import IO
 
 import httpx
 
@@ -56,13 +57,15 @@ class LocalServer:
         self.startup_timeout_s = startup_timeout_s
         self.url = ""
         self._process: asyncio.subprocess.Process | None = None
-        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the server
+        self._stderr: IO[bytes] | None = None
 
     @property
     def running(self) -> bool:
         return self._process is not None and self._process.returncode is None
 
     def _last_line(self) -> str:
+        if self._stderr is None:
+            return ""
         self._stderr.seek(0)
         tail = self._stderr.read()[-4096:].decode("utf-8", "replace")
         lines = [line for line in tail.splitlines() if line.strip()]
@@ -70,20 +73,21 @@ class LocalServer:
 
     async def start(self) -> str:
         """Start the process and wait until it is healthy; its base URL."""
+        await self.stop()  # a process that died is restarted, never left behind
         port = _free_port()
         args = [part.replace("{port}", str(port)) for part in self.command]
         env = dict(os.environ)
         if args[0] == "python":
             args[0] = sys.executable
             env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-        self._stderr.seek(0)
-        self._stderr.truncate()
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the process
         try:
             self._process = await asyncio.create_subprocess_exec(
                 *args, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
                 stderr=self._stderr, env=env,
             )
         except OSError as exc:
+            await self.stop()
             raise EnvironmentFailure(f"openenv server command {args[0]!r} cannot start: {exc}") from None
         _RUNNING.add(self._process)
         self.url = f"http://127.0.0.1:{port}"
@@ -91,21 +95,27 @@ class LocalServer:
         async with httpx.AsyncClient(timeout=2.0) as client:
             while True:
                 if self._process.returncode is not None:
-                    raise EnvironmentFailure(
+                    failure = EnvironmentFailure(
                         f"openenv server command exited with code {self._process.returncode} "
                         f"before serving{self._last_line()}")
+                    await self.stop()
+                    raise failure
                 with contextlib.suppress(httpx.HTTPError):
                     if (await client.get(self.url + "/health")).status_code == 200:
                         return self.url
                 if time.monotonic() > deadline:
-                    await self.stop()
-                    raise EnvironmentFailure(
+                    failure = EnvironmentFailure(
                         f"openenv server command was not serving on port {port} within "
                         f"{self.startup_timeout_s:g} s{self._last_line()}")
+                    await self.stop()
+                    raise failure
                 await asyncio.sleep(0.1)
 
     async def stop(self) -> None:
         process, self._process = self._process, None
+        stderr, self._stderr = self._stderr, None
+        if stderr is not None:
+            stderr.close()
         if process is None:
             return
         _RUNNING.discard(process)
