@@ -28,8 +28,9 @@ One session per episode: `open` opens a WebSocket session (`collector.envs.opene
 sends ``reset`` (its observation is added after the task's prompt, `EpisodeWorld.opening`)
 and reads the tools; `close` sends ``close``. An observation with ``done`` ends the episode
 as `done` once its turn's calls are settled; a call after it in the same turn is not sent
-(its result says so). Tools run through the loop's `run_tool` like any other, so nothing
-from a cut or malformed turn ever reaches the server.
+(it is answered with an error result saying so, and listed in `executed_tool_calls` as an
+error, since the loop ran its tool function). Tools run through the loop's `run_tool` like
+any other, so nothing from a cut or malformed turn ever reaches the server.
 
 Failures. With `url`, the server is asked for its ``/schema`` when the environment is
 built: a server that is down is a one-line config error before the run. Mid-run, a server
