@@ -92,6 +92,18 @@ def warehouse_server() -> FastMCP:
         EXECUTED.append(("refund", (order_id, amount)))
         return f"refunded {amount} on {order_id}"
 
+    @mcp.tool()
+    def cancel(order_id: str) -> str:
+        """Cancel an order (this warehouse cannot)."""
+        EXECUTED.append(("cancel", order_id))
+        raise ValueError(f"order {order_id} has shipped and cannot be cancelled")
+
+    @mcp.tool()
+    def check(final_text: str) -> float:
+        """The grader's tool: 1.0 when the answer says the order shipped."""
+        EXECUTED.append(("check", final_text))
+        return 1.0 if "shipped" in final_text else 0.0
+
     return mcp
 
 

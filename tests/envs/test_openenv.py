@@ -252,3 +252,44 @@ async def test_a_server_answering_garbage_is_an_error_episode() -> None:
     assert episode.stop_reason is StopReason.ERROR
     assert episode.error is not None
     assert "answered reset with something that is not JSON" in episode.error.message
+
+
+async def test_a_tool_that_fails_on_the_server_is_an_error_result_the_model_reads(warehouse: Served) -> None:
+    """An MCP tool raising on the server comes back as the call's error result (the episode
+    goes on), quoting the tool's message."""
+    script = [calls(call("cancel", {"order_id": "A-1"})), text("It cannot be cancelled.")]
+    episode = await _run(_env(warehouse.url), script)
+    assert EXECUTED == [("cancel", "A-1")]
+    assert episode.stop_reason is StopReason.DONE
+    results = [m for m in episode.messages if m.role == "tool"]
+    assert results[0].is_error
+    assert "has shipped and cannot be cancelled" in results[0].text
+
+
+async def test_a_grade_tool_is_hidden_from_the_model_and_gives_the_reward(warehouse: Served) -> None:
+    """With `grade_tool` that server tool is not offered to the model and is called once at
+    grading with the final answer; its result is the reward."""
+    env = _env(warehouse.url, grade_tool="check")
+    episode = await _run(env, [calls(call("order_status", {"order_id": "A-1"})), text("It has shipped.")])
+    assert '"check"' not in episode.tools
+    assert EXECUTED == [("order_status", "A-1"), ("check", "It has shipped.")]
+    assert episode.reward == 1.0
+
+
+async def test_each_episode_has_its_own_session(guess: Served) -> None:
+    """Two episodes in flight at once on one server each play their own game (their own
+    reset seed, their own secret), so neither sees the other's state."""
+    import asyncio
+
+    tasks = [{"id": f"s{n}", "prompt": "Find it.", "metadata": {"reset": {"seed": n}}} for n in (0, 3)]
+    env = _env(guess.url, tasks=tasks, reward="final")
+
+    async def play(task_index: int, answer: int) -> Episode:
+        spec = EpisodeSpec("run", "model", "scripted", 64, env.tasks()[task_index], env_name=env.name)
+        provider = ScriptedProvider([_guess(answer)])
+        return await run_episode(spec, provider, env, LoopConfig())
+
+    first, second = await asyncio.gather(play(0, 7), play(1, 10))
+    assert (first.reward, second.reward) == (1.0, 1.0)
+    assert first.stop_reason is StopReason.DONE
+    assert second.stop_reason is StopReason.DONE
