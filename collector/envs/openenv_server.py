@@ -30,7 +30,7 @@ import httpx
 
 from collector.errors import EnvironmentFailure
 
-__all__ = ["LocalServer"]
+__all__ = ["LocalServer", "free_port"]
 
 _RUNNING: set[asyncio.subprocess.Process] = set()
 
@@ -42,7 +42,7 @@ def _kill_leftovers() -> None:
             process.kill()
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
@@ -74,7 +74,7 @@ class LocalServer:
     async def start(self) -> str:
         """Start the process and wait until it is healthy; its base URL."""
         await self.stop()  # a process that died is restarted, never left behind
-        port = _free_port()
+        port = free_port()
         args = [part.replace("{port}", str(port)) for part in self.command]
         env = dict(os.environ)
         if args[0] == "python":

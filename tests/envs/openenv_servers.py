@@ -1,8 +1,9 @@
 """Real OpenEnv servers for the tests, built with the `openenv` package's own server classes.
 
-`GuessEnvironment` is a typed-action environment (its action model `GuessAction`), the
-`Environment` + `create_app` shape of openenv's own template; `WarehouseEnvironment` is an
-MCP-style one (`MCPEnvironment` over a FastMCP server, tools through list_tools/call_tool).
+`GuessEnvironment` is a typed-action environment (examples/openenv_guess's game, its action
+model `GuessAction`), the `Environment` + `create_app` shape of openenv's own template;
+`WarehouseEnvironment` is an MCP-style one (`MCPEnvironment` over a FastMCP server, tools
+through list_tools/call_tool).
 Both append every action they execute to `EXECUTED`, so a test can show what reached them.
 `serve` runs an app with uvicorn on a loopback port in a thread of the test's own process.
 Also a server module: ``python -m tests.envs.openenv_servers {port}`` serves the guess game.
@@ -11,70 +12,50 @@ Also a server module: ``python -m tests.envs.openenv_servers {port}`` serves the
 from __future__ import annotations
 
 import contextlib
-import socket
 import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import uvicorn
 from fastmcp import FastMCP
-from openenv.core.env_server import Action, Environment, MCPEnvironment, Observation, State, create_app
+from openenv.core.env_server import Action, MCPEnvironment, Observation, State, create_app
 from openenv.core.env_server.mcp_types import CallToolAction, CallToolObservation
-from pydantic import Field
+
+from collector.envs.openenv_server import free_port
+
+EXAMPLES = str(Path(__file__).resolve().parents[2] / "examples")
+if EXAMPLES not in sys.path:  # the example's game is this module's, served as it ships
+    sys.path.append(EXAMPLES)
+
+from openenv_guess.server import GuessAction, GuessObservation  # noqa: E402 - needs EXAMPLES
+from openenv_guess.server import GuessEnvironment as ExampleGuess  # noqa: E402
 
 #: Every action an environment of this module executed: (environment, what).
 EXECUTED: list[tuple[str, object]] = []
-#: Released by a test to let a `GuessEnvironment` step that hangs (guess 99) return.
+#: Released by a test to let a `GuessEnvironment` step that hangs (guess 9) return.
 RELEASE = threading.Event()
 #: Set by a `GuessEnvironment` step when it starts to hang.
 HANGING = threading.Event()
 
 
-class GuessAction(Action):
-    """Guess the secret number."""
-
-    guess: int = Field(..., ge=0, le=100, description="Your guess, 0 to 100")
-
-
-class GuessObservation(Observation):
-    message: str = Field(default="", description="What the game says")
-
-
-class GuessEnvironment(Environment):  # type: ignore[misc]
-    """Find the secret number (7 + seed): reward 0.25 for a wrong guess, 1.0 for the right one."""
-
-    SUPPORTS_CONCURRENT_SESSIONS = True
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.secret = 7
-        self._state = State(episode_id="", step_count=0)
-
-    def reset(
-        self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any
-    ) -> GuessObservation:
-        self.secret = 7 + (seed or 0)
-        self._state = State(episode_id=episode_id or "", step_count=0)
-        return GuessObservation(message="I picked a number from 0 to 100.", reward=None, done=False)
+class GuessEnvironment(ExampleGuess):  # type: ignore[misc]
+    """examples/openenv_guess's game (the secret is ``seed % 10 + 1``) that logs every guess,
+    pays 0.25 for a wrong one (so the reward modes differ), hangs on 9 and fails on 8."""
 
     def step(self, action: GuessAction, timeout_s: float | None = None, **kwargs: Any) -> GuessObservation:  # type: ignore[override]
         EXECUTED.append(("guess", action.guess))
-        self._state.step_count += 1
-        if action.guess == 99:
+        if action.guess == 9:
             HANGING.set()
             RELEASE.wait(30)
-        if action.guess == 13:
+        if action.guess == 8:
             raise RuntimeError("unlucky number")
-        if action.guess == self.secret:
-            return GuessObservation(message="right!", reward=1.0, done=True)
-        hint = "higher" if action.guess < self.secret else "lower"
-        return GuessObservation(message=hint, reward=0.25, done=False)
-
-    @property
-    def state(self) -> State:
-        return self._state
+        observation: GuessObservation = super().step(action)
+        if not observation.done:
+            observation.reward = 0.25
+        return observation
 
 
 def warehouse_server() -> FastMCP:
@@ -135,13 +116,6 @@ def guess_app() -> Any:
 def warehouse_app() -> Any:
     return create_app(WarehouseEnvironment, CallToolAction, CallToolObservation, env_name="warehouse",
                       max_concurrent_envs=8)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 class Served:

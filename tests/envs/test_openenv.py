@@ -78,16 +78,16 @@ async def test_a_typed_action_environment_is_one_tool_whose_schema_is_the_action
     an action on the episode's own session, the reset observation follows the prompt, and
     the observation that says `done` ends the episode as `done` with the summed rewards."""
     env = _env(guess.url)
-    episode = await _run(env, [_guess(3), _guess(7)])
+    episode = await _run(env, [_guess(3), _guess(1)])
     assert '"name": "act"' in episode.tools
     assert '"guess"' in episode.tools
     assert "metadata" not in episode.tools
-    assert EXECUTED == [("guess", 3), ("guess", 7)]
+    assert EXECUTED == [("guess", 3), ("guess", 1)]
     assert episode.stop_reason is StopReason.DONE
     assert episode.reward == pytest.approx(1.25)
     users = [m.text for m in episode.messages if m.role == "user"]
-    assert users[1] == "I picked a number from 0 to 100."
-    assert [m.text for m in episode.messages if m.role == "tool"] == ["higher", "right!"]
+    assert users[1] == "I picked a number from 1 to 10."
+    assert [m.text for m in episode.messages if m.role == "tool"] == ["lower", "right!"]
 
 
 @pytest.mark.parametrize(("reward", "expected"), [("sum", 0.5), ("last", 0.25), ("final", 0.0)])
@@ -97,17 +97,17 @@ async def test_the_reward_is_read_from_the_observations_as_configured(
     """`reward = "sum"` adds the steps' rewards, `"last"` keeps the last one, and `"final"` is
     the reward of the observation that said done: 0 when the episode ended without it."""
     env = _env(guess.url, reward=reward)
-    episode = await _run(env, [_guess(3), _guess(50), text("I give up")])
+    episode = await _run(env, [_guess(3), _guess(5), text("I give up")])
     assert episode.stop_reason is StopReason.DONE
     assert episode.reward == pytest.approx(expected)
 
 
 async def test_each_task_resets_the_server_with_its_own_options(guess: Served) -> None:
-    """A task's `metadata.reset` reaches the server's reset: seed 2 moves the secret to 9."""
+    """A task's `metadata.reset` reaches the server's reset: seed 2 moves the secret to 3."""
     env = _env(guess.url, tasks=[{"id": "s2", "prompt": "Find it.", "metadata": {"reset": {"seed": 2}}}],
                reward="final")
-    episode = await _run(env, [_guess(7), _guess(9)])
-    assert EXECUTED == [("guess", 7), ("guess", 9)]
+    episode = await _run(env, [_guess(1), _guess(3)])
+    assert EXECUTED == [("guess", 1), ("guess", 3)]
     assert episode.reward == 1.0
 
 
@@ -128,7 +128,7 @@ async def test_nothing_from_a_cut_turn_reaches_either_kind_of_server(
 ) -> None:
     """A turn cut by the output cap whose calls look complete is `length`: neither the action
     nor the tool call is ever sent to the server."""
-    typed = await _run(_env(guess.url), [_guess(3), cut(call("act", {"guess": 7}))])
+    typed = await _run(_env(guess.url), [_guess(3), cut(call("act", {"guess": 1}))])
     mcp = await _run(_env(warehouse.url), [cut(call("refund", {"order_id": "A-1", "amount": 500.0}))])
     assert EXECUTED == [("guess", 3)]
     assert typed.stop_reason is StopReason.LENGTH
@@ -146,10 +146,10 @@ async def test_nothing_from_a_malformed_turn_reaches_the_server(warehouse: Serve
 
 
 async def test_an_action_the_model_got_wrong_is_refused_before_it_is_sent(guess: Served) -> None:
-    """Arguments outside the action model's schema (a guess over 100) are an error result
+    """Arguments outside the action model's schema (a guess over 10) are an error result
     for the model; the server never sees them and the episode goes on."""
-    episode = await _run(_env(guess.url), [_guess(500), _guess(7)])
-    assert EXECUTED == [("guess", 7)]
+    episode = await _run(_env(guess.url), [_guess(500), _guess(1)])
+    assert EXECUTED == [("guess", 1)]
     assert episode.stop_reason is StopReason.DONE
     assert episode.tool_errors == 1
 
@@ -197,7 +197,7 @@ async def test_a_session_closed_mid_episode_is_an_error_episode(guess: Served) -
     """The server closing the session between two actions ends the episode as `error` naming
     the server and that it closed the session; the call that found it closed is recorded."""
     env = _env(guess.url)
-    episode = await _run(env, _StopsServerFirst([_guess(3), _guess(7)], guess))
+    episode = await _run(env, _StopsServerFirst([_guess(3), _guess(1)], guess))
     assert EXECUTED == [("guess", 3)]
     assert episode.stop_reason is StopReason.ERROR
     assert episode.error is not None
@@ -209,7 +209,7 @@ async def test_a_server_that_hangs_is_an_error_episode(guess: Served) -> None:
     """A step the server never answers (it is seen hanging) ends the episode as `error` after
     `timeout_s`, naming the server and the wait, not as a tool error the model retries."""
     env = _env(guess.url, timeout_s=0.5)
-    episode = await _run(env, [_guess(99)])
+    episode = await _run(env, [_guess(9)])
     assert HANGING.is_set()
     assert episode.stop_reason is StopReason.ERROR
     assert episode.error is not None
@@ -219,7 +219,7 @@ async def test_a_server_that_hangs_is_an_error_episode(guess: Served) -> None:
 async def test_an_environment_failing_in_its_step_is_an_error_episode(guess: Served) -> None:
     """An exception in the environment's own step (the server answers EXECUTION_ERROR) ends the
     episode as `error` quoting it."""
-    episode = await _run(_env(guess.url), [_guess(13)])
+    episode = await _run(_env(guess.url), [_guess(8)])
     assert episode.stop_reason is StopReason.ERROR
     assert episode.error is not None
     assert "step failed on the server (EXECUTION_ERROR: unlucky number)" in episode.error.message
@@ -289,7 +289,7 @@ async def test_each_episode_has_its_own_session(guess: Served) -> None:
         provider = ScriptedProvider([_guess(answer)])
         return await run_episode(spec, provider, env, LoopConfig())
 
-    first, second = await asyncio.gather(play(0, 7), play(1, 10))
+    first, second = await asyncio.gather(play(0, 1), play(1, 4))
     assert (first.reward, second.reward) == (1.0, 1.0)
     assert first.stop_reason is StopReason.DONE
     assert second.stop_reason is StopReason.DONE

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from collector.record.shards import read_shard
-from collector.storage.manifest import committed_shard_paths
 from collector.stop import StopReason
+from collector.storage.manifest import committed_shard_paths
 
 ROOT = Path(__file__).resolve().parents[2]
 

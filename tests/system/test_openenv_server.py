@@ -28,7 +28,7 @@ async def _episode(env: OpenEnvEnvironment, worlds: list[OpenEnvWorld]) -> Episo
         return world
 
     env.start = remembering  # type: ignore[method-assign]
-    script = [calls(call("act", {"guess": 7}))]
+    script = [calls(call("act", {"guess": 1}))]
     spec = EpisodeSpec("run", "model", "scripted", 64, env.tasks()[0], env_name=env.name)
     return await run_episode(spec, ScriptedProvider(script), env, LoopConfig())
 
