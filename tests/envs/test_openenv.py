@@ -293,3 +293,20 @@ async def test_each_episode_has_its_own_session(guess: Served) -> None:
     assert (first.reward, second.reward) == (1.0, 1.0)
     assert first.stop_reason is StopReason.DONE
     assert second.stop_reason is StopReason.DONE
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({}, "env.options: the openenv environment needs url or server (a command), not both"),
+        ({"url": "ftp://x"}, "env.options.url: 'ftp://x' is not an http(s) URL"),
+        ({"server": ["python"], "reward": "mean"},
+         "env.options.reward: must be one of sum, last, final (got 'mean')"),
+        ({"server": "python -m x"}, "env.options.server: a command must be a non-empty list of strings"),
+    ],
+)
+def test_bad_options_are_one_line_naming_the_option(options: dict[str, object], message: str) -> None:
+    """Options the environment cannot use are refused before the run, one line each."""
+    with pytest.raises(ConfigError) as caught:
+        load_environment("openenv", options)
+    assert str(caught.value) == message

@@ -95,3 +95,15 @@ def test_validate_refuses_an_unknown_dataset_before_the_run(capsys: pytest.Captu
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err
     assert "no dataset 'no_such_task'" in err
+
+
+async def test_a_recorded_answer_is_regraded_by_the_same_scorer() -> None:
+    """`collector regrade` rebuilds the world from the recorded final text alone: a right
+    answer scores 1.0 again, a wrong one 0.0."""
+    env = _env()
+    task = env.tasks()[0]
+    answer = task.metadata["answer"]
+    episode = {"episode_id": "e", "run_id": "r", "task_id": task.id, "model": "m", "provider": "p",
+               "budget": 64, "sample": 0, "seed": 0, "env": env.name}
+    assert await env.regrade(task, episode, [], f"<answer>{answer}</answer>") == 1.0
+    assert await env.regrade(task, episode, [], "<answer>-1</answer>") == 0.0

@@ -107,3 +107,18 @@ async def test_a_step_that_raises_is_an_error_episode_naming_it() -> None:
     assert not episode.trainable
     assert episode.error is not None
     assert episode.error.message == "step: RuntimeError: the board is gone"
+
+
+class _NotAResult(GuessWorld):
+    def step(self, text: str) -> StepResult:
+        return {"observation": "?", "reward": float("nan")}  # type: ignore[return-value]
+
+
+async def test_a_step_returning_the_wrong_type_is_an_error_episode() -> None:
+    """A `step` that returns anything but a `StepResult` ends the episode as `error` saying so."""
+    env = GuessEnv()
+    env.start = lambda task, context: _NotAResult(env.log)  # type: ignore[method-assign]
+    episode = await _run([text("3")], env)
+    assert episode.stop_reason is StopReason.ERROR
+    assert episode.error is not None
+    assert episode.error.message == "step: TypeError: step returned dict, not a StepResult"
