@@ -10,7 +10,7 @@ Install the extra: ``pip install 'collector[reasoning-gym]'``. Configure it with
   one-line config error before the run, with the closest names;
 - `size` (default 100, at most `MAX_GENERATED_TASKS`) and `seed` (default 0): passed to
   ``reasoning_gym.create_dataset``, so the same options give the same tasks on every worker;
-- `config`: the dataset's own parameters (``{num_animals = [3, 5]}``...), passed as keywords
+- `config`: the dataset's own parameters (``{min_animals = 3, max_animals = 5}``...), passed as keywords
   to its config class; one it does not take is a config error naming it;
 - `answer_format`: ``"tag"`` (the default, reasoning-gym's own evaluation convention) sends
   reasoning-gym's default system prompt, which asks for the answer inside
