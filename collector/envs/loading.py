@@ -36,6 +36,8 @@ BUILTINS: Mapping[str, str] = {
     "arithmetic": "collector.envs.arithmetic:ArithmeticEnv",
     "support_desk": "collector.envs.support_desk:SupportDeskEnv",
     "mcp": "collector.envs.mcp:MCPEnvironment",
+    "reasoning_gym": "collector.envs.reasoning_gym:ReasoningGymEnv",
+    "openenv": "collector.envs.openenv:OpenEnvEnvironment",
 }
 
 

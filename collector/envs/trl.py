@@ -166,6 +166,7 @@ class TRLWorld(EpisodeWorld):
         self.observation = observation
         self._tools = [_bind(getattr(self.instance, t.name), t) for t in self.env.templates]
 
+    @property
     def initial_observation(self) -> str | None:
         return self.observation
 
