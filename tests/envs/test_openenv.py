@@ -17,11 +17,6 @@ from collector.providers.scripted import ScriptedProvider, Step, call, calls, cu
 from collector.record.episode import Episode
 from collector.stop import StopReason
 from collector.turn import Turn, TurnRequest
-
-pytest.importorskip("openenv.core.env_server")
-pytest.importorskip("fastmcp")
-
-# Imported once openenv is known to be installed.
 from tests.envs.openenv_servers import (
     EXECUTED,
     HANGING,

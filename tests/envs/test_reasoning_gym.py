@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import reasoning_gym as rg
 
 from collector.cli import main
 from collector.config import LoopConfig
@@ -15,8 +16,6 @@ from collector.errors import ConfigError
 from collector.providers.scripted import ScriptedProvider, Step, cut, text
 from collector.record.episode import Episode
 from collector.stop import StopReason
-
-rg = pytest.importorskip("reasoning_gym")
 
 
 def _env(**options: object) -> ReasoningGymEnv:

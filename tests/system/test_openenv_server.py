@@ -3,8 +3,6 @@ or per episode (a server process, so this is a system-tier test)."""
 
 from __future__ import annotations
 
-import pytest
-
 from collector.config import LoopConfig
 from collector.envs.loading import load_environment
 from collector.envs.openenv import OpenEnvEnvironment, OpenEnvWorld
@@ -12,9 +10,6 @@ from collector.episode.loop import EpisodeSpec, run_episode
 from collector.providers.scripted import ScriptedProvider, call, calls
 from collector.record.episode import Episode
 from collector.stop import StopReason
-
-pytest.importorskip("openenv.core.env_server")
-pytest.importorskip("fastmcp")
 
 COMMAND = ["python", "-m", "tests.envs.openenv_servers", "{port}"]
 
