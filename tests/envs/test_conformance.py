@@ -11,22 +11,14 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
-from collector.cli import main
-from collector.config import LoopConfig
 from collector.envs.base import Environment
 from collector.envs.loading import load_environment
-from collector.episode.loop import EpisodeSpec, run_episode
-from collector.providers import base_url_for, build_provider
-from collector.providers.base import Endpoint
-from collector.record.episode import Episode
-from collector.sim.app import create_app
 from collector.stop import StopReason
-from collector.storage.local import LocalRunStore
 from tests.envs import shop_forms
 from tests.envs.openenv_servers import Served, serve
+from tests.envs.simrun import assert_only_whole_turns_ran, collect_on_sim, stats_table
 
 pytestmark = [
     # openenv 0.10's MCP bridge reads `Tool.inputSchema`, which FastMCP 4 renamed (and warns).
@@ -60,27 +52,6 @@ def _forms(url: str, tmp_path: Path) -> dict[str, Environment]:
     }
 
 
-async def _collect(env: Environment) -> list[Episode]:
-    episodes = []
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(seed=5))) as client:
-        endpoint = Endpoint(base_url_for("chat", "http://sim.test"), api_key="sk-sim")
-        provider = build_provider("chat", endpoint, client)
-        for model, budget in CELLS:
-            for task in env.tasks():
-                for sample in range(SAMPLES):
-                    spec = EpisodeSpec("conformance", model, "chat", budget, task, sample=sample, seed=sample)
-                    episodes.append(await run_episode(spec, provider, env, LoopConfig()))
-    return episodes
-
-
-def _stats(episodes: list[Episode], path: Path, capsys: pytest.CaptureFixture[str]) -> str:
-    with LocalRunStore.open(path, "fp-conformance", {"name": "conformance"}, "arrow", 64) as store:
-        store.commit(episodes)
-    capsys.readouterr()
-    assert main(["stats", str(path)]) == 0
-    return capsys.readouterr().out
-
-
 async def test_one_task_set_in_three_forms_gives_the_same_episodes(
     shop_server: Served, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -89,7 +60,8 @@ async def test_one_task_set_in_three_forms_gives_the_same_episodes(
     stop reason and reward, executes the same calls (none from a cut or malformed turn), and
     prints the same `collector stats` truncation table."""
     shop_forms.EXECUTED.clear()
-    runs = {form: await _collect(env) for form, env in _forms(shop_server.url, tmp_path).items()}
+    forms = _forms(shop_server.url, tmp_path)
+    runs = {form: await collect_on_sim(env, CELLS, SAMPLES) for form, env in forms.items()}
     native = runs["native"]
 
     reasons = {e.stop_reason for e in native}
@@ -114,14 +86,9 @@ async def test_one_task_set_in_three_forms_gives_the_same_episodes(
         assert sorted(json.dumps(a, sort_keys=True) for _, a in logged) == sorted(
             json.dumps(json.loads(c.arguments_json), sort_keys=True) for c in executed
         )
-        for e in episodes:
-            for c in e.executed_tool_calls:
-                turn = e.turns[c.turn_index]
-                assert not turn.discarded
-                assert turn.finish_class != "length"
-                assert turn.malformed_calls == 0
+        assert_only_whole_turns_ran(episodes)
 
-    tables = {form: _stats(episodes, tmp_path / form, capsys) for form, episodes in runs.items()}
+    tables = {form: stats_table(episodes, tmp_path / form, capsys) for form, episodes in runs.items()}
     assert tables["trl"] == tables["native"]
     assert tables["openenv"] == tables["native"]
     for model, budget in CELLS:
