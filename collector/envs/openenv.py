@@ -130,6 +130,7 @@ class OpenEnvEnvironment(Environment):
         self.timeout_s = float(timeout_s)
         self.startup_timeout_s = float(startup_timeout_s)
         self._worker_server: LocalServer | None = None
+        self._worker_server_lock: asyncio.Lock | None = None
         self._schema: dict[str, Any] | None = None
         if tasks:
             self._tasks = [task_from_row(row, f"openenv-{n:04d}", where=f"env.options.tasks.{n}")
@@ -172,12 +173,19 @@ class OpenEnvEnvironment(Environment):
         return self._schema
 
     async def worker_server(self) -> str:
-        """The worker's own server (started at its first episode, again if it died)."""
-        if self._worker_server is None:
-            self._worker_server = LocalServer(self.command, self.startup_timeout_s)
-        if not self._worker_server.running:
-            await self._worker_server.start()
-        return self._worker_server.url
+        """The worker's own server (started at its first episode, again if it died).
+
+        The worker's first episodes open at once: one of them starts the server while the
+        others wait for it; unguarded, each would spawn a server of its own and all but the
+        last would run unused until the worker exits."""
+        if self._worker_server_lock is None:
+            self._worker_server_lock = asyncio.Lock()
+        async with self._worker_server_lock:
+            if self._worker_server is None:
+                self._worker_server = LocalServer(self.command, self.startup_timeout_s)
+            if not self._worker_server.running:
+                await self._worker_server.start()
+            return self._worker_server.url
 
     def tasks(self) -> Sequence[Task]:
         return self._tasks

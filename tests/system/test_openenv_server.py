@@ -3,7 +3,10 @@ or per episode (a server process, so this is a system-tier test)."""
 
 from __future__ import annotations
 
+import asyncio
+
 from collector.config import LoopConfig
+from collector.envs import openenv_server
 from collector.envs.loading import load_environment
 from collector.envs.openenv import OpenEnvEnvironment, OpenEnvWorld
 from collector.episode.loop import EpisodeSpec, run_episode
@@ -73,3 +76,22 @@ async def test_a_server_command_that_dies_is_an_error_episode_quoting_it() -> No
     assert episode.stop_reason is StopReason.ERROR
     assert episode.error is not None
     assert "exited with code 1 before serving; its last words: no such env" in episode.error.message
+
+
+async def test_episodes_opening_at_once_start_one_worker_server() -> None:
+    """A worker's first episodes open together: one of them starts the server and the others wait
+    for it, so exactly one server process runs for the worker (none started and then left to run
+    unused until the worker exits), and every episode plays on it."""
+    env = load_environment("openenv", {"server": COMMAND, "reward": "final"})
+    assert isinstance(env, OpenEnvEnvironment)
+    before = set(openenv_server._RUNNING)
+    try:
+        episodes = await asyncio.gather(*(_episode(env, []) for _ in range(4)))
+        assert [e.stop_reason for e in episodes] == [StopReason.DONE] * 4, [e.error for e in episodes]
+        assert [e.reward for e in episodes] == [1.0] * 4
+        assert len(openenv_server._RUNNING - before) == 1
+    finally:
+        if env._worker_server is not None:
+            await env._worker_server.stop()
+        for stray in openenv_server._RUNNING - before:
+            stray.kill()
