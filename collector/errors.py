@@ -43,6 +43,8 @@ Outside the tree, each for a contract of its own (never recorded as an episode's
     ToolArgumentError (ValueError)  envs.schemas: arguments do not match the tool's schema
     ToolSchemaError (ValueError)    envs.schemas: a tool's schema failed while checking a call
     ToolThreadsExhausted (RuntimeError) envs.toolkit: every tool thread is held by a stuck call
+    UnusableToolMethod (ValueError) envs.trlschema: a TRL class's method TRL could not make a tool
+    ActionRefused                   envs.openenv_session: an OpenEnv server refused an action as invalid
     Interrupted (KeyboardInterrupt) run.signals: SIGINT/SIGTERM during a run; unwinds like Ctrl-C
     WorkerFailed                    run.pool: our own code raised inside a worker (the driver's seam)
     WorkerLost                      run.pool: a worker or its node is gone (the driver's seam)

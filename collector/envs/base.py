@@ -148,10 +148,12 @@ class EpisodeWorld(ABC):
     def grade(self, final_text: str | None) -> float | Awaitable[float]:
         """Reward in [0, 1] from the world's final state (and the final answer, if any)."""
 
+    @property
     def initial_observation(self) -> str | None:
-        """Text the loop appends to the task's last user message once the world is open, before
-        the first turn (a TRL environment's `reset()` observation, `collector.envs.trl`); None
-        (the default): the prompt is the task's as it is."""
+        """What the world's own reset said (a TRL class's `reset()` return, an OpenEnv reset
+        observation), read once after `open`: the loop appends it to the task's last user
+        message before the first turn, as TRL does. None (the default) leaves the prompt as
+        the task's."""
         return None
 
     def time_outside(self) -> Mapping[str, float | bool | None]:
@@ -159,6 +161,12 @@ class EpisodeWorld(ABC):
         (`image_build_s`, `image_cached`, `sandbox_start_s`, `sandbox_stop_s`, `verifier_s`);
         read once after `close`. The default: none (a world with no sandbox)."""
         return {}
+
+    @property
+    def finished(self) -> bool:
+        """The world ended the episode itself (an OpenEnv observation said ``done``): the loop
+        reads it after a turn's calls are settled and ends the episode as `done`."""
+        return False
 
     async def open(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Acquire what the world needs outside the process (a server session); the loop awaits

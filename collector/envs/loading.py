@@ -38,6 +38,8 @@ BUILTINS: Mapping[str, str] = {
     "mcp": "collector.envs.mcp:MCPEnvironment",
     "harness": "collector.harness.env:HarnessEnv",
     "harbor": "collector.envs.harbor:HarborEnvironment",
+    "reasoning_gym": "collector.envs.reasoning_gym:ReasoningGymEnv",
+    "openenv": "collector.envs.openenv:OpenEnvEnvironment",
 }
 
 

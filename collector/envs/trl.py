@@ -63,7 +63,12 @@ from typing import Any
 from collector.envs.base import Environment, EpisodeContext, EpisodeWorld, Task, Tool
 from collector.envs.tasks import messages_from_chat, read_rows
 from collector.envs.toolkit import DEFAULT_TOOL_THREADS, tool
-from collector.envs.trlschema import ToolSchemaError, method_tool_spec, tool_method_names, validation_schema
+from collector.envs.trlschema import (
+    UnusableToolMethod,
+    method_tool_spec,
+    tool_method_names,
+    validation_schema,
+)
 from collector.errors import ConfigError, EnvironmentFailure
 
 PREFIX = "trl:"
@@ -166,6 +171,7 @@ class TRLWorld(EpisodeWorld):
         self.observation = observation
         self._tools = [_bind(getattr(self.instance, t.name), t) for t in self.env.templates]
 
+    @property
     def initial_observation(self) -> str | None:
         return self.observation
 
@@ -277,7 +283,7 @@ def _templates(spec: str, instance: object) -> list[ToolTemplate]:
     for name in names:
         try:
             description, parameters = method_tool_spec(getattr(instance, name))
-        except ToolSchemaError as exc:
+        except UnusableToolMethod as exc:
             raise ConfigError(f"env.name: {spec!r}: {exc}") from None
         templates.append(ToolTemplate(name, description, parameters, validation_schema(parameters)))
     return templates

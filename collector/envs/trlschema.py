@@ -53,7 +53,7 @@ _BASIC: dict[Any, dict[str, Any]] = {
 }
 
 
-class ToolSchemaError(ValueError):
+class UnusableToolMethod(ValueError):
     """A method TRL could not turn into a tool (no docstring, an undescribed or untyped argument)."""
 
 
@@ -112,7 +112,8 @@ def _type_schema(hint: Any, where: str) -> dict[str, Any]:
         kinds: list[str] = []
         for value in args:
             if type(value) not in (int, float, str, bool, type(None)):
-                raise ToolSchemaError(f"{where}: Literal may list only str, int, float, bool or None values")
+                raise UnusableToolMethod(
+                    f"{where}: Literal may list only str, int, float, bool or None values")
             kind = _BASIC[type(value)]["type"]
             if kind not in kinds:
                 kinds.append(kind)
@@ -123,7 +124,7 @@ def _type_schema(hint: Any, where: str) -> dict[str, Any]:
         if not args:
             return {"type": "array"}
         if len(args) == 1 or ... in args:
-            raise ToolSchemaError(
+            raise UnusableToolMethod(
                 f"{where}: a one-element or variable-length tuple hint has no schema; use list[...]"
             )
         return {"type": "array", "prefixItems": [_type_schema(t, where) for t in args]}
@@ -137,11 +138,11 @@ def _type_schema(hint: Any, where: str) -> dict[str, Any]:
 
 def method_tool_spec(method: Callable[..., Any]) -> tuple[str, dict[str, Any]]:
     """(description, parameters schema) of one tool method, by TRL's rules (module docstring).
-    Raises `ToolSchemaError` naming the method and what it lacks."""
+    Raises `UnusableToolMethod` naming the method and what it lacks."""
     name = getattr(method, "__name__", "?")
     doc = inspect.getdoc(method)
     if not doc:
-        raise ToolSchemaError(
+        raise UnusableToolMethod(
             f"method {name}() has no docstring (TRL builds the tool's description and "
             "argument descriptions from it)"
         )
@@ -149,7 +150,7 @@ def method_tool_spec(method: Callable[..., Any]) -> tuple[str, dict[str, Any]]:
     try:
         hints = get_type_hints(method)
     except Exception as exc:  # noqa: BLE001 - a hint that does not resolve is named in one line
-        raise ToolSchemaError(
+        raise UnusableToolMethod(
             f"method {name}(): its type hints do not resolve ({type(exc).__name__}: {exc})"
         ) from None
     properties: dict[str, Any] = {}
@@ -157,11 +158,11 @@ def method_tool_spec(method: Callable[..., Any]) -> tuple[str, dict[str, Any]]:
     for param in inspect.signature(method).parameters.values():
         where = f"method {name}(), argument {param.name!r}"
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-            raise ToolSchemaError(f"method {name}(): *args / **kwargs cannot be tool arguments")
+            raise UnusableToolMethod(f"method {name}(): *args / **kwargs cannot be tool arguments")
         if param.name not in hints:
-            raise ToolSchemaError(f"{where} has no type hint")
+            raise UnusableToolMethod(f"{where} has no type hint")
         if param.name not in described:
-            raise ToolSchemaError(f"{where} has no description in the docstring's Args: section")
+            raise UnusableToolMethod(f"{where} has no description in the docstring's Args: section")
         schema = _type_schema(hints[param.name], where)
         text = described[param.name]
         choices = _CHOICES.search(text)
@@ -169,7 +170,7 @@ def method_tool_spec(method: Callable[..., Any]) -> tuple[str, dict[str, Any]]:
             try:
                 values = json.loads(choices.group(1))
             except ValueError:
-                raise ToolSchemaError(f"{where}: its (choices: ...) is not a JSON list") from None
+                raise UnusableToolMethod(f"{where}: its (choices: ...) is not a JSON list") from None
             schema["enum"] = [v.strip() if isinstance(v, str) else v for v in values]
             text = text[: choices.start()].strip()
         schema["description"] = text

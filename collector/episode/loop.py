@@ -60,7 +60,12 @@ is fixed and tested:
    one that fails holds the rest the same way.
 5. dispatch: the remaining calls run one after another, in the model's order, each
    validated against its schema first (`collector.envs.toolkit.run_tool`).
-6. a turn with no tool call is the final answer: the episode ends as `done`.
+6. a turn with no tool call is the final answer: the episode ends as `done`. With a
+   text-action world (`collector.envs.textaction`) it is an action instead: its text goes
+   to the world's `step`, which ends the episode as `done` or answers with the next user
+   message. A cut or malformed turn never gets here, so it is never an action.
+After a turn's calls are settled, a world that says it is `finished` (an OpenEnv
+observation's ``done``) ends the episode as `done`.
 After the last allowed turn (`max_steps`) the episode ends as `max_steps`. Around all of it
 runs the episode's wall-clock limit (`episode_timeout_s`): on expiry the model or tool call
 in flight is cancelled, the open calls are settled, and the episode ends as `timeout`.
@@ -114,7 +119,9 @@ from collector.envs.base import (
     Tool,
     start_world,
 )
+from collector.envs.textaction import TextActionWorld
 from collector.envs.toolkit import tool_specs
+from collector.episode.actions import take_action
 from collector.episode.notices import (
     CUT,
     CUT_RETRY,
@@ -199,7 +206,8 @@ class EpisodeSpec:
 
 
 async def _drive(
-    spec: EpisodeSpec, provider: Provider, tools: Sequence[Tool], state: EpisodeState, params: SamplingParams
+    spec: EpisodeSpec, provider: Provider, world: EpisodeWorld, tools: Sequence[Tool], state: EpisodeState,
+    params: SamplingParams,
 ) -> StopReason:
     """Turns until a stop reason; the numbered steps are those of the module docstring."""
     settings = state.settings
@@ -269,6 +277,8 @@ async def _drive(
 
         if not calls:  # 6
             state.final_text = turn.text
+            if isinstance(world, TextActionWorld) and not await take_action(world, turn.text or "", state):
+                continue
             return StopReason.DONE
         began = time.perf_counter()
         try:
@@ -276,6 +286,9 @@ async def _drive(
         finally:  # a timeout or a broken world mid-call still counts the time it took
             record.tool_s = time.perf_counter() - began
         state.settle(TIMED_OUT)
+        if world.finished:
+            state.final_text = turn.text
+            return StopReason.DONE
     return StopReason.MAX_STEPS
 
 
@@ -354,7 +367,7 @@ async def run_episode(
                 await world.open()
             tools = list(world.tools)
             offered = tools_json(tool_specs(tools))
-            observation = world.initial_observation()
+            observation = world.initial_observation
             if observation:
                 state.extend_prompt(observation)
         # Broad on purpose: the environment crashed setting up, an `error` episode.
@@ -366,7 +379,7 @@ async def run_episode(
         deadline = asyncio.timeout(limit)
         try:
             async with deadline:
-                reason = await _drive(spec, provider, tools, state, params)
+                reason = await _drive(spec, provider, world, tools, state, params)
         except TimeoutError:
             if not deadline.expired():
                 raise

@@ -144,7 +144,7 @@ class EpisodeState:
 
     def extend_prompt(self, text: str) -> None:
         """Append `text` to the prompt's last user message (a new user message when it has none),
-        before the first turn: how an environment's opening observation reaches the model."""
+        before the first turn: how a world's `initial_observation` reaches the model."""
         for i in range(len(self.history) - 1, -1, -1):
             message = self.history[i]
             if isinstance(message, UserMessage):

@@ -180,7 +180,7 @@ async def test_a_failing_reward_is_an_error_episode(tmp_path: Path, reward: str,
 async def test_rows_from_a_saved_dataset_and_get_reward(tmp_path: Path) -> None:
     """A `datasets` DatasetDict saved on disk gives the rows (split chosen), and a class's own
     get_reward() adds to the reward functions' sum, as in TRL."""
-    datasets = pytest.importorskip("datasets")
+    import datasets  # the dev extra's; `datasets` is imported only where a row source needs it
     data = datasets.Dataset.from_dict(
         {"prompt": [[{"role": "user", "content": "Book Oslo."}]], "city": ["Oslo"]}
     )

@@ -8,23 +8,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
-from collector.cli import main
-from collector.config import LoopConfig
 from collector.envs.base import Environment, EpisodeContext, EpisodeWorld, Task, Tool
 from collector.envs.loading import load_environment
 from collector.envs.toolkit import tool
 from collector.envs.trl import TRLEnvironment
-from collector.episode.loop import EpisodeSpec, run_episode
-from collector.providers import base_url_for, build_provider
-from collector.providers.base import Endpoint
-from collector.record.episode import Episode
-from collector.sim.app import create_app
 from collector.stop import StopReason
-from collector.storage.local import LocalRunStore
 from tests.envs import trl_envs
+from tests.envs.simrun import assert_only_whole_turns_ran, collect_on_sim, stats_table
 
 ROWS = [
     {"id": f"shop-{i}", "prompt": f"Put {q} of 'A-{i}' in the cart.", "target": q}
@@ -78,28 +70,6 @@ class NativeShopEnv(Environment):
         return NativeShopWorld(int(task.metadata["target"]), self.specs, self.log)
 
 
-async def _collect(env: Environment) -> list[Episode]:
-    episodes = []
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(seed=5))) as client:
-        provider = build_provider(
-            "chat", Endpoint(base_url_for("chat", "http://sim.test"), api_key="sk-sim"), client
-        )
-        for model, budget in CELLS:
-            for task in env.tasks():
-                for sample in range(SAMPLES):
-                    spec = EpisodeSpec("guarantee", model, "chat", budget, task, sample=sample, seed=sample)
-                    episodes.append(await run_episode(spec, provider, env, LoopConfig()))
-    return episodes
-
-
-def _stats(episodes: list[Episode], path: Path, capsys: pytest.CaptureFixture[str]) -> str:
-    with LocalRunStore.open(path, "fp-guarantee", {"name": "guarantee"}, "arrow", 64) as store:
-        store.commit(episodes)
-    capsys.readouterr()
-    assert main(["stats", str(path)]) == 0
-    return capsys.readouterr().out
-
-
 async def test_cut_and_malformed_turns_never_reach_a_trl_class(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -114,7 +84,7 @@ async def test_cut_and_malformed_turns_never_reach_a_trl_class(
     )
     assert isinstance(env, TRLEnvironment)
     trl_envs.EXECUTIONS.clear()
-    episodes = await _collect(env)
+    episodes = await collect_on_sim(env, CELLS, SAMPLES)
 
     reasons = {e.stop_reason for e in episodes}
     assert {StopReason.LENGTH, StopReason.MALFORMED_TOOL_CALL, StopReason.DONE} <= reasons
@@ -130,25 +100,20 @@ async def test_cut_and_malformed_turns_never_reach_a_trl_class(
     assert whole_but_cut  # cut and malformed turns did carry calls that parsed
     executed = [c for e in episodes for c in e.executed_tool_calls]
     assert len(trl_envs.EXECUTIONS) == len(executed)
-    for e in episodes:
-        for c in e.executed_tool_calls:
-            turn = e.turns[c.turn_index]
-            assert not turn.discarded
-            assert turn.finish_class != "length"
-            assert turn.malformed_calls == 0
+    assert_only_whole_turns_ran(episodes)
     logged = sorted(json.dumps(a, sort_keys=True) for _, _, a in trl_envs.EXECUTIONS)
     assert logged == sorted(json.dumps(json.loads(c.arguments_json), sort_keys=True) for c in executed)
     assert any(e.reward == 1.0 for e in episodes)
 
     specs = [Tool(t.name, t.description, t.offered, lambda: None) for t in env.templates]
     native = NativeShopEnv(env.tasks(), specs)
-    native_episodes = await _collect(native)
+    native_episodes = await collect_on_sim(native, CELLS, SAMPLES)
     assert [(e.stop_reason, e.reward) for e in native_episodes] == [
         (e.stop_reason, e.reward) for e in episodes
     ]
     assert len(native.log) == len(trl_envs.EXECUTIONS)
 
-    table = _stats(episodes, tmp_path / "trl-run", capsys)
-    assert table == _stats(native_episodes, tmp_path / "native-run", capsys)
+    table = stats_table(episodes, tmp_path / "trl-run", capsys)
+    assert table == stats_table(native_episodes, tmp_path / "native-run", capsys)
     for model, budget in CELLS:
         assert any(line.split()[:2] == [model, str(budget)] for line in table.splitlines()), table

@@ -17,7 +17,7 @@ from collector.storage.manifest import committed_shard_paths
 
 ROOT = Path(__file__).resolve().parents[2]
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
+pytestmark = [pytest.mark.ray]
 
 
 def test_trl_demo_runs_end_to_end_through_the_cli(tmp_path: Path) -> None:
