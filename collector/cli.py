@@ -8,7 +8,7 @@ command ran and found a problem (`check` with violations).
     collector run CONFIG|--demo [--set k=v ...] [--address ADDR] [--in-process] [--target X]
     collector init DIR
     collector stats RUN_DIR [--by COL,...] [--target X] [--format table|csv|json] [--per episode|turn]
-    collector episodes RUN_DIR [--where COL=VALUE ...] [--model M] [--budget N] [--limit N]
+    collector episodes RUN_DIR [--where COL OP VALUE ...] [--model M] [--budget N] [--limit N]
                        [--format table|json]
     collector show RUN_DIR EPISODE_ID [--format text|json]
     collector validate CONFIG [--set k=v ...]
@@ -79,12 +79,15 @@ def _count(text: str) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from collector.analysis.stats import compute_stats, format_stats
     from collector.config import load_config
-    from collector.run.job import run_job
 
     sets = [*args.set, "ray.pool=in_process"] if args.in_process else args.set
+    # The config first: a typo is reported before the job's imports (pyarrow, and Ray for a
+    # Ray pool) are paid for.
     cfg = load_config(_run_config_path(args), sets)
+    from collector.analysis.stats import compute_stats, format_stats
+    from collector.run.job import run_job
+
     result = run_job(cfg, address=args.address, show_progress=not args.quiet, retry_errors=args.retry_errors)
     print(result.summary(), file=sys.stderr)
     from collector.storage.mirror import resolve_run
@@ -141,17 +144,13 @@ def _cmd_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _where(args: argparse.Namespace) -> dict[str, str]:
-    where: dict[str, str] = {}
-    for term in args.where:
-        column, sep, value = term.partition("=")
-        if not sep or not column.strip():
-            raise CollectorError(f"--where: expected COLUMN=VALUE, got {term!r}")
-        where[column.strip()] = value
+def _where(args: argparse.Namespace) -> list[str]:
+    """`episodes`' filters in the grammar `export` reads (`collector.analysis.where`)."""
+    where = list(args.where)
     if args.model is not None:
-        where["model"] = args.model
+        where.append(f"model={args.model}")
     if args.budget is not None:
-        where["budget"] = str(args.budget)
+        where.append(f"budget={args.budget}")
     return where
 
 
@@ -357,8 +356,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--where",
         action="append",
         default=[],
-        metavar="COL=VALUE",
-        help="keep episodes whose column has this value (stop_reason=length, trainable=false); repeatable",
+        metavar="COL OP VALUE",
+        help="keep episodes where e.g. stop_reason=length, trainable=false, budget>=64 (repeatable)",
     )
     p.add_argument("--model", default=None, metavar="M", help="only this model (same as --where model=M)")
     p.add_argument("--budget", type=int, default=None, metavar="N", help="only this per-turn budget")
@@ -474,6 +473,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _closed_pipe()
 
 
+def _refuse_config_as_run(given: str) -> None:
+    """A config file where a run directory belongs (`collector stats config.toml`): say so, and
+    where that config's run is, instead of "not a run directory"."""
+    if not given.endswith(".toml") or not os.path.isfile(given):
+        return
+    from collector.config import load_config
+
+    try:
+        where = f"; its run is {load_config(given).output.path}"
+    except CollectorError:
+        where = ""  # not a valid config: naming it a config is still the useful part
+    raise CollectorError(f"{given} is a run's config file, not a run directory{where} "
+                         "(`collector run` writes it)")
+
+
 def _dispatch(args: argparse.Namespace) -> int:
     try:
         if getattr(args, "run_dir", None) is not None:
@@ -482,6 +496,9 @@ def _dispatch(args: argparse.Namespace) -> int:
             from collector.storage.mirror import resolve_run
 
             args.run = resolve_run(args.run_dir)
+            _refuse_config_as_run(args.run_dir)
+        elif getattr(args, "follow_run", None) is not None:
+            _refuse_config_as_run(args.follow_run)
         code: int = args.func(args)
         sys.stdout.flush()  # inside the handlers: a closed pipe shows up here, not at exit
     except CollectorError as exc:

@@ -229,8 +229,9 @@ class ReasoningSetting(_Model):
 
 class SweepConfig(_Model):
     models: Annotated[list[str], Field(min_length=1)]
-    """Model names. For the simulator these are preset names: the keys of `PRESETS` in
-    collector/sim/presets.py (any other name is refused by `collector validate` and `run`)."""
+    """Model names. For the simulator these are preset names, listed under "Simulator presets"
+    at the end of docs/configuration.md (any other name is refused by `collector validate`
+    and `run`)."""
     budgets: Annotated[list[Budget], Field(min_length=1)]
     """Per-turn output-token caps to sweep (integers, 1 to 2**63-1)."""
     providers: Annotated[list[ProviderConfig], Field(min_length=1)] | None = None

@@ -150,7 +150,7 @@ def simulate(seed: int, dialect: Dialect, body: dict[str, Any], sim_seed: str = 
         body.pop("model")
         body.pop("stream")
     canonical = _canonical(body)
-    sim = _Simulator(seed, PRESETS)
+    sim = _Simulator(seed, PRESETS, time.monotonic)  # no capacity state is consulted here
     return _turn(req, PRESETS[str(model)], sim.digest(dialect, req.model, canonical, sim_seed))
 
 
