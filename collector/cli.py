@@ -247,20 +247,29 @@ def _cmd_sim(args: argparse.Namespace) -> int:
 
 
 def _cmd_trainer_view(args: argparse.Namespace) -> int:
-    from collector.analysis.trainer import summary_lines, token_summary, trainer_table, write_view
+    from collector.analysis.trainer import (
+        missing_ids_reason,
+        summary_lines,
+        token_summary,
+        trainer_table,
+        write_view,
+    )
 
+    t = token_summary(args.run)
+    reason = missing_ids_reason(t)
+    if reason is not None:  # before OUT is touched: an empty view is no training data
+        raise CollectorError(f"{args.run_dir}: no token ids to train on: {reason}")
     view = trainer_table(args.run, args.mode, args.annotation)
     write_view(view, args.out)
     left_out = ", ".join(f"{n} {why}" for why, n in sorted(view.skipped.items())) or "none"
     print(f"{args.out}: {len(view.rows)} rows from {view.episodes} episodes ({args.mode}); "
           f"left out: {left_out}", file=sys.stderr)
-    t = token_summary(args.run)
     print(f"token capture: {t['turns_with_ids']} of {t['turns']} turns with ids, "
           f"{t['turns_not_returned']} asked for and not returned, {t['turns_withheld']} withheld, "
           f"{t['turns_count_mismatch']} miscounted; prefix-consistent: {t['prefix_consistent']} "
           f"of {t['multi_turn_with_prompt_ids']} multi-turn episodes with prompt ids", file=sys.stderr)
     print("\n".join(summary_lines(t)), file=sys.stderr)
-    return EXIT_OK
+    return EXIT_OK if view.rows else EXIT_PROBLEM
 
 
 def _cmd_follow(args: argparse.Namespace) -> int:

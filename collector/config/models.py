@@ -159,6 +159,15 @@ class ProviderConfig(_Model):
         """The wire format actually spoken."""
         return self.sim_transport if self.kind == "sim" else self.kind
 
+    def captures_token_ids(self, sampling: SamplingConfig) -> bool:
+        """Whether requests to this provider ask for token ids: `sampling.token_ids` when set
+        (token-in implies it), else on exactly where the wire carries ids (Chat Completions)."""
+        if sampling.token_in:
+            return True
+        if sampling.token_ids is not None:
+            return sampling.token_ids
+        return self.wire == "chat"
+
 
 class SamplingConfig(_Model):
     """Request parameters sent with every model call; unset fields are left to the server."""
@@ -175,11 +184,15 @@ class SamplingConfig(_Model):
     """Ask for token log-probabilities, where the wire format supports them."""
     top_logprobs: int | None = None
     """With `logprobs`: alternatives per token."""
-    token_ids: bool = False
+    token_ids: bool | None = None
     """Token capture: ask each server for the sampled token ids, the prompt token ids and the
     output logprobs (chat wire: vLLM/SGLang `return_token_ids`, SGLang `return_prompt_token_ids`,
-    and `logprobs`, which carries llama.cpp's ids). A server that ignores it does not fail the
-    run: the turn records that ids were asked for and not returned. Stored per turn in `turns`."""
+    and `logprobs`, which carries llama.cpp's ids). Unset (the default): on wherever the wire
+    can carry them, the Chat Completions wire (the simulator by default, vLLM, SGLang,
+    llama.cpp), off on the other wires. A server that refuses or ignores the fields does not
+    fail the run: a refusal turns capture off for that worker's adapter after one rejected
+    request, and each turn records that ids were asked for and not returned. Stored per turn
+    in `turns`; `collector trainer-view` needs them. `false`: never ask."""
     token_in: bool = False
     """Token-in mode (implies `token_ids`): every turn after the first sends its prompt as
     ids, the previous prompt + output ids + the server-tokenized rest, so an episode is one

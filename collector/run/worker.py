@@ -243,7 +243,8 @@ class EpisodeWorker:
         providers = cfg.sweep.providers or [cfg.provider]
         sampling = sampling_params(cfg)
         # Each provider of a sweep may send request fields of its own (`provider.extra_body`).
-        sampling = dataclasses.replace(sampling, extra_body=self._extra_bodies[item.provider_index])
+        sampling = dataclasses.replace(sampling, extra_body=self._extra_bodies[item.provider_index],
+                                       token_ids=providers[item.provider_index].captures_token_ids(cfg.sampling))
         if providers[item.provider_index].kind == "sim":
             # The simulator's reply is a pure function of the request body, and Anthropic and
             # Responses bodies carry no seed: the sample's seed travels in a header it reads.
@@ -313,7 +314,8 @@ def http_clients(providers: Sequence[ProviderConfig], in_flight: int) -> list[ht
 
 
 def sampling_params(cfg: RunConfig) -> SamplingParams:
-    """The request parameters; `seed` stays unset so the loop sends each episode's own seed."""
+    """The request parameters; `seed` stays unset so the loop sends each episode's own seed.
+    Token capture as for `provider` (a sweep over providers resolves it per provider)."""
     s = cfg.sampling
     return SamplingParams(
         temperature=s.temperature,
@@ -322,7 +324,7 @@ def sampling_params(cfg: RunConfig) -> SamplingParams:
         tool_choice=s.tool_choice,
         logprobs=s.logprobs,
         top_logprobs=s.top_logprobs,
-        token_ids=s.token_ids or s.token_in,
+        token_ids=cfg.provider.captures_token_ids(s),
         token_in=s.token_in_server if s.token_in else None,
         extra_body=dict(s.extra_body),
         reasoning_effort=s.reasoning_effort,
