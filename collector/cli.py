@@ -175,12 +175,14 @@ def _cmd_schema(args: argparse.Namespace) -> int:
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     from collector.config import load_config
-    from collector.run.plan import plan_work
+    from collector.run.plan import load_env, plan_work, tools_of_first_task
 
     cfg = load_config(args.config, args.set)
-    plan = plan_work(cfg)
+    env = load_env(cfg)
+    plan = plan_work(cfg, env)
     print(f"{args.config}: ok")
     print(plan.describe())
+    print(tools_of_first_task(plan, env))
     return EXIT_OK
 
 

@@ -137,6 +137,22 @@ class Plan:
         )
 
 
+def tools_of_first_task(plan: Plan, env: Environment) -> str:
+    """`tools: calculator (inline), ...`: the tools a world of the plan's first task offers,
+    each with how its calls run (`Tool.execution`: async, inline or on a thread)."""
+    from collector.envs.base import EpisodeContext, start_world
+    from collector.envs.toolkit import describe_execution
+
+    if not plan.task_ids:
+        return "tools: none (no tasks)"
+    task = next(t for t in env.tasks() if t.id == plan.task_ids[0])
+    model, budget = plan.cfg.sweep.pairs()[0]
+    context = EpisodeContext(episode_id="validate", run_id=plan.run_id, task_id=task.id, model=model,
+                             provider=plan.providers[0].name, budget=budget, sample=0, seed=0,
+                             env=plan.cfg.env.name)
+    return f"tools (task {task.id}): {describe_execution(start_world(env, task, context).tools)}"
+
+
 def episode_seed(run_seed: int, eid: str) -> int:
     """A 31-bit seed per episode: different samples of one task get different replies."""
     digest = hashlib.blake2b(f"{run_seed}:{eid}".encode(), digest_size=4).digest()
