@@ -20,7 +20,7 @@ command ran and found a problem (`check` with violations).
     collector trainer-view RUN_DIR OUT [--mode sequence|stepwise] [--annotation NAME]
     collector report RUN_DIR [-o OUT] [--target X]
     collector follow RUN [--since CURSOR] [--format jsonl|arrow] [--groups all|complete] [--forever]
-                         [--poll SECONDS] [--annotation NAME]
+                         [--wait SECONDS] [--poll SECONDS] [--annotation NAME]
 
 Every RUN_DIR may also be ``s3://bucket/prefix``: it is read through a local mirror synced
 first (`collector.storage.mirror.resolve_run`, the one place the argument is resolved).
@@ -69,6 +69,10 @@ def _positive_seconds(text: str) -> float:
     if not 0.0 < value <= 86400.0:  # NaN fails too
         raise argparse.ArgumentTypeError(f"must be seconds in (0, 86400], got {text}")
     return value
+
+
+def _wait_seconds(text: str) -> float:
+    return 0.0 if text.strip() in ("0", "0.0") else _positive_seconds(text)
 
 
 def _count(text: str) -> int:
@@ -448,6 +452,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("jsonl", "arrow"), default="jsonl", help="arrow: an IPC stream")
     p.add_argument("--groups", choices=("all", "complete"), default="all", help="complete: whole groups only")
     p.add_argument("--forever", action="store_true", help="keep following after the writer is gone")
+    p.add_argument("--wait", type=_wait_seconds, default=0.0, metavar="SECONDS",
+                   help="wait up to SECONDS for a run that has not started yet (default 0: fail at once)")
     p.add_argument("--annotation", default=None, metavar="NAME",
                    help="rewards from `collector regrade --out NAME` (local runs)")
     p.add_argument("--poll", type=float, default=1.0, metavar="SECONDS", help="how often to look for commits")

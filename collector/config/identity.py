@@ -23,7 +23,8 @@ from collector.config.urls import public_url, without_url_credentials
 #: do change it: which episodes time out, which tool results are errors; they stay in).
 _SELECTION_ONLY: dict[str, Any] = {
     "samples_per_task": True,
-    "sweep": {"models": True, "budgets": True, "pairing": True, "cells": True, "reasoning": True},
+    "sweep": {"models": True, "budgets": True, "pairing": True, "cells": True, "reasoning": True,
+              "order": True},
     "env": {"tasks": True, "python_path": True},
     "ray": True,
     "output": True,

@@ -259,6 +259,14 @@ class SweepConfig(_Model):
     """Optional reasoning axis: every (model, budget) cell runs once per setting, stored in
     the `reasoning` column (statistics group by it). An Anthropic thinking budget not below
     a cell's budget is refused before anything runs, naming the cell."""
+    order: Literal["sample_major", "group_major"] = "sample_major"
+    """The order episodes are handed out in. "sample_major" (the default): sample 0 of every
+    task and cell first, then sample 1, ...: a run stopped early holds a little of every
+    cell, but a group (a task's samples in one cell) completes only in the last
+    1/samples_per_task of the run. "group_major": a group's samples one after another, so
+    groups complete from the first commits on: for a GRPO consumer following the run with
+    `collector follow --groups complete` (docs/follow.md). Episode ids, resume and
+    exactly-once are the same either way; not in the fingerprint."""
 
     @model_validator(mode="before")
     @classmethod
