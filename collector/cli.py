@@ -19,6 +19,7 @@ command ran and found a problem (`check` with violations).
     collector sim [--host H] [--port N] [--seed S]
     collector trainer-view RUN_DIR OUT [--mode sequence|stepwise] [--annotation NAME]
     collector report RUN_DIR [-o OUT] [--target X]
+    collector cluster-check ADDRESS [--cpus-per-worker X] [--timeout S]
     collector follow RUN [--since CURSOR] [--format jsonl|arrow] [--groups all|complete] [--forever]
                          [--wait SECONDS] [--poll SECONDS] [--annotation NAME]
 
@@ -278,6 +279,14 @@ def _cmd_trainer_view(args: argparse.Namespace) -> int:
     return EXIT_OK if view.rows else EXIT_PROBLEM
 
 
+def _cmd_cluster_check(args: argparse.Namespace) -> int:
+    from collector.run.cluster import check_cluster
+
+    ok, lines = check_cluster(args.address, args.timeout, args.cpus_per_worker)
+    print("\n".join(lines))
+    return EXIT_OK if ok else EXIT_PROBLEM
+
+
 def _cmd_follow(args: argparse.Namespace) -> int:
     from collector.analysis.follow_output import main
 
@@ -458,6 +467,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="rewards from `collector regrade --out NAME` (local runs)")
     p.add_argument("--poll", type=float, default=1.0, metavar="SECONDS", help="how often to look for commits")
     p.set_defaults(func=_cmd_follow)
+
+    p = sub.add_parser("cluster-check", help="say whether a run can use a Ray cluster: its nodes and CPUs")
+    p.add_argument("address", metavar="ADDRESS", help="the cluster's address, host:port (as for --address)")
+    p.add_argument("--cpus-per-worker", type=float, default=1.0, metavar="X",
+                   help="ray.cpus_per_worker of the run to fit (default: %(default)s)")
+    p.add_argument("--timeout", type=_positive_seconds, default=60.0, metavar="S",
+                   help="seconds to join the cluster and to hear from each node (default: 60)")
+    p.set_defaults(func=_cmd_cluster_check)
 
     p = sub.add_parser("report", help="write one self-contained HTML page of a run (figures, transcripts)")
     run_dir(p)

@@ -332,6 +332,11 @@ class Episode:
     """How many distinct policy versions answered its turns: above 1, the episode straddles
     a weight update (an off-policy mix a trainer may drop or weight); 0: none known. None
     in a shard written before the field existed."""
+    # --- issue 43: where it ran (still version 3) ---
+    node: str | None = None
+    """The machine that ran it: ``host:ray-node-id`` on a Ray cluster, the host name alone with
+    the in-process pool (None: written before the field existed). Shows that every node of a
+    cluster worked, without reading Ray's logs."""
 
     @property
     def is_truncated(self) -> bool:

@@ -85,6 +85,8 @@ class EpisodeWorker:
     def __init__(self, setup: WorkerSetup) -> None:
         self.setup = setup
         self.cfg = setup.cfg
+        self.node = socket.gethostname()
+        """Stored as each episode's `node`; a Ray actor adds its node id (`collector.run.cluster`)."""
         self.in_flight = self.cfg.ray.episodes_in_flight
         self._init_lock: asyncio.Lock | None = None
         self._ready = False
@@ -281,6 +283,7 @@ class EpisodeWorker:
         finally:
             self._slots.put_nowait(slot)
         episode.worker = self.setup.name
+        episode.node = self.node
         self.episodes_run += 1
         self._finished[str(episode.stop_reason)] += 1
         return episode
