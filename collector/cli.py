@@ -18,7 +18,7 @@ command ran and found a problem (`check` with violations).
                                  [--annotation NAME]
     collector sim [--host H] [--port N] [--seed S]
     collector trainer-view RUN_DIR OUT [--mode sequence|stepwise] [--annotation NAME]
-    collector report RUN_DIR [-o OUT] [--target X]
+    collector report RUN_DIR [OTHER_RUN] [-o OUT] [--target X]
     collector cluster-check ADDRESS [--cpus-per-worker X] [--timeout S]
     collector follow RUN [--since CURSOR] [--format jsonl|arrow] [--groups all|complete] [--forever]
                          [--wait SECONDS] [--poll SECONDS] [--annotation NAME]
@@ -296,7 +296,13 @@ def _cmd_follow(args: argparse.Namespace) -> int:
 def _cmd_report(args: argparse.Namespace) -> int:
     from collector.analysis.report import report_command
 
-    return report_command(args.run, args.out, args.target, args.run_dir)
+    other = None
+    if args.other is not None:
+        from collector.storage.mirror import resolve_run
+
+        _refuse_config_as_run(args.other)
+        other = str(resolve_run(args.other))
+    return report_command(args.run, args.out, args.target, args.run_dir, other)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -478,6 +484,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("report", help="write one self-contained HTML page of a run (figures, transcripts)")
     run_dir(p)
+    p.add_argument("other", metavar="OTHER_RUN", nargs="?", default=None,
+                   help="a second run, compared with the first cell by cell on the same page")
     p.add_argument("-o", "--out", default="report.html", help="the HTML file to write (default: %(default)s)")
     target(p)
     p.set_defaults(func=_cmd_report)

@@ -34,6 +34,7 @@ __all__ = [
     "render_episode",
     "render_transcript",
     "resolve_episode_id",
+    "trainable_text",
 ]
 
 
@@ -187,6 +188,17 @@ def _message_text(m: MessageRecord, executed: set[tuple[int | None, str]]) -> li
     return out
 
 
+def trainable_text(ep: Episode) -> str:
+    """`trainable` with what it means for this episode: whether it is a training row, and why a
+    cut one is one (README: a cut turn ends the episode as a zero-reward row, kept to train on)."""
+    if not ep.trainable:
+        return (f"no (ended as {ep.stop_reason.value}: a failure or a clock, not the model's doing; "
+                "leave it out of training)")
+    if ep.stop_reason.value in ("length", "malformed_tool_call", "context_overflow"):
+        return f"yes (a training row with reward {ep.reward:g}: the model's own {ep.stop_reason.value})"
+    return "yes (a training row)"
+
+
 def render_transcript(ep: Episode) -> str:
     """An episode as text: header, per-turn table, then the messages with their tool calls."""
     graded = "-" if ep.graded_reward is None else f"{ep.graded_reward:g}"
@@ -194,12 +206,13 @@ def render_transcript(ep: Episode) -> str:
         f"episode {ep.episode_id}   run {ep.run_id}",
         f"model {ep.model} ({ep.provider})   budget {ep.budget}   env {ep.env}   task {ep.task_id}   "
         f"sample {ep.sample}   seed {ep.seed}",
-        f"stop_reason {ep.stop_reason.value}   truncated {_yn(ep.is_truncated)}   trainable "
-        f"{_yn(ep.trainable)}   reward {ep.reward:g}   graded {graded}",
+        f"stop_reason {ep.stop_reason.value}   truncated {_yn(ep.is_truncated)}   reward {ep.reward:g}   "
+        f"graded {graded}",
+        f"trainable {trainable_text(ep)}",
         f"turns {ep.num_turns}   tool calls {ep.num_tool_calls} ({len(ep.executed_tool_calls)} executed, "
         f"{ep.tool_errors} errors)   tokens in {ep.input_tokens} out {ep.output_tokens} "
         f"(wasted {ep.wasted_output_tokens})   {ep.duration_s:.2f}s"
-        + (f"   worker {ep.worker}" if ep.worker else ""),
+        + (f"   worker {ep.worker}" if ep.worker else "") + (f"   node {ep.node}" if ep.node else ""),
     ]
     if ep.error is not None:
         lines.append(f"error {ep.error.type}: {ep.error.message}")

@@ -41,7 +41,7 @@ def small_run(run: Path) -> None:
 
 
 def test_notebook_renders_its_figures(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Executed headless with RUN_DIR set, every cell runs and the six figure cells each emit a PNG."""
+    """Executed headless with RUN_DIR set, every cell runs and the seven figure cells each emit a PNG."""
     run = tmp_path / "run"
     small_run(run)
     monkeypatch.setenv("RUN_DIR", str(run))
@@ -60,7 +60,7 @@ def test_notebook_renders_its_figures(tmp_path: Path, monkeypatch: pytest.Monkey
         for o in c.outputs
         if o.output_type == "display_data" and "image/png" in o.get("data", {})
     ]
-    assert len(pngs) == 6  # the per-turn and error-rate figures among them
+    assert len(pngs) == 7  # the per-turn, error-rate and output-length figures among them
     assert all(p.startswith(PNG_MAGIC) and len(p) > 5_000 for p in pngs)
     first = "".join(o.get("text", "") for o in code_cells[0].outputs if o.output_type == "stream")
     assert "120 episodes, 2 models, budgets [64, 128, 256]" in first
@@ -94,7 +94,7 @@ def test_notebook_splits_a_reasoning_sweep_by_setting(
     assert table.count("effort=high") == 2  # one row per budget
     assert table.count("effort=low") == 2
     pngs = [o for c in code_cells for o in c.outputs if "image/png" in o.get("data", {})]
-    assert len(pngs) == 6
+    assert len(pngs) == 7
 
 
 @pytest.mark.parametrize("cwd", [".", "notebooks"])
