@@ -1,6 +1,7 @@
 """The report at 1400 px, as a person looks at it in Chromium (`tests.system.cdp`): the truncation
 table and the comparison of two runs fit the page (no column cut off behind a scroll bar), and
-every transcript's summary line names its task. Screenshots are kept beside the test's page."""
+every transcript's summary line names its task, and opened transcripts (token strips included)
+wrap instead of widening the page. Screenshots are kept beside the test's page."""
 
 from __future__ import annotations
 
@@ -55,3 +56,7 @@ def test_the_report_fits_1400_px_and_names_tasks(tmp_path: Path, browser: Browse
                              ".map(s => s.innerText)")
     assert summaries
     assert all(" · task desk-" in s for s in summaries)
+    # An opened transcript (token ids are captured by default: its token strip too) wraps.
+    browser.eval("document.querySelectorAll('details.ep').forEach(d => { d.open = true; })")
+    width, room = browser.eval("[document.documentElement.scrollWidth, window.innerWidth]")
+    assert width <= room, (width, room)
