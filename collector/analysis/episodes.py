@@ -34,7 +34,6 @@ __all__ = [
     "render_episode",
     "render_transcript",
     "resolve_episode_id",
-    "trainable_text",
 ]
 
 
