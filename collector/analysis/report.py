@@ -103,8 +103,9 @@ font:12px ui-monospace,monospace}.tag{color:#555;font-size:12px}.call{font:12px 
 .b-cut{background:#ff7f0e}.b-discarded{background:#d62728}.b-replayed{background:#8c564b}
 .b-settled{background:#7f7f7f}.b-exec{background:#2ca02c}.b-noexec{background:#bbb}
 .b-malformed{background:#d62728}.b-retry{background:#9467bd}
-.tokens{font:11px ui-monospace,monospace;line-height:1.9;margin:4px 0;display:flex;flex-wrap:wrap}.tok{padding:1px 2px;margin:0 1px;
-border-radius:2px}.tok.m0{text-decoration:line-through;outline:1px dashed #d62728}
+.tokens{font:11px ui-monospace,monospace;line-height:1.9;margin:4px 0;display:flex;flex-wrap:wrap}
+.tok{padding:1px 2px;margin:0 1px;border-radius:2px}
+.tok.m0{text-decoration:line-through;outline:1px dashed #d62728}
 [hidden]{display:none!important}.muted{color:#777}
 """
 
