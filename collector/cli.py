@@ -9,7 +9,7 @@ command ran and found a problem (`check` with violations).
     collector init DIR
     collector stats RUN_DIR [--by COL,...] [--target X] [--format table|csv|json]
                     [--per episode|turn|tool|task]
-    collector episodes RUN_DIR [--where COL=VALUE ...] [--model M] [--budget N] [--limit N]
+    collector episodes RUN_DIR [--where COL OP VALUE ...] [--model M] [--budget N] [--limit N]
                        [--format table|json]
     collector show RUN_DIR EPISODE_ID [--format text|json]
     collector validate CONFIG [--set k=v ...]
@@ -21,9 +21,10 @@ command ran and found a problem (`check` with violations).
                                  [--annotation NAME]
     collector sim [--host H] [--port N] [--seed S]
     collector trainer-view RUN_DIR OUT [--mode sequence|stepwise] [--annotation NAME]
-    collector report RUN_DIR [-o OUT] [--target X]
+    collector report RUN_DIR [OTHER_RUN] [-o OUT] [--target X]
+    collector cluster-check ADDRESS [--cpus-per-worker X] [--timeout S]
     collector follow RUN [--since CURSOR] [--format jsonl|arrow] [--groups all|complete] [--forever]
-                         [--poll SECONDS] [--annotation NAME]
+                         [--wait SECONDS] [--poll SECONDS] [--annotation NAME]
 
 Every RUN_DIR may also be ``s3://bucket/prefix``: it is read through a local mirror synced
 first (`collector.storage.mirror.resolve_run`, the one place the argument is resolved).
@@ -74,6 +75,10 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
+def _wait_seconds(text: str) -> float:
+    return 0.0 if text.strip() in ("0", "0.0") else _positive_seconds(text)
+
+
 def _count(text: str) -> int:
     value = int(text)
     if value < 0:
@@ -82,12 +87,15 @@ def _count(text: str) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from collector.analysis.stats import compute_stats, format_stats
     from collector.config import load_config
-    from collector.run.job import run_job
 
     sets = [*args.set, "ray.pool=in_process"] if args.in_process else args.set
+    # The config first: a typo is reported before the job's imports (pyarrow, and Ray for a
+    # Ray pool) are paid for.
     cfg = load_config(_run_config_path(args), sets)
+    from collector.analysis.stats import compute_stats, format_stats
+    from collector.run.job import run_job
+
     result = run_job(cfg, address=args.address, show_progress=not args.quiet, retry_errors=args.retry_errors)
     print(result.summary(), file=sys.stderr)
     from collector.storage.mirror import resolve_run
@@ -155,17 +163,13 @@ def _cmd_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _where(args: argparse.Namespace) -> dict[str, str]:
-    where: dict[str, str] = {}
-    for term in args.where:
-        column, sep, value = term.partition("=")
-        if not sep or not column.strip():
-            raise CollectorError(f"--where: expected COLUMN=VALUE, got {term!r}")
-        where[column.strip()] = value
+def _where(args: argparse.Namespace) -> list[str]:
+    """`episodes`' filters in the grammar `export` reads (`collector.analysis.where`)."""
+    where = list(args.where)
     if args.model is not None:
-        where["model"] = args.model
+        where.append(f"model={args.model}")
     if args.budget is not None:
-        where["budget"] = str(args.budget)
+        where.append(f"budget={args.budget}")
     return where
 
 
@@ -190,12 +194,14 @@ def _cmd_schema(args: argparse.Namespace) -> int:
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     from collector.config import load_config
-    from collector.run.plan import plan_work
+    from collector.run.plan import load_env, plan_work, tools_of_first_task
 
     cfg = load_config(args.config, args.set)
-    plan = plan_work(cfg)
+    env = load_env(cfg)
+    plan = plan_work(cfg, env)
     print(f"{args.config}: ok")
     print(plan.describe())
+    print(tools_of_first_task(plan, env))
     return EXIT_OK
 
 
@@ -298,20 +304,37 @@ def _cmd_sim(args: argparse.Namespace) -> int:
 
 
 def _cmd_trainer_view(args: argparse.Namespace) -> int:
-    from collector.analysis.trainer import summary_lines, token_summary, trainer_table, write_view
+    from collector.analysis.trainer import (
+        missing_ids_reason,
+        summary_lines,
+        token_summary,
+        trainer_table,
+        write_view,
+    )
 
+    t = token_summary(args.run)
+    reason = missing_ids_reason(t)
+    if reason is not None:  # before OUT is touched: an empty view is no training data
+        raise CollectorError(f"{args.run_dir}: no token ids to train on: {reason}")
     view = trainer_table(args.run, args.mode, args.annotation)
     write_view(view, args.out)
     left_out = ", ".join(f"{n} {why}" for why, n in sorted(view.skipped.items())) or "none"
     print(f"{args.out}: {len(view.rows)} rows from {view.episodes} episodes ({args.mode}); "
           f"left out: {left_out}", file=sys.stderr)
-    t = token_summary(args.run)
     print(f"token capture: {t['turns_with_ids']} of {t['turns']} turns with ids, "
           f"{t['turns_not_returned']} asked for and not returned, {t['turns_withheld']} withheld, "
           f"{t['turns_count_mismatch']} miscounted; prefix-consistent: {t['prefix_consistent']} "
           f"of {t['multi_turn_with_prompt_ids']} multi-turn episodes with prompt ids", file=sys.stderr)
     print("\n".join(summary_lines(t)), file=sys.stderr)
-    return EXIT_OK
+    return EXIT_OK if view.rows else EXIT_PROBLEM
+
+
+def _cmd_cluster_check(args: argparse.Namespace) -> int:
+    from collector.run.cluster import check_cluster
+
+    ok, lines = check_cluster(args.address, args.timeout, args.cpus_per_worker)
+    print("\n".join(lines))
+    return EXIT_OK if ok else EXIT_PROBLEM
 
 
 def _cmd_follow(args: argparse.Namespace) -> int:
@@ -323,7 +346,13 @@ def _cmd_follow(args: argparse.Namespace) -> int:
 def _cmd_report(args: argparse.Namespace) -> int:
     from collector.analysis.report import report_command
 
-    return report_command(args.run, args.out, args.target, args.run_dir)
+    other = None
+    if args.other is not None:
+        from collector.storage.mirror import resolve_run
+
+        _refuse_config_as_run(args.other)
+        other = str(resolve_run(args.other))
+    return report_command(args.run, args.out, args.target, args.run_dir, other)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -409,8 +438,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--where",
         action="append",
         default=[],
-        metavar="COL=VALUE",
-        help="keep episodes whose column has this value (stop_reason=length, trainable=false); repeatable",
+        metavar="COL OP VALUE",
+        help="keep episodes where e.g. stop_reason=length, trainable=false, budget>=64 (repeatable)",
     )
     p.add_argument("--model", default=None, metavar="M", help="only this model (same as --where model=M)")
     p.add_argument("--budget", type=int, default=None, metavar="N", help="only this per-turn budget")
@@ -508,13 +537,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("jsonl", "arrow"), default="jsonl", help="arrow: an IPC stream")
     p.add_argument("--groups", choices=("all", "complete"), default="all", help="complete: whole groups only")
     p.add_argument("--forever", action="store_true", help="keep following after the writer is gone")
+    p.add_argument("--wait", type=_wait_seconds, default=0.0, metavar="SECONDS",
+                   help="wait up to SECONDS for a run that has not started yet (default 0: fail at once)")
     p.add_argument("--annotation", default=None, metavar="NAME",
                    help="rewards from `collector regrade --out NAME` (local runs)")
     p.add_argument("--poll", type=float, default=1.0, metavar="SECONDS", help="how often to look for commits")
     p.set_defaults(func=_cmd_follow)
 
+    p = sub.add_parser("cluster-check", help="say whether a run can use a Ray cluster: its nodes and CPUs")
+    p.add_argument("address", metavar="ADDRESS", help="the cluster's address, host:port (as for --address)")
+    p.add_argument("--cpus-per-worker", type=float, default=1.0, metavar="X",
+                   help="ray.cpus_per_worker of the run to fit (default: %(default)s)")
+    p.add_argument("--timeout", type=_positive_seconds, default=60.0, metavar="S",
+                   help="seconds to join the cluster and to hear from each node (default: 60)")
+    p.set_defaults(func=_cmd_cluster_check)
+
     p = sub.add_parser("report", help="write one self-contained HTML page of a run (figures, transcripts)")
     run_dir(p)
+    p.add_argument("other", metavar="OTHER_RUN", nargs="?", default=None,
+                   help="a second run, compared with the first cell by cell on the same page")
     p.add_argument("-o", "--out", default="report.html", help="the HTML file to write (default: %(default)s)")
     target(p)
     p.set_defaults(func=_cmd_report)
@@ -544,6 +585,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _closed_pipe()
 
 
+def _refuse_config_as_run(given: str) -> None:
+    """A config file where a run directory belongs (`collector stats config.toml`): say so, and
+    where that config's run is, instead of "not a run directory"."""
+    if not given.endswith(".toml") or not os.path.isfile(given):
+        return
+    from collector.config import load_config
+
+    try:
+        where = f"; its run is {load_config(given).output.path}"
+    except CollectorError:
+        where = ""  # not a valid config: naming it a config is still the useful part
+    raise CollectorError(f"{given} is a run's config file, not a run directory{where} "
+                         "(`collector run` writes it)")
+
+
 def _dispatch(args: argparse.Namespace) -> int:
     try:
         if getattr(args, "run_dir", None) is not None:
@@ -552,6 +608,9 @@ def _dispatch(args: argparse.Namespace) -> int:
             from collector.storage.mirror import resolve_run
 
             args.run = resolve_run(args.run_dir)
+            _refuse_config_as_run(args.run_dir)
+        elif getattr(args, "follow_run", None) is not None:
+            _refuse_config_as_run(args.follow_run)
         code: int = args.func(args)
         sys.stdout.flush()  # inside the handlers: a closed pipe shows up here, not at exit
     except CollectorError as exc:

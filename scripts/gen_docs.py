@@ -215,7 +215,20 @@ def configuration_page() -> str:
                 continue
             lines.append(f"| `{name}` | {_type(field.annotation, field.metadata)} | {_default(field)} | "
                          f"{_one_line(field.description)} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join([*lines, *_presets_section()]) + "\n"
+
+
+def _presets_section() -> list[str]:
+    """The simulator's model names (`sweep.models` with the simulator), each in one line."""
+    from collector.sim.presets import PRESETS
+
+    lines = ["", "## Simulator presets", "",
+             "With the simulator (`provider.kind = \"sim\"`, the default), `sweep.models` names presets;",
+             "any other name is refused by `collector validate` and `run`. Each is one simulated server",
+             "behaviour (`collector/sim/presets.py` holds every knob):", "",
+             "| model | behaviour |", "|---|---|"]
+    lines += [f"| `{name}` | {preset.description} |" for name, preset in PRESETS.items()]
+    return lines
 
 
 # --- docs/modules.md -------------------------------------------------------------------------

@@ -46,7 +46,7 @@ GEN_DOCS = REPO / "scripts" / "gen_docs.py"
 REGENERATE = ".venv/bin/python scripts/gen_docs.py"
 #: Programs a shell block may show besides `collector`, and how each is checked here.
 OTHER_PROGRAMS = {"pip", ".venv/bin/pip", "bash", "python", ".venv/bin/python", ".venv/bin/jupyter", "export",
-                  "cd"}
+                  "cd", "ray"}
 
 
 def _gen_docs() -> ModuleType:
@@ -283,6 +283,8 @@ def _check_command(block: Block, words: list[str], runnable: bool) -> None:
     elif program.endswith("python"):
         assert args[0] == "-m", where
         assert importlib.util.find_spec(args[1]) is not None, where
+    elif program == "ray":  # Ray's own CLI, only to start a node of a cluster
+        assert args[0] == "start", where
     elif program.endswith("jupyter"):
         assert args[0] in ("lab", "execute"), where
         assert (REPO / args[1]).is_file(), where

@@ -19,9 +19,10 @@ from collector.analysis import json_values
 from collector.analysis.stats import read_committed
 from collector.analysis.tables import load_run
 from collector.analysis.terminal import escape_controls
+from collector.analysis.where import where_filter
 from collector.errors import OutputError
 from collector.record.episode import Episode, MessageRecord, ToolCallRecord
-from collector.record.shards import SCHEMA, ShardError, describe_exception, episodes_from_table, read_shard
+from collector.record.shards import ShardError, describe_exception, episodes_from_table, read_shard
 from collector.storage.manifest import committed_shard_paths
 from collector.storage.mirror import resolve_run
 
@@ -99,41 +100,17 @@ def episode_row(run_dir: str | Path, episode_id: str) -> dict[str, Any]:
 LISTING_COLUMNS = ("episode_id", "model", "budget", "task_id", "sample", "stop_reason", "num_turns", "reward")
 
 
-def _where_value(column: str, text: str) -> Any:
-    """`text` as a value of `column`'s type; OutputError naming the column when it is not one."""
-    try:
-        field = SCHEMA.field(column)
-    except KeyError:
-        raise OutputError(f"--where: unknown column {column!r}") from None
-    kind = field.type.value_type if pa.types.is_dictionary(field.type) else field.type
-    try:
-        if pa.types.is_integer(kind):
-            return int(text)
-        if pa.types.is_floating(kind):
-            return float(text)
-        if pa.types.is_boolean(kind):
-            lowered = text.lower()
-            if lowered not in ("true", "false"):
-                raise ValueError(text)
-            return lowered == "true"
-    except ValueError:
-        raise OutputError(f"--where: {column}={text!r} is not a {kind} value") from None
-    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
-        return text
-    raise OutputError(f"--where: column {column!r} ({field.type}) cannot be filtered on")
+def list_episodes(run_dir: str | Path, where: Mapping[str, str] | Sequence[str] | None = None,
+                  limit: int | None = None) -> pa.Table:
+    """Committed episodes passing every filter of `where` (`LISTING_COLUMNS`), by id.
 
-
-def list_episodes(run_dir: str | Path, where: Mapping[str, str] | None = None, limit: int | None = None
-                  ) -> pa.Table:
-    """Committed episodes matching every `column=value` of `where` (`LISTING_COLUMNS`), by id.
-
-    Values are read as the column's type (`budget=64`, `trainable=false`); an unknown
-    column or a value of the wrong type is a one-line OutputError.
+    `where` holds ``COLUMN OP VALUE`` filters in the grammar `collector export` reads
+    (`collector.analysis.where`: ``budget>=64``, ``stop_reason=length,max_steps``), or a
+    mapping of column to the value it must equal. An unknown column, a value of the wrong
+    type or an unknown stop reason is a one-line ConfigError.
     """
-    filt: ds.Expression | None = None
-    for column, text in (where or {}).items():
-        term = ds.field(column) == _where_value(column, text)
-        filt = term if filt is None else filt & term
+    terms = [f"{c}={v}" for c, v in where.items()] if isinstance(where, Mapping) else list(where or ())
+    filt, _ = where_filter(terms)
     table = read_committed(resolve_run(run_dir), list(LISTING_COLUMNS), filt)
     table = table.sort_by([("model", "ascending"), ("budget", "ascending"), ("task_id", "ascending"),
                            ("sample", "ascending"), ("episode_id", "ascending")])
@@ -210,6 +187,17 @@ def _message_text(m: MessageRecord, executed: set[tuple[int | None, str]]) -> li
     return out
 
 
+def trainable_text(ep: Episode) -> str:
+    """`trainable` with what it means for this episode: whether it is a training row, and why a
+    cut one is one (README: a cut turn ends the episode as a zero-reward row, kept to train on)."""
+    if not ep.trainable:
+        return (f"no (ended as {ep.stop_reason.value}: a failure or a clock, not the model's doing; "
+                "leave it out of training)")
+    if ep.stop_reason.value in ("length", "malformed_tool_call", "context_overflow"):
+        return f"yes (a training row with reward {ep.reward:g}: the model's own {ep.stop_reason.value})"
+    return "yes (a training row)"
+
+
 def render_transcript(ep: Episode) -> str:
     """An episode as text: header, per-turn table, then the messages with their tool calls."""
     graded = "-" if ep.graded_reward is None else f"{ep.graded_reward:g}"
@@ -217,12 +205,13 @@ def render_transcript(ep: Episode) -> str:
         f"episode {ep.episode_id}   run {ep.run_id}",
         f"model {ep.model} ({ep.provider})   budget {ep.budget}   env {ep.env}   task {ep.task_id}   "
         f"sample {ep.sample}   seed {ep.seed}",
-        f"stop_reason {ep.stop_reason.value}   truncated {_yn(ep.is_truncated)}   trainable "
-        f"{_yn(ep.trainable)}   reward {ep.reward:g}   graded {graded}",
+        f"stop_reason {ep.stop_reason.value}   truncated {_yn(ep.is_truncated)}   reward {ep.reward:g}   "
+        f"graded {graded}",
+        f"trainable {trainable_text(ep)}",
         f"turns {ep.num_turns}   tool calls {ep.num_tool_calls} ({len(ep.executed_tool_calls)} executed, "
         f"{ep.tool_errors} errors)   tokens in {ep.input_tokens} out {ep.output_tokens} "
         f"(wasted {ep.wasted_output_tokens})   {ep.duration_s:.2f}s"
-        + (f"   worker {ep.worker}" if ep.worker else ""),
+        + (f"   worker {ep.worker}" if ep.worker else "") + (f"   node {ep.node}" if ep.node else ""),
     ]
     if ep.error is not None:
         lines.append(f"error {ep.error.type}: {ep.error.message}")

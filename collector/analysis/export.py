@@ -19,9 +19,10 @@ on ``reward`` tests that reward. ``chat-jsonl`` carries no reward, so naming an 
 with it is a `ConfigError`, as is an annotation that does not cover every committed episode
 (checked before anything is written).
 
-Filters (`--where`, ANDed): ``COLUMN OP VALUE`` over `WHERE_COLUMNS`, OP one of ``= != > >=
-< <=``; ``=`` and ``!=`` take a comma list (``stop_reason=done,max_steps``). A filter that
-does not parse, an unknown column, or a value of the wrong type is a `ConfigError` naming it.
+Filters (`--where`, ANDed): ``COLUMN OP VALUE``, the grammar `collector episodes` reads too
+(`collector.analysis.where`): OP one of ``= != > >= < <=``; ``=`` and ``!=`` take a comma list
+(``stop_reason=done,max_steps``). A filter that does not parse, an unknown column, a value of
+the wrong type or an unknown stop reason is a `ConfigError` naming it.
 
 Where the file goes: `collector.analysis.output.write_output` (atomic, symlinks, FIFOs, `-`,
 never inside a run directory).
@@ -30,72 +31,20 @@ never inside a run directory).
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
-import pyarrow as pa
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from collector.analysis.atif import write_atif
 from collector.analysis.output import write_output
 from collector.analysis.source import Source
+from collector.analysis.where import where_filter
 from collector.errors import ConfigError, OutputError
 from collector.record.chat import template_messages, template_tools
-from collector.record.shards import STOP_REASONS
 
-__all__ = ["FORMATS", "WHERE_COLUMNS", "export_run", "parse_where"]
-
-#: Columns `--where` may test, and how a value given for each is parsed.
-WHERE_COLUMNS: dict[str, Callable[[str], object]] = {
-    "stop_reason": lambda v: _choice(v, STOP_REASONS, "stop_reason"),
-    "trainable": lambda v: _choice(v.lower(), ("true", "false"), "trainable") == "true",
-    "model": str,
-    "budget": int,
-    "reward": float,
-}
-
-_WHERE = re.compile(r"^\s*([a-z_]+)\s*(!=|>=|<=|==|=|>|<)\s*(.*?)\s*$")
-
-
-def _choice(value: str, choices: Sequence[str], column: str) -> str:
-    if value not in choices:
-        raise ValueError(f"{column} is one of {', '.join(choices)}")
-    return value
-
-
-def parse_where(text: str) -> ds.Expression:
-    """One ``COLUMN OP VALUE`` filter as a dataset expression (ConfigError naming what is wrong)."""
-    match = _WHERE.match(text)
-    if match is None:
-        raise ConfigError(f"--where {text!r}: expected COLUMN OP VALUE, e.g. stop_reason=done or budget>=64")
-    column, op, raw = match.groups()
-    if column not in WHERE_COLUMNS:
-        raise ConfigError(f"--where {text!r}: cannot filter on {column!r}; "
-                          f"choose from {', '.join(WHERE_COLUMNS)}")
-    parse = WHERE_COLUMNS[column]
-    many = op in ("=", "==", "!=")
-    try:
-        values = [parse(v.strip()) for v in raw.split(",")] if many else [parse(raw)]
-    except ValueError as e:
-        raise ConfigError(f"--where {text!r}: bad value {raw!r} ({e})") from None
-    if not many and column in ("stop_reason", "trainable", "model"):
-        raise ConfigError(f"--where {text!r}: {column} takes = or !=")
-    field = ds.field(column)
-    if column == "stop_reason":  # dictionary-encoded: compare its strings
-        field = field.cast(pa.string())
-    if many:
-        expr = field.isin(values)
-        return ~expr if op == "!=" else expr
-    value = values[0]
-    comparisons: dict[str, Callable[[], ds.Expression]] = {
-        ">": lambda: field > value, ">=": lambda: field >= value,
-        "<": lambda: field < value, "<=": lambda: field <= value,
-    }
-    return comparisons[op]()
-
+__all__ = ["FORMATS", "export_run"]
 
 def _write_chat_jsonl(source: Source, out: BinaryIO) -> int:
     run_dir = source.run_dir
@@ -136,12 +85,10 @@ def export_run(run_dir: str | Path, out: str | Path, fmt: str, where: Sequence[s
         raise ConfigError(f"unknown export format {fmt!r} (expected {', '.join(FORMATS)})")
     if annotation is not None and fmt == "chat-jsonl":
         raise ConfigError("--annotation: chat-jsonl carries no reward; use --format parquet or atif")
-    flt: ds.Expression | None = None
-    for text in where:
-        expr = parse_where(text)
-        flt = expr if flt is None else flt & expr
+    flt, tested = where_filter(where)
     run = Path(run_dir)
-    source = Source(run, flt, annotation, filter_columns=tuple(WHERE_COLUMNS))
+    # `reward` always: an annotation replaces that column, which must be there to replace.
+    source = Source(run, flt, annotation, filter_columns=("reward", *tested))
     if annotation is not None:
         # Before OUT is touched: an annotation that misses an episode is refused with nothing written.
         source.read(["episode_id"])

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, TypeAlias
 
 import matplotlib.pyplot as plt
+import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullLocator
@@ -114,47 +115,120 @@ def error_figure(trunc: Frame) -> Figure:
     return fig
 
 
+#: A turn index drawn in `per_turn_figure` needs this many turns in a cell for its band (and
+#: point): a later turn that few episodes reach has a band spanning most of the axis.
+MIN_TURNS = 10
+#: Line styles (and colours) of the turn indices in `per_turn_figure`: the first four turns.
+TURN_STYLES = (("-", "#1f77b4"), ("--", "#ff7f0e"), ("-.", "#2ca02c"), (":", "#9467bd"))
+
+
+def _panels(count: int, rows: int = 1, width: float = 3.6, height: float = 3.2) -> tuple[Figure, list[Any]]:
+    """A grid of `rows` x `count` panels sharing the y axis, one column per line of `series`:
+    small multiples instead of a dozen lines and bands over one another."""
+    fig, axes = plt.subplots(rows, count, figsize=(max(6.0, width * count), height * rows), sharey=True,
+                             squeeze=False)
+    return fig, [list(r) for r in axes]
+
+
 def per_turn_figure(per_turn: Frame, target: float | None = None) -> Figure:
-    """Turns cut / turns against budget: left by turn index (first four), right by kind."""
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
-    for label, colour, marker, rows in series(per_turn):
-        styles = ("-", "--", "-.", ":")
-        for index, style in zip(sorted(rows["turn_index"].dropna().unique())[:4], styles, strict=False):
-            g = rows[rows["turn_index"] == index].sort_values("budget")
-            left.plot(g["budget"], g["cut_rate"], style, marker=marker, color=colour,
-                      label=f"{label} turn {int(index)}")
-            left.fill_between(g["budget"], g["cut_low"], g["cut_high"], color=colour, alpha=0.1)
-        for kind, style in (("call", "-"), ("answer", "--")):
+    """Turns cut / turns against budget, one column of panels per model (and setting): top, by
+    turn index (the first four, one style and colour each, a cell drawn only with at least
+    `MIN_TURNS` turns); bottom, by turn kind. Bands are Wilson 95%, at most four in a panel."""
+    lines = series(per_turn)
+    fig, (top, bottom) = _panels(len(lines), rows=2)
+    for i, (label, _colour, marker, rows) in enumerate(lines):
+        indices = sorted(rows["turn_index"].dropna().unique())[:4]
+        for index, (style, colour) in zip(indices, TURN_STYLES, strict=False):
+            g = rows[(rows["turn_index"] == index) & (rows["turns"] >= MIN_TURNS)].sort_values("budget")
+            if g.empty:
+                continue
+            top[i].plot(g["budget"], g["cut_rate"], style, marker=marker, color=colour,
+                        label=f"turn {int(index)}")
+            top[i].fill_between(g["budget"], g["cut_low"], g["cut_high"], color=colour, alpha=0.12)
+        for kind, (style, colour) in (("call", TURN_STYLES[0]), ("answer", TURN_STYLES[1])):
             g = rows[rows["turn_kind"] == kind].sort_values("budget")
-            right.plot(g["budget"], g["cut_rate"], style, marker=marker, color=colour,
-                       label=f"{label} {kind}")
-            right.fill_between(g["budget"], g["cut_low"], g["cut_high"], color=colour, alpha=0.1)
-    for ax, title in ((left, "by turn index"), (right, "by turn kind")):
-        if target is not None:
-            ax.axhline(target, color="grey", linestyle=":", linewidth=1)
-        budget_axis(ax, per_turn["budget"])
-        ax.set_ylim(0, 1)
-        ax.set_title(f"Turns cut, {title}")
-        ax.legend(fontsize=7)
-    left.set_ylabel("share of turns cut")
+            bottom[i].plot(g["budget"], g["cut_rate"], style, marker=marker, color=colour, label=kind)
+            bottom[i].fill_between(g["budget"], g["cut_low"], g["cut_high"], color=colour, alpha=0.12)
+        top[i].set_title(label, fontsize=10)
+        for ax in (top[i], bottom[i]):
+            if target is not None:
+                ax.axhline(target, color="grey", linestyle=":", linewidth=1)
+            budget_axis(ax, per_turn["budget"])
+            ax.set_ylim(0, 1)
+        top[i].set_xlabel("")
+    top[0].set_ylabel("share of turns cut\nby turn index")
+    bottom[0].set_ylabel("share of turns cut\nby turn kind")
+    top[-1].legend(fontsize=8, loc="upper right")
+    bottom[-1].legend(fontsize=8, loc="upper right")
+    fig.suptitle("Turns cut at each budget")
     fig.tight_layout()
     return fig
 
 
 def stop_mix_figure(mix: Frame) -> Figure:
-    """Stacked share of each stop reason per model (and reasoning setting) and budget, in the
-    fixed colours."""
-    index = [c for c in ("model", "reasoning", "budget") if c in mix]
-    table = mix.pivot_table(index=index, columns="stop_reason", values="share",
-                            fill_value=0.0, observed=True)
-    reasons = ordered_reasons(str(c) for c in table.columns)
-    table = table[reasons]
-    fig, ax = plt.subplots(figsize=(8, 4))
-    table.plot(kind="bar", stacked=True, width=0.8, ax=ax, color=[stop_colour(r) for r in reasons])
-    ax.set_ylabel("share of episodes")
-    ax.set_xlabel(", ".join(index))
-    ax.legend(title="stop reason", bbox_to_anchor=(1.02, 1), loc="upper left")
-    ax.set_title("Stop-reason mix")
+    """Stacked share of each stop reason per budget, one panel per model (and reasoning
+    setting), in the fixed colours: a panel holds one bar per budget, labelled by its budget."""
+    reasons = ordered_reasons(str(r) for r in mix["stop_reason"].unique())
+    keys = [c for c in ("model", "reasoning") if c in mix]
+    groups = list(mix.groupby(keys, observed=True, sort=True)) if keys else [((), mix)]
+    fig, (axes,) = _panels(len(groups), width=2.6, height=3.4)
+    for ax, (key, rows) in zip(axes, groups, strict=True):
+        table = rows.pivot_table(index="budget", columns="stop_reason", values="share", fill_value=0.0,
+                                 observed=True).reindex(columns=reasons, fill_value=0.0)
+        table.plot(kind="bar", stacked=True, width=0.75, ax=ax, legend=False,
+                   color=[stop_colour(r) for r in reasons])
+        name = " ".join(str(k) for k in (key if isinstance(key, tuple) else (key,)))
+        ax.set_title(name, fontsize=10)
+        ax.set_xlabel("budget")
+        ax.tick_params(axis="x", labelrotation=0)
+    axes[0].set_ylabel("share of episodes")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, title="stop reason", loc="upper left", bbox_to_anchor=(1.0, 0.95), fontsize=8)
+    fig.suptitle("Stop-reason mix")
+    fig.tight_layout()
+    return fig
+
+
+def turn_lengths(episodes: Any) -> Frame:
+    """One row per turn of `episodes` (`load_analysis`'s table): model, budget, the turn's
+    output tokens and whether the cap cut it (`finish_class` length)."""
+    import pandas as pd  # type: ignore[import-untyped]  # pandas ships no stubs (module docstring)
+
+    models, budgets = episodes.column("model").to_pylist(), episodes.column("budget").to_pylist()
+    rows = [(m, b, t["output_tokens"], t["finish_class"] == "length")
+            for m, b, turns in zip(models, budgets, episodes.column("turns").to_pylist(), strict=True)
+            for t in turns]
+    return pd.DataFrame(rows, columns=["model", "budget", "output_tokens", "cut"])
+
+
+def output_length_figure(lengths: Frame) -> Figure:
+    """The figure a budget is picked from: per model, the share of turns that wanted more than
+    x output tokens (a survival curve, from the model's largest swept budget, where the fewest
+    turns are cut), each swept budget marked with the share of turns it would cut. Turns cut
+    even at the largest budget wanted more than it: the curve ends there, at that share."""
+    models = sorted(lengths["model"].unique())
+    colours = model_colours(models)
+    budgets = sorted({int(b) for b in lengths["budget"]})
+    fig, (axes,) = _panels(len(models), width=4.4, height=3.6)
+    for ax, model in zip(axes, models, strict=True):
+        rows = lengths[lengths["model"] == model]
+        top = int(rows["budget"].max())
+        turns = rows[rows["budget"] == top]
+        counts = turns["output_tokens"].clip(lower=1).sort_values().to_numpy()
+        shares = 1.0 - (np.arange(len(counts)) + 1) / len(counts)
+        ax.step(counts, shares, where="post", color=colours[model])
+        for b in budgets:
+            above = float((turns["output_tokens"] >= b).mean()) if b < top else float(turns["cut"].mean())
+            ax.axvline(b, color="grey", linestyle="--", linewidth=0.8)
+            ax.annotate(f"{above:.0%}", (b, above), textcoords="offset points", xytext=(3, 4), fontsize=8)
+            ax.plot([b], [above], "o", color=colours[model], markersize=4)
+        budget_axis(ax, budgets)
+        ax.set_xlim(budgets[0] / 4, budgets[-1] * 1.5)
+        ax.tick_params(axis="x", labelrotation=60, labelsize=8)
+        ax.set_ylim(0, 1.02)
+        ax.set_title(f"{model} (turns at budget {top})", fontsize=10)
+    axes[0].set_ylabel("share of turns wanting more than x tokens")
+    fig.suptitle("Output length per turn, the swept budgets marked (dashed)")
     fig.tight_layout()
     return fig
 

@@ -101,6 +101,12 @@ judges it (`collector.storage.s3lease.lease_held`: the answer's ``Date`` against
 ``LastModified``), never on this reader's clock, which may run ahead or behind by minutes.
 With ``forever=True`` (``--forever``) it keeps polling.
 
+The start. A follower started before its run (a trainer launched first) waits up to
+``wait_s`` seconds (``--wait SECONDS``; 0 by default: no run is an error at once) for the
+run's manifest to appear, then follows it to its end as above: the writer takes the run's
+lock before it writes the manifest, so a run that has just appeared is never taken for one
+that has ended.
+
 Tests: tests/analysis/test_follow_faults.py (a finished run's cursors after ``--retry-errors``,
 torn and foreign cursors, an S3 follower with its clock ahead); tests/analysis/test_follow.py
 (compaction behind the cursor, forget, groups, the end,
@@ -275,13 +281,17 @@ class Follower:
 
     def __init__(self, run: str | Path, since: str | None = None, *, groups: Groups = "all",
                  forever: bool = False, poll_s: float = 1.0,
-                 sleep: Callable[[float], None] = time.sleep, annotation: str | None = None) -> None:
+                 sleep: Callable[[float], None] = time.sleep, annotation: str | None = None,
+                 wait_s: float = 0.0, clock: Callable[[], float] = time.monotonic) -> None:
         if groups not in ("all", "complete"):
             raise FollowError(f"{run}: groups must be 'all' or 'complete', got {groups!r}")
         self.run = str(run)
         self.grouped = groups == "complete"
         self.forever = forever
         self.poll_s = poll_s
+        self.wait_s = wait_s
+        """How long to wait for a run that has not started (no manifest yet) before giving up."""
+        self._clock = clock
         self.annotation = annotation
         """A regrade (`collector regrade --out NAME`) whose rewards replace the stored ones."""
         self._sleep = sleep
@@ -521,13 +531,20 @@ class Follower:
             )
 
     def _wait_for_run(self) -> Path:
+        """The run's root once it exists: at once, within `wait_s` (bounded), or ever (`forever`)."""
+        deadline = self._clock() + self.wait_s
         while True:
             root = self._root()
             if root is not None:
                 return root
-            if not self.forever:
-                raise FollowError(f"{self.run} is not a run (no {MANIFEST}); --forever waits for one")
-            self._sleep(self.poll_s)
+            left = deadline - self._clock()
+            if not self.forever and left <= 0:
+                if self.wait_s:
+                    raise FollowError(f"{self.run}: no run started there within {self.wait_s:g} s "
+                                      f"(no {MANIFEST}); --wait SECONDS waits longer")
+                raise FollowError(f"{self.run} is not a run (no {MANIFEST}); "
+                                  "--wait SECONDS waits for one to start")
+            self._sleep(self.poll_s if self.forever else min(self.poll_s, left))
 
     def _group_size(self, root: Path) -> int:
         resolved = _read_json(root / RESOLVED_CONFIG)
@@ -644,8 +661,10 @@ class _Grouper:
 
 
 def follow(run: str | Path, since: str | None = None, *, groups: Groups = "all", forever: bool = False,
-           poll_s: float = 1.0, annotation: str | None = None) -> Follower:
+           poll_s: float = 1.0, annotation: str | None = None, wait_s: float = 0.0) -> Follower:
     """Follow `run` (a run directory or ``s3://bucket/prefix``): iterate the result for
     `Batch`es in commit order as they are committed, from after `since` (a cursor one of them
-    carried; None: from the start). See the module docstring for the guarantees."""
-    return Follower(run, since, groups=groups, forever=forever, poll_s=poll_s, annotation=annotation)
+    carried; None: from the start), waiting up to `wait_s` seconds for a run that has not
+    started yet. See the module docstring for the guarantees."""
+    return Follower(run, since, groups=groups, forever=forever, poll_s=poll_s, annotation=annotation,
+                    wait_s=wait_s)

@@ -26,7 +26,7 @@ __all__ = ["main"]
 def main(args: argparse.Namespace) -> int:
     """`collector follow`: write the batches to stdout; one line on stderr for held groups."""
     follower = Follower(args.follow_run, args.since, groups=args.groups, forever=args.forever,
-                        poll_s=args.poll, annotation=args.annotation)
+                        poll_s=args.poll, annotation=args.annotation, wait_s=args.wait)
     write = _write_arrow if args.format == "arrow" else _write_jsonl
     write(follower, sys.stdout)
     groups, samples = follower.held

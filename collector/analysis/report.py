@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from collector.analysis.colours import MODEL_COLOURS, stop_colour
+from collector.analysis.episodes import trainable_text
 from collector.analysis.output import write_output
 from collector.analysis.report_data import (
     DEFAULT_TARGET,
@@ -79,8 +80,9 @@ _CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:0 24px 40px;color:#222;background:#fff}
 h1{font-size:22px;margin:18px 0 4px}h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #ddd}
 h3{font-size:15px;margin:18px 0 6px}
-table{border-collapse:collapse;font-size:12.5px}td,th{padding:3px 7px;border-bottom:1px solid #eee;
+table{border-collapse:collapse;font-size:12.5px}td,th{padding:3px 6px;border-bottom:1px solid #eee;
 text-align:right;white-space:nowrap}th{background:#f5f5f5;position:sticky;top:0}
+#stats th{white-space:normal;vertical-align:bottom;max-width:5.5em}
 td.k,th.k{text-align:left}table.sortable th{cursor:pointer}
 table.sortable th:after{content:" \\2195";color:#aaa}
 table.identity td{text-align:left}table.identity td:first-child{color:#666}
@@ -102,8 +104,9 @@ font:12px ui-monospace,monospace}.tag{color:#555;font-size:12px}.call{font:12px 
 .b-cut{background:#ff7f0e}.b-discarded{background:#d62728}.b-replayed{background:#8c564b}
 .b-settled{background:#7f7f7f}.b-exec{background:#2ca02c}.b-noexec{background:#bbb}
 .b-malformed{background:#d62728}.b-retry{background:#9467bd}
-.tokens{font:11px ui-monospace,monospace;line-height:1.9;margin:4px 0}.tok{padding:1px 2px;margin:0 1px;
-border-radius:2px}.tok.m0{text-decoration:line-through;outline:1px dashed #d62728}
+.tokens{font:11px ui-monospace,monospace;line-height:1.9;margin:4px 0;display:flex;flex-wrap:wrap}
+.tok{padding:1px 2px;margin:0 1px;border-radius:2px}
+.tok.m0{text-decoration:line-through;outline:1px dashed #d62728}
 [hidden]{display:none!important}.muted{color:#777}
 """
 
@@ -432,14 +435,14 @@ def _transcript(ep: Episode) -> str:
     turns = {t.index: t for t in ep.turns}
     executed = {(c.turn_index, c.call_id) for c in ep.executed_tool_calls}
     cut = ep.is_truncated
-    summary = (f"{esc(ep.episode_id[:12])} · {esc(ep.model)} · budget {ep.budget}"
+    summary = (f"{esc(ep.episode_id[:12])} · task {esc(ep.task_id)} #{ep.sample} · {esc(ep.model)} · "
+               f"budget {ep.budget}"
                f"{' · ' + esc(ep.reasoning) if ep.reasoning else ''} · {esc(ep.stop_reason.value)} · "
                f"{ep.num_turns} turns · reward {ep.reward:g}" + (_badge("cut", "cut") if cut else ""))
     meta = (f"episode {ep.episode_id} · task {ep.task_id} · sample {ep.sample} · provider {ep.provider}"
             " · "
             f"env {ep.env} · tokens in {ep.input_tokens} out {ep.output_tokens} "
-            f"(wasted {ep.wasted_output_tokens}) · {ep.duration_s:.2f}s · trainable "
-            f"{'yes' if ep.trainable else 'no'}")
+            f"(wasted {ep.wasted_output_tokens}) · {ep.duration_s:.2f}s · trainable {trainable_text(ep)}")
     rows = []
     for t in ep.turns:
         notes = []
@@ -484,7 +487,7 @@ def _transcript(ep: Episode) -> str:
             f"</tbody></table>{messages}{token_block}</div></details>")
 
 
-def render(data: ReportData) -> str:
+def render(data: ReportData, compare: str = "") -> str:
     """The page as one string (see the module docstring for what it holds and why)."""
     rows = data.stats_json["rows"]
     models = sorted({str(r["model"]) for r in rows})
@@ -523,6 +526,7 @@ def render(data: ReportData) -> str:
 <div class="wide">{_stats_table(data)}</div>
 {_picks_table(data)}
 {tools_section(data.tools)}
+{compare}
 <h2>Figures</h2>{"".join(sections)}
 <h2>Transcripts</h2>
 <p class="muted">Up to {PER_CELL} episodes per cell, cut ones first. Marked: the turn cut at the cap, calls
@@ -535,15 +539,21 @@ them, discarded turns (nothing from them ran; their tokens have loss mask 0).</p
 
 
 def build_report(run: str | Path, target: float | None = DEFAULT_TARGET, per_cell: int = PER_CELL,
-                 source: str | None = None) -> str:
-    """The report of `run` (a run dir or ``s3://bucket/prefix``) as one HTML string."""
-    return render(collect(run, target, per_cell, source))
+                 source: str | None = None, other: str | Path | None = None) -> str:
+    """The report of `run` (a run dir or ``s3://bucket/prefix``) as one HTML string; with
+    `other`, a section comparing it with that run cell by cell (`report_compare`)."""
+    compare = ""
+    if other is not None:
+        from collector.analysis.report_compare import comparison_section
+
+        compare = comparison_section(run, other, str(source or run), str(other), target)
+    return render(collect(run, target, per_cell, source), compare)
 
 
 def write_report(run: str | Path, out: str | Path, target: float | None = DEFAULT_TARGET,
-                 source: str | None = None) -> int:
+                 source: str | None = None, other: str | Path | None = None) -> int:
     """Write the report to `out` (atomically, never inside the run dir; ``-``: stdout); its bytes."""
-    page = build_report(run, target, source=source).encode("utf-8")
+    page = build_report(run, target, source=source, other=other).encode("utf-8")
 
     def write(f: BinaryIO) -> int:
         f.write(page)
@@ -552,8 +562,10 @@ def write_report(run: str | Path, out: str | Path, target: float | None = DEFAUL
     return write_output(out, write, resolve_run(run))
 
 
-def report_command(run: str | Path, out: str | Path, target: float | None, shown: str) -> int:
-    """`collector report`: write the page, say where on stderr; the exit code."""
-    size = write_report(run, out, DEFAULT_TARGET if target is None else target, source=shown)
-    print(f"{out}: report of {shown} ({size / 1e6:.2f} MB)", file=sys.stderr)
+def report_command(run: str | Path, out: str | Path, target: float | None, shown: str,
+                   other: str | None = None) -> int:
+    """`collector report RUN [OTHER]`: write the page, say where on stderr; the exit code."""
+    size = write_report(run, out, DEFAULT_TARGET if target is None else target, source=shown, other=other)
+    against = f" compared with {other}" if other else ""
+    print(f"{out}: report of {shown}{against} ({size / 1e6:.2f} MB)", file=sys.stderr)
     return 0

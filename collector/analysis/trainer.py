@@ -316,6 +316,21 @@ def token_summary(run_dir: str | Path) -> dict[str, Any]:
     return summary
 
 
+def missing_ids_reason(summary: dict[str, Any]) -> str | None:
+    """Why a run has no token ids for a trainer, in one sentence; None when some turn has ids."""
+    if summary["turns_with_ids"]:
+        return None
+    if not summary["turns"]:
+        return "no committed turns"
+    if not summary["turns_requested"]:
+        return (f"none of its {summary['turns']} turns asked for token ids (collected with "
+                "sampling.token_ids = false, or on a wire without ids: Responses, Anthropic, Gemini); "
+                "collect on the Chat Completions wire with sampling.token_ids unset or true (docs/tokens.md)")
+    return (f"{summary['turns_requested']} turns asked for token ids and the server returned none "
+            f"({summary['turns_withheld']} withheld by redaction); the server must return them "
+            "(vLLM, SGLang, llama.cpp: docs/tokens.md)")
+
+
 def summary_lines(summary: dict[str, Any]) -> list[str]:
     """The per-model part of `token_summary` as lines for `collector trainer-view`'s stderr."""
     lines = []

@@ -23,7 +23,8 @@ from collector.config.urls import public_url, without_url_credentials
 #: do change it: which episodes time out, which tool results are errors; they stay in).
 _SELECTION_ONLY: dict[str, Any] = {
     "samples_per_task": True,
-    "sweep": {"models": True, "budgets": True, "pairing": True, "cells": True, "reasoning": True},
+    "sweep": {"models": True, "budgets": True, "pairing": True, "cells": True, "reasoning": True,
+              "order": True},
     "env": {"tasks": True, "python_path": True},
     "ray": True,
     "output": True,
@@ -67,6 +68,10 @@ def data_identity(cfg: RunConfig) -> dict[str, Any]:
     for name in ("reasoning_effort", "thinking_budget"):  # issue 16: unset keeps existing run ids
         if data["sampling"][name] is None:
             del data["sampling"][name]
+    # Unset token capture (on where the wire carries ids) hashes as the old default, false: a
+    # run directory collected before capture was the default resumes, its new turns with ids.
+    if data["sampling"]["token_ids"] is None:
+        data["sampling"]["token_ids"] = False
     if not data["sampling"]["token_in"]:  # issue 26: ids sent change what a turn saw; off keeps ids
         del data["sampling"]["token_in"]
         del data["sampling"]["token_in_server"]

@@ -7,12 +7,14 @@ tests/envs/test_loading.py (paths relative to the config file).
 from __future__ import annotations
 
 import copy
+import difflib
 import tomllib
+import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from collector.config.models import _describe
 from collector.config.run import RunConfig, check_run_config
@@ -55,16 +57,55 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
 
 
 def _one_line(source: str, exc: ValidationError) -> str:
-    """The first validation error as `source: field.path: message (got value)`."""
+    """The first validation error as `source: field.path: message (got value)`, with a
+    `did you mean` for a key the table does not have."""
     errors = exc.errors(include_url=False)
+    # A misspelt key first: it is the likeliest cause of the other errors (a required field
+    # "missing" because it was spelt wrong), and the one a suggestion fixes.
+    errors.sort(key=lambda e: e["type"] != "extra_forbidden")
     first = errors[0]
     loc = ".".join(str(part) for part in first["loc"]) or "(top level)"
     message = first["msg"]
     # A whole table as "the value" is noise (model-level checks); name scalars and lists only.
     if first["type"] != "missing" and not isinstance(first["input"], dict):
         message += f" (got {_describe(first['input'])})"
+    if first["type"] == "extra_forbidden":
+        message += _did_you_mean(first["loc"])
     more = f" [+{len(errors) - 1} more]" if len(errors) > 1 else ""
     return f"{source}: {loc}: {message}{more}".replace("\n", " ")
+
+
+def _did_you_mean(loc: Sequence[int | str]) -> str:
+    """`; did you mean `samples_per_task`?` for a misspelt key, from the fields that table has."""
+    if not loc:
+        return ""
+    near = difflib.get_close_matches(str(loc[-1]), sorted(_fields_at(RunConfig, loc[:-1])), n=1)
+    return f"; did you mean `{near[0]}`?" if near else ""
+
+
+def _fields_at(model: type[BaseModel], path: Sequence[int | str]) -> set[str]:
+    """The field names of every model that `path` (a validation error's location) may reach.
+
+    A union (a provider's `kind` variants) contributes every member's fields; a list index or
+    a union tag in the path is stepped over.
+    """
+    models = [model]
+    for part in path:
+        reached: list[type[BaseModel]] = []
+        for m in models:
+            field = m.model_fields.get(str(part))
+            if field is None:
+                reached.append(m)  # an index or a tag: the same models, one level in
+                continue
+            reached.extend(_models_in(field.annotation))
+        models = reached
+    return {name for m in models for name in m.model_fields}
+
+
+def _models_in(annotation: object) -> list[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in typing.get_args(annotation) for m in _models_in(arg)]
 
 
 def config_from_dict(data: Mapping[str, Any], source: str = "<config>") -> RunConfig:

@@ -159,6 +159,15 @@ class ProviderConfig(_Model):
         """The wire format actually spoken."""
         return self.sim_transport if self.kind == "sim" else self.kind
 
+    def captures_token_ids(self, sampling: SamplingConfig) -> bool:
+        """Whether requests to this provider ask for token ids: `sampling.token_ids` when set
+        (token-in implies it), else on exactly where the wire carries ids (Chat Completions)."""
+        if sampling.token_in:
+            return True
+        if sampling.token_ids is not None:
+            return sampling.token_ids
+        return self.wire == "chat"
+
 
 class SamplingConfig(_Model):
     """Request parameters sent with every model call; unset fields are left to the server."""
@@ -175,11 +184,15 @@ class SamplingConfig(_Model):
     """Ask for token log-probabilities, where the wire format supports them."""
     top_logprobs: int | None = None
     """With `logprobs`: alternatives per token."""
-    token_ids: bool = False
+    token_ids: bool | None = None
     """Token capture: ask each server for the sampled token ids, the prompt token ids and the
     output logprobs (chat wire: vLLM/SGLang `return_token_ids`, SGLang `return_prompt_token_ids`,
-    and `logprobs`, which carries llama.cpp's ids). A server that ignores it does not fail the
-    run: the turn records that ids were asked for and not returned. Stored per turn in `turns`."""
+    and `logprobs`, which carries llama.cpp's ids). Unset (the default): on wherever the wire
+    can carry them, the Chat Completions wire (the simulator by default, vLLM, SGLang,
+    llama.cpp), off on the other wires. A server that refuses or ignores the fields does not
+    fail the run: a refusal turns capture off for that worker's adapter after one rejected
+    request, and each turn records that ids were asked for and not returned. Stored per turn
+    in `turns`; `collector trainer-view` needs them. `false`: never ask."""
     token_in: bool = False
     """Token-in mode (implies `token_ids`): every turn after the first sends its prompt as
     ids, the previous prompt + output ids + the server-tokenized rest, so an episode is one
@@ -229,8 +242,9 @@ class ReasoningSetting(_Model):
 
 class SweepConfig(_Model):
     models: Annotated[list[str], Field(min_length=1)]
-    """Model names. For the simulator these are preset names: the keys of `PRESETS` in
-    collector/sim/presets.py (any other name is refused by `collector validate` and `run`)."""
+    """Model names. For the simulator these are preset names, listed under "Simulator presets"
+    at the end of docs/configuration.md (any other name is refused by `collector validate`
+    and `run`)."""
     budgets: Annotated[list[Budget], Field(min_length=1)]
     """Per-turn output-token caps to sweep (integers, 1 to 2**63-1)."""
     providers: Annotated[list[ProviderConfig], Field(min_length=1)] | None = None
@@ -245,6 +259,14 @@ class SweepConfig(_Model):
     """Optional reasoning axis: every (model, budget) cell runs once per setting, stored in
     the `reasoning` column (statistics group by it). An Anthropic thinking budget not below
     a cell's budget is refused before anything runs, naming the cell."""
+    order: Literal["sample_major", "group_major"] = "sample_major"
+    """The order episodes are handed out in. "sample_major" (the default): sample 0 of every
+    task and cell first, then sample 1, ...: a run stopped early holds a little of every
+    cell, but a group (a task's samples in one cell) completes only in the last
+    1/samples_per_task of the run. "group_major": a group's samples one after another, so
+    groups complete from the first commits on: for a GRPO consumer following the run with
+    `collector follow --groups complete` (docs/follow.md). Episode ids, resume and
+    exactly-once are the same either way; not in the fingerprint."""
 
     @model_validator(mode="before")
     @classmethod

@@ -192,7 +192,9 @@ class OutputConfig(_Model):
     the driver's memory whatever the number of cells (plus one returned batch)."""
     commit_interval_s: PositiveFloat = 30.0
     """Commit whatever is buffered at least this often. A killed driver loses at most this
-    much work (rerun to resume); shorter means more, smaller shards."""
+    much work (rerun to resume); shorter means more, smaller shards. It is also how late a
+    live follower (`collector follow`) sees episodes: ask for a few seconds when a trainer
+    consumes the run as it is collected (docs/follow.md)."""
     worker_writes: Literal["auto"] | bool = "auto"
     """Who writes the shards. `true`: each worker writes the shards of its batches itself
     (one per cell of a batch) and the driver commits only their names, sizes and checksums,

@@ -38,7 +38,7 @@ import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from collector.errors import ConfigError
 from collector.turn import JSONObject, Message
@@ -125,6 +125,23 @@ class Tool:
     fast in-memory tools only: an inline function cannot be timed out."""
     context_parameter: str | None = None
     """The keyword through which `function` receives its `ToolCallContext` (None: it takes none)."""
+
+    @property
+    def execution(self) -> Literal["async", "inline", "thread"]:
+        """How a call to this tool runs (`collector validate` prints it per tool):
+
+        - ``"async"``: a coroutine function, awaited on the episode's event loop and
+          cancelled at its timeout;
+        - ``"inline"``: a plain function marked `inline`, called on the event loop: calls
+          never overlap within a worker, and no timeout can stop one;
+        - ``"thread"``: a plain function without `inline` (the default for plain functions),
+          run on the collector's tool threads, so calls from concurrent episodes of a worker
+          run at the same time: the function (and what it shares between calls) must be
+          thread-safe, or be marked `inline`.
+        """
+        if inspect.iscoroutinefunction(self.function):
+            return "async"
+        return "inline" if self.inline else "thread"
 
 
 class EpisodeWorld(ABC):

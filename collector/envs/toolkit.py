@@ -119,6 +119,15 @@ def tool(
     """A `Tool` from a typed callable (or one taking a single pydantic model), or from
     `parameters`, a JSON Schema given as data, validated with `jsonschema`.
 
+    How a call runs (`Tool.execution`, printed per tool by `collector validate`): an ``async
+    def`` function is awaited on the episode's event loop. **A plain function runs on a
+    thread by default**: calls from the worker's concurrent episodes run at the same time,
+    so the function, and anything it shares between calls (a module-level cache, a parser,
+    a C extension), must be thread-safe. `inline=True` calls it on the event loop instead:
+    calls never overlap and no thread hop is paid, but a call cannot be timed out, so only
+    for fast in-memory tools. When in doubt about thread safety, make the tool `inline` or
+    ``async def``.
+
     `description` defaults to the first paragraph of the docstring. `gate` marks an
     approval or human-review tool: a failed call to it holds every sibling of its turn.
     With `parameters` the function's type hints are not read for arguments (it may take
@@ -141,6 +150,11 @@ def tool(
         inline=inline,
         context_parameter=compiled.context_parameter,
     )
+
+
+def describe_execution(tools: Sequence[Tool]) -> str:
+    """Each tool with how its calls run: ``calculator (inline), lookup (thread)``."""
+    return ", ".join(f"{t.name} ({t.execution})" for t in tools) or "none"
 
 
 def tool_specs(tools: Sequence[Tool]) -> list[ToolSpec]:

@@ -170,6 +170,10 @@ def _ints(value: Any) -> list[int] | None:
     return value
 
 
+#: The request fields token capture adds; a 400 naming one of them is a refusal of capture.
+_CAPTURE_FIELDS = ("logprobs", "return_token_ids", "return_prompt_token_ids")
+
+
 def _output_ids(token_ids: list[int] | None, logprob_ids: list[int | None]) -> list[int] | None:
     """The sampled ids: the server's `token_ids` (vLLM, SGLang), else the ids its logprobs
     entries carry (llama.cpp), when every entry has one."""
@@ -246,9 +250,11 @@ class ChatProvider:
             return await self._complete(request)
         except RequestRejected as exc:
             # llama.cpp refuses logprobs on a streamed request with tools (HTTP 400 "logprobs is
-            # not supported with tools + stream"). Token capture must not fail the run: ask
+            # not supported with tools + stream"); a server that knows none of the capture
+            # fields (OpenAI: "Unrecognized request argument supplied: return_token_ids")
+            # refuses them by name. Capture is on by default and must not fail the run: ask
             # again without it, and from now on; the turn records ids asked for, not returned.
-            if not (request.params.token_ids and "logprobs" in str(exc)):
+            if not (request.params.token_ids and any(f in str(exc) for f in _CAPTURE_FIELDS)):
                 raise
             self._capture_refused = True
             return await self.complete(request)

@@ -369,6 +369,11 @@ class Episode:
     # --- the time outside the model (still schema version 3) ---
     timing: EpisodeTiming | None = None
     """Where the wall time went (`EpisodeTiming`); None in a shard written before the field."""
+    # --- where it ran (still schema version 3) ---
+    node: str | None = None
+    """The machine that ran it: ``host:ray-node-id`` on a Ray cluster, the host name alone with
+    the in-process pool (None: written before the field existed). Shows that every node of a
+    cluster worked, without reading Ray's logs."""
 
     @property
     def is_truncated(self) -> bool:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import socket
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -31,7 +32,7 @@ import ray.exceptions
 
 from collector.config import RunConfig
 from collector.errors import ConfigError
-from collector.run.clusterprobe import probe_cluster
+from collector.run.clusterprobe import probe_cluster, start_within
 from collector.run.encoded import EncodedBatch
 from collector.run.plan import WorkItem
 from collector.run.pool import Actor, Call, WorkerFailed, WorkerLost
@@ -40,7 +41,7 @@ from collector.run.worker_writes import WrittenBatch
 
 __all__ = [
     "DRIVER_INIT", "EMBEDDED_INIT", "EMBEDDED_SYSTEM_CONFIG", "LOOPBACK", "OBJECT_STORE_BYTES", "RayPool",
-    "ray_constants", "ray_session", "ray_temp_dir", "resolve_address",
+    "check_cluster", "ray_constants", "ray_session", "ray_temp_dir", "resolve_address",
 ]
 
 #: The embedded cluster's object store: episodes are small, and the machine is shared.
@@ -70,6 +71,18 @@ _TOKEN_NOTICE_LOGGER = "ray._private.authentication.authentication_token_setup"
 class _LocalTokenNotice(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         return not record.getMessage().startswith("Token authentication is enabled for this Ray cluster")
+
+
+class _OffMainThreadNotice(logging.Filter):
+    """`ray.init` runs on a thread of its own (so that it can be bounded: `start_within`) and
+    says it set no SIGTERM handler: on purpose, the run's own handler (`collector.run.signals`)
+    stays in place."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("SIGTERM handler is not set")
+
+
+_OFF_MAIN_THREAD = _OffMainThreadNotice()
 
 
 def ray_temp_dir(cfg: RunConfig) -> str | None:
@@ -163,11 +176,21 @@ def ray_session(
     if address is not None:
         probe_cluster(address, start_timeout_s)
     try:
-        _init(address, workers, temp_dir)
-    except (ConnectionError, RuntimeError, ValueError) as exc:
+        if address is None:
+            # On this thread: the processes of the embedded cluster are tied to the thread that
+            # starts them (they die with it), and Ray bounds its own local start-up (an
+            # `Exception`, below).
+            _init(None, workers, temp_dir)
+        else:
+            start_within(lambda: _init(address, workers, temp_dir), start_timeout_s, address)
+    except ConfigError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - Ray raises plain `Exception` too (a start-up timeout)
         # Ray's own messages are long and multi-line; the first line says what went wrong.
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ConfigError(f"ray.address: cannot connect to {address or 'a local cluster'}: {first}") from None
+        where = (f"ray.address: cannot connect to {address}" if address
+                 else "ray: the embedded local cluster failed to start")
+        raise ConfigError(f"{where}: {first}") from None
     try:
         yield
     finally:
@@ -175,6 +198,7 @@ def ray_session(
 
 
 def _init(address: str | None, workers: int, temp_dir: str | None) -> None:
+    logging.getLogger("ray._private.worker").addFilter(_OFF_MAIN_THREAD)  # once: the same filter
     if address is not None:
         with ray_constants(**DRIVER_INIT):
             ray.init(address=address, logging_level=logging.WARNING)
@@ -197,12 +221,74 @@ def _init(address: str | None, workers: int, temp_dir: str | None) -> None:
         notice.removeFilter(quiet)
 
 
+def _node_report() -> tuple[str, str, str]:
+    """Run on a node by `check_cluster`: what a worker placed there would have (its host, its
+    collector: version and shard schema, and its Python)."""
+    import sys
+
+    return socket.gethostname(), _collector_build(), sys.version.split()[0]
+
+
+def _collector_build() -> str:
+    """The collector version with a digest of the shard schema: two checkouts of one version
+    that write different columns cannot share a run (a worker's rows would be refused)."""
+    import hashlib
+
+    import collector
+    from collector.record.shards import SCHEMA
+
+    digest = hashlib.blake2b(str(SCHEMA).encode(), digest_size=4).hexdigest()
+    return f"{collector.__version__} (schema {digest})"
+
+
+def check_cluster(address: str, timeout_s: float, cpus_per_worker: float) -> tuple[bool, list[str]]:
+    """`collector cluster-check ADDRESS`: whether a run can use the cluster, in a few lines.
+
+    Joins it as a run's driver would (the same probe, the same bounded `ray.init`: a
+    ConfigError in one line when it cannot), lists the alive nodes and their CPUs, runs a
+    zero-CPU task on every node that imports the collector there (the version a worker would
+    run, or why it cannot), and says how many workers of `cpus_per_worker` the CPUs hold.
+    (ok, lines); ok is false when a node cannot run a worker or no worker fits.
+    """
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    mine = _collector_build()
+    with ray_session(address, 1, timeout_s):
+        nodes = [n for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
+        report = ray.remote(num_cpus=0)(_node_report)
+        calls = [report.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
+                 .remote() for n in nodes]
+        ok, lines = True, []
+        total = 0.0
+        for node, call in zip(nodes, calls, strict=True):
+            cpus = float(node.get("Resources", {}).get("CPU", 0.0))
+            total += cpus
+            where = f"{node.get('NodeManagerAddress')} (node {str(node['NodeID'])[:12]}, {cpus:g} CPU)"
+            try:
+                host, version, python = ray.get(call, timeout=timeout_s)
+            except Exception as exc:  # noqa: BLE001 - any failure there is the node's answer, shown in one line
+                ok = False
+                first = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
+                lines.append(f"  {where}: cannot run a worker: {first}")
+                continue
+            same = "" if version == mine else f" (the driver has {mine}: install the same on every node)"
+            ok = ok and not same
+            lines.append(f"  {where}: host {host}, collector {version}{same}, Python {python}")
+        fits = int(total // cpus_per_worker) if cpus_per_worker > 0 else len(nodes)
+        ok = ok and fits > 0
+        head = (f"{address}: {'usable' if ok else 'NOT usable'}: {len(nodes)} node(s) alive, "
+                f"{total:g} CPU(s): room for {fits} worker(s) at ray.cpus_per_worker = {cpus_per_worker:g}")
+        return ok, [head, *lines]
+
+
 class _WorkerActor:
     """The Ray shell of an `EpisodeWorker`: async methods, so one actor runs many episodes.
     (Its class name is what `ps` shows for the worker process: `ray::_WorkerActor`.)"""
 
     def __init__(self, setup: WorkerSetup) -> None:
         self._worker = EpisodeWorker(setup)
+        # Every episode's `node`: the host and Ray's id of the node this actor was placed on.
+        self._worker.node = f"{socket.gethostname()}:{ray.get_runtime_context().get_node_id()}"
 
     async def ready(self) -> str:
         return await self._worker.ready()

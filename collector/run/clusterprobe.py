@@ -1,4 +1,5 @@
-"""Is a Ray cluster there? A check of `--address` / `ray.address` before `ray.init` is asked.
+"""Is a Ray cluster there? A check of `--address` / `ray.address` before `ray.init` is asked,
+and `ray.init` itself bounded by `ray.start_timeout_s` (`start_within`).
 
 Ray gives up on an unreachable address only after minutes of retries and dozens of warning
 lines, then names an address it rewrote, and on a port where something else listens it
@@ -9,13 +10,16 @@ Tests: tests/system/run/test_ray_address.py.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import socket
+import threading
 import time
+from collections.abc import Callable
 
 from collector.errors import ConfigError
 
-__all__ = ["probe_cluster"]
+__all__ = ["probe_cluster", "start_within"]
 
 
 def _gcs_endpoint(address: str) -> tuple[str, int] | None:
@@ -73,3 +77,54 @@ def probe_cluster(address: str, timeout_s: float) -> None:
             f"ray.address: {address} accepts connections but is not a Ray cluster (no gRPC answer); "
             "check the host and port"
         )
+
+
+def start_within(start: Callable[[], None], timeout_s: float, address: str) -> None:
+    """Run `start` (`ray.init`) and return when it did, or raise a one-line ConfigError naming
+    the address and the likely cause once `timeout_s` has passed.
+
+    A TCP probe (`probe_cluster`) proves a GCS answers, not that this driver can join: Ray
+    rewrites a loopback address to the machine's own and then retries "Failed to connect to
+    GCS" without end, and a cluster started with another auth mode never lets it in. So
+    `start` runs on a daemon thread and is given up on at the deadline (it cannot be
+    cancelled; the process is about to exit with the error). Its own exception is re-raised.
+    Only for joining a cluster: an embedded cluster's processes would die with the thread
+    that started them.
+    """
+    done = threading.Event()
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            start()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread as it is
+            failure.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="collector-ray-init", daemon=True).start()
+    if not done.wait(timeout_s):
+        raise ConfigError(_not_started(address, timeout_s))
+    if failure:
+        raise failure[0]
+
+
+def _not_started(address: str, timeout_s: float) -> str:
+    bound = f"within ray.start_timeout_s = {timeout_s:g}s"
+    endpoint = _gcs_endpoint(address)
+    host = endpoint[0] if endpoint else ""
+    if host == "localhost" or _is_loopback(host):
+        cause = ("Ray rewrites a loopback address to this machine's own: for a single-host cluster "
+                 "started on 127.0.0.1, set RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 for the driver")
+    else:
+        cause = ("the driver cannot reach the nodes' own addresses, or the cluster was started with "
+                 "another RAY_AUTH_MODE")
+    return (f"ray.address: cannot join the Ray cluster at {address} {bound}; likely cause: {cause} "
+            "(docs/clusters.md; `collector cluster-check ADDRESS` checks it)")
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -9,8 +9,10 @@ an episode's id depends on its own cell alone, so the ids a product sweep always
 only on the config, a rerun enumerates the same ids and resume is a set difference against
 the ids already committed.
 
-Items are ordered sample-major and cell-minor, so the first finished batches already cover
-every cell of the sweep: a run stopped early still has a little of everything.
+Items are ordered sample-major and cell-minor by default, so the first finished batches
+already cover every cell of the sweep: a run stopped early still has a little of everything.
+`sweep.order = "group_major"` hands out a group's samples one after another instead, so a
+consumer of complete groups (GRPO following the run) gets its first ones early.
 
 Bounded and lazy. At most `MAX_TASKS` tasks are read from the environment and at most
 `MAX_EPISODES` episodes planned (one line otherwise), and the items are enumerated only when
@@ -137,6 +139,22 @@ class Plan:
         )
 
 
+def tools_of_first_task(plan: Plan, env: Environment) -> str:
+    """`tools: calculator (inline), ...`: the tools a world of the plan's first task offers,
+    each with how its calls run (`Tool.execution`: async, inline or on a thread)."""
+    from collector.envs.base import EpisodeContext, start_world
+    from collector.envs.toolkit import describe_execution
+
+    if not plan.task_ids:
+        return "tools: none (no tasks)"
+    task = next(t for t in env.tasks() if t.id == plan.task_ids[0])
+    model, budget = plan.cfg.sweep.pairs()[0]
+    context = EpisodeContext(episode_id="validate", run_id=plan.run_id, task_id=task.id, model=model,
+                             provider=plan.providers[0].name, budget=budget, sample=0, seed=0,
+                             env=plan.cfg.env.name)
+    return f"tools (task {task.id}): {describe_execution(start_world(env, task, context).tools)}"
+
+
 def episode_seed(run_seed: int, eid: str) -> int:
     """A 31-bit seed per episode: different samples of one task get different replies."""
     digest = hashlib.blake2b(f"{run_seed}:{eid}".encode(), digest_size=4).digest()
@@ -215,21 +233,39 @@ def _check_reasoning(cfg: RunConfig, providers: list[ProviderConfig]) -> None:
 
 
 def _enumerate(plan: Plan) -> Iterator[WorkItem]:
-    cfg, rid, providers = plan.cfg, plan.run_id, plan.providers
-    cells = cfg.sweep.pairs()
-    settings: list[int | None] = list(range(len(cfg.sweep.reasoning))) if cfg.sweep.reasoning else [None]
-    for sample in range(cfg.samples_per_task):
+    cfg = plan.cfg
+    samples = range(cfg.samples_per_task)
+    if cfg.sweep.order == "group_major":
+        # A group's samples one after another: groups complete from the first batches on.
         for task_id in plan.task_ids:
-            for p_index, provider in enumerate(providers):
-                for model, budget in cells:
-                    id_model = plan._id_model(provider, model)
-                    if not plan._applies(task_id, model, id_model):
-                        continue  # the task names the models it applies to
-                    for r_index in settings:
-                        # A reasoning axis keeps the ids of its cells apart, as a provider axis does.
-                        id_key = id_model
-                        if r_index is not None and cfg.sweep.reasoning is not None:
-                            id_key = f"{id_model}@{cfg.sweep.reasoning[r_index].label}"
-                        eid = episode_id(rid, task_id, sample, id_key, budget)
-                        seed = episode_seed(cfg.seed, eid)
-                        yield WorkItem(eid, model, budget, p_index, task_id, sample, seed, r_index)
+            for key in _cells_of(plan, task_id):
+                for sample in samples:
+                    yield _item(plan, task_id, sample, *key)
+        return
+    for sample in samples:
+        for task_id in plan.task_ids:
+            for key in _cells_of(plan, task_id):
+                yield _item(plan, task_id, sample, *key)
+
+
+def _cells_of(plan: Plan, task_id: str) -> Iterator[tuple[int, str, int, int | None]]:
+    """(provider index, model, budget, reasoning index) of every cell `task_id` runs in."""
+    cfg = plan.cfg
+    settings: list[int | None] = list(range(len(cfg.sweep.reasoning))) if cfg.sweep.reasoning else [None]
+    for p_index, provider in enumerate(plan.providers):
+        for model, budget in cfg.sweep.pairs():
+            if not plan._applies(task_id, model, plan._id_model(provider, model)):
+                continue  # the task names the models it applies to
+            for r_index in settings:
+                yield p_index, model, budget, r_index
+
+
+def _item(plan: Plan, task_id: str, sample: int, p_index: int, model: str, budget: int,
+          r_index: int | None) -> WorkItem:
+    cfg = plan.cfg
+    id_key = plan._id_model(plan.providers[p_index], model)
+    if r_index is not None and cfg.sweep.reasoning is not None:
+        # A reasoning axis keeps the ids of its cells apart, as a provider axis does.
+        id_key = f"{id_key}@{cfg.sweep.reasoning[r_index].label}"
+    eid = episode_id(plan.run_id, task_id, sample, id_key, budget)
+    return WorkItem(eid, model, budget, p_index, task_id, sample, episode_seed(cfg.seed, eid), r_index)

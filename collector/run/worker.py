@@ -88,6 +88,8 @@ class EpisodeWorker:
     def __init__(self, setup: WorkerSetup) -> None:
         self.setup = setup
         self.cfg = setup.cfg
+        self.node = socket.gethostname()
+        """Stored as each episode's `node`; a Ray actor adds its node id (`collector.run.cluster`)."""
         self.in_flight = self.cfg.ray.episodes_in_flight
         self._init_lock: asyncio.Lock | None = None
         self._ready = False
@@ -253,7 +255,8 @@ class EpisodeWorker:
         providers = cfg.sweep.providers or [cfg.provider]
         sampling = sampling_params(cfg)
         # Each provider of a sweep may send request fields of its own (`provider.extra_body`).
-        sampling = dataclasses.replace(sampling, extra_body=self._extra_bodies[item.provider_index])
+        sampling = dataclasses.replace(sampling, extra_body=self._extra_bodies[item.provider_index],
+                                       token_ids=providers[item.provider_index].captures_token_ids(cfg.sampling))
         if providers[item.provider_index].kind == "sim":
             # The simulator's reply is a pure function of the request body, and Anthropic and
             # Responses bodies carry no seed: the sample's seed travels in a header it reads.
@@ -295,6 +298,7 @@ class EpisodeWorker:
         finally:
             self._slots.put_nowait(slot)
         episode.worker = self.setup.name
+        episode.node = self.node
         self.episodes_run += 1
         self._finished[str(episode.stop_reason)] += 1
         return episode
@@ -330,7 +334,8 @@ def http_clients(providers: Sequence[ProviderConfig], in_flight: int) -> list[ht
 
 
 def sampling_params(cfg: RunConfig) -> SamplingParams:
-    """The request parameters; `seed` stays unset so the loop sends each episode's own seed."""
+    """The request parameters; `seed` stays unset so the loop sends each episode's own seed.
+    Token capture as for `provider` (a sweep over providers resolves it per provider)."""
     s = cfg.sampling
     return SamplingParams(
         temperature=s.temperature,
@@ -339,7 +344,7 @@ def sampling_params(cfg: RunConfig) -> SamplingParams:
         tool_choice=s.tool_choice,
         logprobs=s.logprobs,
         top_logprobs=s.top_logprobs,
-        token_ids=s.token_ids or s.token_in,
+        token_ids=cfg.provider.captures_token_ids(s),
         token_in=s.token_in_server if s.token_in else None,
         extra_body=dict(s.extra_body),
         reasoning_effort=s.reasoning_effort,

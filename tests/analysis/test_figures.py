@@ -169,12 +169,14 @@ def test_a_sweep_over_reasoning_settings_is_split_by_setting(tmp_path: Path) -> 
     assert len(figures.reward_figure(trunc).axes[0].get_lines()) == 2
 
     mix = stop_reason_mix(load_analysis(run), by=by).to_pandas()
-    stack = figures.stop_mix_figure(mix).axes[0]
+    stacks = figures.stop_mix_figure(mix).axes
+    stack = stacks[0]
     handles, labels = stack.get_legend_handles_labels()
     colour = {label: to_rgba(h.patches[0].get_facecolor()) for h, label in zip(handles, labels, strict=True)}
     assert colour["context_overflow"] == to_rgba(figures.STOP_COLOURS["context_overflow"])
     assert len(set(colour.values())) == len(colour) == 3  # done, length, context_overflow
-    assert len(stack.patches) == 3 * 4  # a bar per setting and budget, stacked by reason
+    assert len(stacks) == 2  # a panel per setting
+    assert sum(len(ax.patches) for ax in stacks) == 3 * 4  # a bar per setting and budget, stacked by reason
 
 
 def test_a_run_without_reasoning_settings_is_drawn_per_model_only(run: Path) -> None:

@@ -299,9 +299,9 @@ def test_episodes_lists_ids_filtered_by_column_model_and_budget(
 @pytest.mark.parametrize(
     ("where", "fragment"),
     [
-        ("no_such=1", "unknown column 'no_such'"),
-        ("budget=lots", "budget='lots'"),
-        ("stop_reason", "COLUMN=VALUE"),
+        ("no_such=1", "cannot filter on 'no_such'"),
+        ("budget=lots", "'budget=lots': bad value 'lots'"),
+        ("stop_reason", "COLUMN OP VALUE"),
     ],
 )
 def test_episodes_bad_filter_is_one_line(

@@ -60,7 +60,7 @@ def test_notebook_renders_its_figures(tmp_path: Path, monkeypatch: pytest.Monkey
         for o in c.outputs
         if o.output_type == "display_data" and "image/png" in o.get("data", {})
     ]
-    assert len(pngs) == 7  # the per-turn, error-rate and size figures among them
+    assert len(pngs) == 8  # the per-turn, error-rate, size and output-length figures among them
     assert all(p.startswith(PNG_MAGIC) and len(p) > 5_000 for p in pngs)
     first = "".join(o.get("text", "") for o in code_cells[0].outputs if o.output_type == "stream")
     assert "120 episodes, 2 models, budgets [64, 128, 256]" in first
