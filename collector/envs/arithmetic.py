@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import random
 import re
+import threading
 from collections.abc import Sequence
 
 from collector.envs.base import Environment, EpisodeContext, EpisodeWorld, Task, Tool, generated_task_count
@@ -32,6 +33,12 @@ _PROMPT_RE = re.compile(r"What is (?P<expr>[0-9][0-9+\-* ]*[0-9])\? Use the calc
 _NUMBER = re.compile(r"-?\d+")
 _MAX_CHARS = 200
 _MAX_MAGNITUDE = 10**18
+#: CPython 3.11's AST constructor keeps its recursion depth in interpreter-wide state, so two
+#: threads parsing at once can raise "SystemError: AST constructor recursion depth mismatch".
+#: The calculator is a plain tool (it runs on a thread, concurrently across episodes) and the
+#: tasks are parsed by every worker as it starts (threads of one process with the in-process
+#: pool): one parse at a time. A parse of at most 200 characters takes microseconds.
+_PARSE_LOCK = threading.Lock()
 
 
 def evaluate(expression: str) -> int:
@@ -39,7 +46,8 @@ def evaluate(expression: str) -> int:
     if len(expression) > _MAX_CHARS:
         raise ValueError(f"expression longer than {_MAX_CHARS} characters")
     try:
-        tree = ast.parse(expression.strip(), mode="eval")
+        with _PARSE_LOCK:
+            tree = ast.parse(expression.strip(), mode="eval")
     except SyntaxError:
         raise ValueError("not an arithmetic expression") from None
     return _walk(tree.body)
