@@ -56,17 +56,19 @@ class CellTiming:
     def worker_hours_per_million(self) -> float:
         return self.mean_episode_s * 1_000_000 / SECONDS_PER_HOUR
 
-    def as_dict(self) -> dict[str, float]:
-        return {
+    def as_dict(self) -> dict[str, float | None]:
+        """The cell's columns; None where no episode recorded its time (a run without a sandbox:
+        unknown, not a number, so the table, JSON and equality comparisons treat it alike)."""
+        values: dict[str, float] = {
             "mean_episode_s": self.mean_episode_s,
             "model_share": self.share(self.model_s),
             "tools_share": self.share(self.tools_s),
             "sandbox_share": self.share(self.sandbox_s),
             "verifier_share": self.share(self.verifier_s),
             "worker_hours_per_million": self.worker_hours_per_million,
-            "images_built": self.images_built,
-            "images_cached": self.images_cached,
         }
+        known: dict[str, float | None] = {k: None if math.isnan(v) else v for k, v in values.items()}
+        return {**known, "images_built": self.images_built, "images_cached": self.images_cached}
 
 
 @dataclass(slots=True)

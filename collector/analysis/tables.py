@@ -109,13 +109,18 @@ def reasoning_grouping(source: RunOrTable, by: Sequence[str] = ("model", "budget
     return (*by, "reasoning") if settings > 1 and "reasoning" not in by else tuple(by)
 
 
+#: Episode columns added after runs existed: `collector stats` reads them where stored
+#: (`collector.analysis.committed.stored_columns`), and so does every table here.
+_LATER_COLUMNS = ("retries", "thinking_cut", "duration_s", "timing", "error")
+
+
 def _table(source: RunOrTable, columns: Sequence[str]) -> pa.Table:
     if isinstance(source, pa.Table):
         return source
     source = resolve_run(source)  # once, for the schema probe and the read below
-    # Columns a newer schema added (`retries`, `thinking_cut`) are read only where the shards hold them.
+    # Columns a newer schema added are read only where the shards hold them.
     stored = run_dataset(source).schema.names
-    columns = [c for c in columns if c not in ("retries", "thinking_cut") or c in stored]
+    columns = [c for c in columns if c not in _LATER_COLUMNS or c in stored]
     return load_run(source, columns=sorted(set(columns)))
 
 
@@ -127,7 +132,7 @@ def truncation_table(
     `source` is a run dir or an already loaded (and perhaps filtered) episode table.
     """
     needed = [*by, "stop_reason", "is_truncated", "reward", "wasted_output_tokens", "output_tokens",
-              "retries", "thinking_cut"]
+              *_LATER_COLUMNS]
     return aggregate(_table(source, needed), by, target).to_arrow()
 
 

@@ -83,7 +83,9 @@ def test_retries_and_errors_per_cell(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert out[2].endswith("9 (429: 2, 5xx: 5, timeout: 1, dropped: 1)")
     assert "25.0% (1)" in out[2]  # the error share and count
     assert out[3].endswith("  0")
-    assert out[-1].endswith("; 9 requests retried (429: 2, 5xx: 5, timeout: 1, dropped: 1)")
+    summary = next(line for line in out if "requests retried" in line)
+    assert summary.endswith("; 9 requests retried (429: 2, 5xx: 5, timeout: 1, dropped: 1)")
+    assert out[-1] == "  m, 64: ProviderUnavailable 1"  # the error episode's cause, under its cell
     rows = json.loads(_stats(capsys, str(run), "--format", "json"))["rows"]
     assert [(r["retries"], r["retries_5xx"], r["errors"]) for r in rows] == [(9, 5, 1), (0, 0, 0)]
 
