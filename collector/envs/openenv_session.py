@@ -105,9 +105,14 @@ class OpenEnvSession:
         socket, self._socket = self._socket, None
         if socket is None:
             return
-        with contextlib.suppress(ConnectionClosed):
-            await socket.send(json.dumps({"type": "close"}))
-        await socket.close()
+        try:
+            with contextlib.suppress(ConnectionClosed):
+                await socket.send(json.dumps({"type": "close"}))
+            await socket.close()
+        finally:
+            # A server that hangs never answers the closing handshake, and the caller's bound
+            # cancels the wait: the socket is dropped then, never left for the collector to find.
+            socket.transport.abort()
 
     async def reset(self, options: dict[str, Any]) -> Observation:
         return await self._exchange("reset", {"type": "reset", "data": options})
