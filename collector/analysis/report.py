@@ -175,6 +175,11 @@ _COLUMNS: list[tuple[str, str, str]] = [
 ]
 
 
+#: The time-outside-the-model columns (`collector.analysis.outside`).
+_TIME_COLUMNS = frozenset({"mean_episode_s", "model_share", "tools_share", "sandbox_share", "verifier_share",
+                           "worker_hours_per_million"})
+
+
 def _shown(value: Any, how: str) -> str:
     if value is None:
         return "-"
@@ -193,6 +198,10 @@ def _stats_table(data: ReportData) -> str:
     always = {"episodes", "valid", "truncated", "truncation_rate", "trunc_low", "trunc_high", "done_rate",
               "malformed_rate", "error_rate", "mean_reward", "wasted_output_tokens", "wasted_fraction"}
     cols = [c for c in _COLUMNS if c[0] in always or (c[0] in present and c[0] in rows[0])] if rows else []
+    if "sandbox_share" not in present:
+        # Where the time went is shown for sandboxed runs, as `collector stats` shows it: every
+        # episode records its model time, so the columns would be there, and say little, for all.
+        cols = [c for c in cols if c[0] not in _TIME_COLUMNS]
     head = "".join(f'<th class="k" data-key="{esc(c)}">{esc(c)}</th>' for c in by)
     head += "".join(f'<th data-key="{esc(k)}">{esc(h)}</th>' for k, h, _ in cols)
     body = []

@@ -94,7 +94,7 @@ def test_notebook_splits_a_reasoning_sweep_by_setting(
     assert table.count("effort=high") == 2  # one row per budget
     assert table.count("effort=low") == 2
     pngs = [o for c in code_cells for o in c.outputs if "image/png" in o.get("data", {})]
-    assert len(pngs) == 7
+    assert len(pngs) == 8
 
 
 @pytest.mark.parametrize("cwd", [".", "notebooks"])
