@@ -10,6 +10,7 @@ from __future__ import annotations
 import socket
 import threading
 
+import mlflow  # noqa: F401 - the real client, imported at collection (its import runs `uname -p`)
 import pytest
 
 from collector.config import RunConfig
@@ -35,7 +36,7 @@ def test_the_mlflow_uri_from_the_environment_is_not_printed_in_the_warning(
 ) -> None:
     """A password in MLFLOW_TRACKING_URI (environment, not config) never reaches the warning
     line printed when the MLflow server cannot be reached."""
-    pytest.importorskip("mlflow")
+
     from collector.tracking import Tracking, configured_trackers
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://alice:{PASSWORD}@127.0.0.1:{_closed_port()}/")

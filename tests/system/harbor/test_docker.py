@@ -20,12 +20,6 @@ from collector.storage.manifest import committed_shard_paths
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLES = REPO / "examples" / "harbor"
 
-pytestmark = pytest.mark.skipif(
-    subprocess.run(["docker", "info"], capture_output=True, check=False).returncode != 0,
-    reason="no Docker daemon: bash scripts/system-setup starts one",
-)
-
-
 def containers(label: str) -> list[str]:
     """Every container (running or not) carrying `label`."""
     out = subprocess.run(

@@ -20,12 +20,6 @@ from collector.storage.manifest import committed_shard_paths
 
 REPO = Path(__file__).resolve().parents[3]
 
-pytestmark = pytest.mark.skipif(
-    subprocess.run(["docker", "info"], capture_output=True, check=False).returncode != 0,
-    reason="no Docker daemon: bash scripts/system-setup starts one",
-)
-
-
 def labelled(run: str) -> list[str]:
     out = subprocess.run(
         ["docker", "ps", "-aq", "--filter", f"label={RUN_LABEL}={run}"],
