@@ -19,7 +19,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from collector.harness.request import BadRequest, GatewayTurn, HarnessRequest, non_empty_list, text_of
+from collector.harness.request import (
+    ERROR_KINDS,
+    BadRequest,
+    GatewayTurn,
+    HarnessRequest,
+    non_empty_list,
+    text_of,
+)
 from collector.providers.common import call_from_object, replay_object
 from collector.turn import (
     AssistantMessage,
@@ -31,7 +38,7 @@ from collector.turn import (
     UserMessage,
 )
 
-__all__ = ["parse_messages_request", "render_message", "render_message_stream"]
+__all__ = ["MessageStream", "parse_messages_request", "render_message"]
 
 _STOP = {"stop": "end_turn", "tool_calls": "tool_use", "length": "max_tokens"}
 
@@ -125,25 +132,74 @@ def _event(kind: str, data: JSONObject) -> str:
     return f"event: {kind}\ndata: " + json.dumps({"type": kind, **data}, separators=(",", ":")) + "\n\n"
 
 
-def render_message_stream(turn: GatewayTurn, model: str) -> list[str]:
-    """The Messages stream events for `turn` (written once it is classified)."""
-    start = {**render_message(turn, model), "content": [], "stop_reason": None}
-    start["usage"] = {"input_tokens": turn.usage.input_tokens, "output_tokens": 0}
-    events = [_event("message_start", {"message": start})]
-    for i, block in enumerate(_content(turn)):
-        opened: JSONObject
-        if block["type"] == "text":
-            opened = {"type": "text", "text": ""}
-            events.append(_event("content_block_start", {"index": i, "content_block": opened}))
-            delta = {"type": "text_delta", "text": block["text"]}
-        else:
-            opened = {**block, "input": {}}
-            events.append(_event("content_block_start", {"index": i, "content_block": opened}))
-            delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
-        events.append(_event("content_block_delta", {"index": i, "delta": delta}))
-        events.append(_event("content_block_stop", {"index": i}))
-    events.append(_event("message_delta", {"delta": {"stop_reason": _STOP[turn.finish_reason],
-                                                     "stop_sequence": None},
-                                           "usage": {"output_tokens": turn.usage.output_tokens}}))
-    events.append(_event("message_stop", {}))
-    return events
+class MessageStream:
+    """The Messages events of one streamed reply (`collector.harness.stream`).
+
+    Text deltas in a `text` block and reasoning in a `thinking` block (with an empty
+    signature: the gateway's upstream may be any wire, and a replayed thinking block is not
+    forwarded), each closed when the other kind comes or the turn ends; the returned calls'
+    `tool_use` blocks after the turn is classified (no `input_json_delta` of a withheld call
+    is ever written); `message_delta` with the stop reason, `message_stop`."""
+
+    def __init__(self, response_id: str, model: str) -> None:
+        self.response_id, self.model = response_id, model
+        self.index = 0
+        """The index of the next content block."""
+        self.open: str | None = None
+
+    def start(self) -> list[str]:
+        message: JSONObject = {
+            "id": self.response_id, "type": "message", "role": "assistant", "model": self.model,
+            "content": [], "stop_reason": None, "stop_sequence": None,
+            "usage": {"input_tokens": 0, "output_tokens": 0},
+        }
+        return [_event("message_start", {"message": message})]
+
+    def _close(self) -> list[str]:
+        if self.open is None:
+            return []
+        events = []
+        if self.open == "thinking":
+            signature = {"type": "signature_delta", "signature": ""}
+            events.append(_event("content_block_delta", {"index": self.index, "delta": signature}))
+        events.append(_event("content_block_stop", {"index": self.index}))
+        self.open = None
+        self.index += 1
+        return events
+
+    def _delta(self, kind: str, delta: JSONObject) -> list[str]:
+        events = []
+        if self.open != kind:
+            events = self._close()
+            block = {"type": "text", "text": ""} if kind == "text" else {"type": "thinking", "thinking": "",
+                                                                          "signature": ""}
+            events.append(_event("content_block_start", {"index": self.index, "content_block": block}))
+            self.open = kind
+        events.append(_event("content_block_delta", {"index": self.index, "delta": delta}))
+        return events
+
+    def text(self, delta: str) -> list[str]:
+        return self._delta("text", {"type": "text_delta", "text": delta})
+
+    def reasoning(self, delta: str) -> list[str]:
+        return self._delta("thinking", {"type": "thinking_delta", "thinking": delta})
+
+    def finish(self, turn: GatewayTurn) -> list[str]:
+        events = self._close()
+        for call in turn.returned:
+            opened = {"type": "tool_use", "id": call.id, "name": call.name, "input": {}}
+            events.append(_event("content_block_start", {"index": self.index, "content_block": opened}))
+            delta = {"type": "input_json_delta", "partial_json": json.dumps(replay_object(call))}
+            events.append(_event("content_block_delta", {"index": self.index, "delta": delta}))
+            events.append(_event("content_block_stop", {"index": self.index}))
+            self.index += 1
+        usage = {"input_tokens": turn.usage.input_tokens, "output_tokens": turn.usage.output_tokens}
+        events.append(_event("message_delta", {"delta": {"stop_reason": _STOP[turn.finish_reason],
+                                                         "stop_sequence": None}, "usage": usage}))
+        events.append(_event("message_stop", {}))
+        return events
+
+    def fail(self, message: str, status: int) -> list[str]:
+        """An `error` event (the SDKs raise on it); no `message_stop` follows."""
+        kind = ERROR_KINDS.get(status, "api_error")
+        return [_event("error", {"error": {"type": kind, "message": message}})]

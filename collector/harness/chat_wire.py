@@ -34,7 +34,7 @@ from collector.turn import (
     UserMessage,
 )
 
-__all__ = ["parse_chat_request", "render_chat_completion", "render_chat_stream"]
+__all__ = ["ChatStream", "parse_chat_request", "render_chat_completion"]
 
 
 def parse_chat_request(body: dict[str, Any]) -> HarnessRequest:
@@ -108,26 +108,43 @@ def _chunk(base: JSONObject, delta: JSONObject, finish: str | None = None) -> st
     return "data: " + json.dumps({**base, "choices": [choice]}, separators=(",", ":")) + "\n\n"
 
 
-def render_chat_stream(turn: GatewayTurn, model: str, include_usage: bool) -> list[str]:
-    """The `chat.completion.chunk` events for `turn`, `[DONE]` last.
+class ChatStream:
+    """The `chat.completion.chunk` events of one streamed reply (`collector.harness.stream`).
 
-    Rendered once the turn is classified, so no tool-call delta of a withheld call is ever
-    written: the text first, then the returned calls (each whole, in one delta), then the
-    finish reason, then the usage when the harness asked for it (`stream_options`)."""
-    base: JSONObject = {"id": turn.response_id, "object": "chat.completion.chunk",
-                        "created": int(time.time()), "model": model}
-    events = [_chunk(base, {"role": "assistant", "content": ""})]
-    if turn.text:
-        events.append(_chunk(base, {"content": turn.text}))
-    if turn.returned:
-        message = chat_messages([AssistantMessage("", list(turn.returned))])[0]
-        calls = [{"index": i, **call} for i, call in enumerate(message["tool_calls"])]
-        events.append(_chunk(base, {"tool_calls": calls}))
-    events.append(_chunk(base, {}, turn.finish_reason))
-    if include_usage:
-        usage = {"prompt_tokens": turn.usage.input_tokens, "completion_tokens": turn.usage.output_tokens,
-                 "total_tokens": turn.usage.input_tokens + turn.usage.output_tokens}
-        events.append("data: " + json.dumps({**base, "choices": [], "usage": usage}, separators=(",", ":"))
-                      + "\n\n")
-    events.append("data: [DONE]\n\n")
-    return events
+    The text and reasoning (`reasoning_content`, as vLLM and DeepSeek stream it) as they come;
+    at the end the returned calls (each whole, in one delta: none of a withheld turn), the
+    finish reason, the usage when the harness asked for it (`stream_options`), `[DONE]`."""
+
+    def __init__(self, response_id: str, model: str, include_usage: bool) -> None:
+        self.base: JSONObject = {"id": response_id, "object": "chat.completion.chunk",
+                                 "created": int(time.time()), "model": model}
+        self.include_usage = include_usage
+
+    def start(self) -> list[str]:
+        return [_chunk(self.base, {"role": "assistant", "content": ""})]
+
+    def text(self, delta: str) -> list[str]:
+        return [_chunk(self.base, {"content": delta})]
+
+    def reasoning(self, delta: str) -> list[str]:
+        return [_chunk(self.base, {"reasoning_content": delta})]
+
+    def finish(self, turn: GatewayTurn) -> list[str]:
+        events = []
+        if turn.returned:
+            message = chat_messages([AssistantMessage("", list(turn.returned))])[0]
+            calls = [{"index": i, **call} for i, call in enumerate(message["tool_calls"])]
+            events.append(_chunk(self.base, {"tool_calls": calls}))
+        events.append(_chunk(self.base, {}, turn.finish_reason))
+        if self.include_usage:
+            usage = {"prompt_tokens": turn.usage.input_tokens, "completion_tokens": turn.usage.output_tokens,
+                     "total_tokens": turn.usage.input_tokens + turn.usage.output_tokens}
+            events.append("data: " + json.dumps({**self.base, "choices": [], "usage": usage},
+                                                separators=(",", ":")) + "\n\n")
+        events.append("data: [DONE]\n\n")
+        return events
+
+    def fail(self, message: str, status: int) -> list[str]:
+        """An error chunk (the SDKs raise on a chunk with an `error`), and no `[DONE]`."""
+        error = {"message": message, "type": "gateway_error", "code": status}
+        return ["data: " + json.dumps({"error": error}, separators=(",", ":")) + "\n\n"]

@@ -4,10 +4,11 @@
 
 - `command` (required): the harness's command line, a list of arguments or one string split
   like a shell would (no shell runs it). Each argument is a template: `{task}` (the task's
-  prompt text), `{task_id}`, `{workdir}`, `{base_url}` (the gateway's OpenAI base URL, ending
-  in `/v1`), `{anthropic_base_url}` (its root), `{model}`, `{budget}`, `{python}` (the
-  worker's own interpreter, whose packages the harness may use) and `{metadata[KEY]}` for a
-  field of the task's metadata.
+  prompt text), `{task_id}`, `{workdir}`, `{base_url}` (the episode's own OpenAI base URL on
+  the gateway, `.../e/<episode key>/v1`), `{anthropic_base_url}` (the episode's root there,
+  its Anthropic base URL), `{model}`, `{budget}`, `{python}` (the worker's own interpreter,
+  whose packages the harness may use) and `{metadata[KEY]}` for a field of the task's
+  metadata.
 - `tasks`: the tasks inline, a list of `{id, prompt, metadata}` tables; or `env.task_file`.
 - `timeout_s`: the harness's wall-clock limit (default: `loop.episode_timeout_s`).
 - `grace_s` (5): after SIGTERM to its process group, how long before SIGKILL.

@@ -1,31 +1,36 @@
-"""The harness gateway: the model server a harness talks to, one token per episode.
+"""The harness gateway: the model server a harness talks to, one base URL and token per episode.
 
-An ASGI app (Starlette, as the simulator) with OpenAI Chat Completions
-(`/v1/chat/completions`), OpenAI Responses (`/v1/responses`) and Anthropic Messages
-(`/v1/messages`: the Anthropic SDKs take the server root as their base URL). Each request
-carries an episode's token as its API key (`Authorization: Bearer <token>`, or Anthropic's
-`x-api-key`); the token picks the `HarnessSession` that answers. An unknown token is a 401;
-a token whose episode ended is a 403 naming how it ended (a harness that keeps calling gets
-a clear error, never another turn). Errors are written in OpenAI's error shape.
+An ASGI app (Starlette, as the simulator) with OpenAI Chat Completions, OpenAI Responses and
+Anthropic Messages under each episode's own root, `/e/<episode key>`: the harness's OpenAI base
+URL is `<root>/e/<key>/v1` (`.../chat/completions`, `.../responses`, `.../models`) and its
+Anthropic base URL `<root>/e/<key>` (the Anthropic SDKs append `/v1/messages`). A request is
+answered only when its path's episode and its API key (`Authorization: Bearer <token>`, or
+Anthropic's `x-api-key`) are the same episode's: a token of another episode is a 403 naming
+that cause (the token is never echoed), an unknown token a 401, a path naming no episode a
+404, and an episode that ended is a 403 naming how it ended, for its URL and its token alike
+(a harness that keeps calling gets a clear error, never another turn). Errors are written in
+the wire's error shape.
 
-A streamed request gets its events once the turn is classified (`render_chat_stream`): no
-tool-call delta of a withheld call is ever written. The text is not relayed as the model
-writes it: the provider adapter returns whole turns.
+A streamed request gets its text as the model writes it and its calls once the turn is
+classified (`collector.harness.stream`): no tool-call delta of a withheld call is ever written.
 
 `GatewayServer` serves the app on a loopback socket from the worker's own event loop, so the
 sessions call the worker's provider adapters on the loop their HTTP clients belong to. One
-server serves every episode of a worker; the tokens keep the episodes apart. The address is
-loopback unless `env.options.host` names another (a harness in a container), and the token is
-required either way.
+server serves every episode of a worker, each at its own root. The address is loopback unless
+`env.options.host` names another (a harness in a container), and the token is required either
+way.
 
-Tests: tests/harness/test_gateway_chat.py.
+Tests: tests/harness/test_gateway_chat.py, tests/harness/test_episode_url.py,
+tests/harness/test_stream.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import json
+import secrets
 import socket
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Generator
@@ -38,32 +43,34 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from collector.harness.anthropic_wire import parse_messages_request, render_message, render_message_stream
-from collector.harness.chat_wire import parse_chat_request, render_chat_completion, render_chat_stream
-from collector.harness.request import BadRequest, GatewayTurn, HarnessRequest, Refused
-from collector.harness.responses_wire import parse_responses_request, render_response, render_response_stream
+from collector.harness.anthropic_wire import MessageStream, parse_messages_request, render_message
+from collector.harness.chat_wire import ChatStream, parse_chat_request, render_chat_completion
+from collector.harness.request import ERROR_KINDS, BadRequest, GatewayTurn, HarnessRequest, Refused
+from collector.harness.responses_wire import ResponseStream, parse_responses_request, render_response
 from collector.harness.session import HarnessSession
+from collector.harness.stream import StreamWriter, stream_reply
 from collector.turn import JSONObject
 
-__all__ = ["Gateway", "GatewayServer"]
+__all__ = ["Gateway", "GatewayServer", "episode_root"]
 
-#: Ended episodes' tokens remembered for a clear 403 (past this, an old token is just unknown).
+#: Ended episodes remembered for a clear 403 (past this, an old URL or token is just unknown).
 _ENDED_KEPT = 10_000
 
 
-#: Error types by status: the same names in OpenAI's and Anthropic's error shapes.
-_KINDS = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error"}
+def episode_root(root: str, session: HarnessSession) -> str:
+    """The episode's own root on the server at `root`: its Anthropic base URL, `/v1` its OpenAI one."""
+    return f"{root}/e/{session.key}"
 
 
 def _error(message: str, status: int) -> JSONResponse:
     """An error in OpenAI's shape."""
-    kind = _KINDS.get(status, "gateway_error")
+    kind = ERROR_KINDS.get(status, "gateway_error")
     return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status_code=status)
 
 
 def _anthropic_error(message: str, status: int) -> JSONResponse:
     """An error in Anthropic's shape."""
-    kind = _KINDS.get(status, "api_error")
+    kind = ERROR_KINDS.get(status, "api_error")
     return JSONResponse({"type": "error", "error": {"type": kind, "message": message}}, status_code=status)
 
 
@@ -73,21 +80,23 @@ class _Wire:
 
     parse: Callable[[dict[str, Any]], HarnessRequest]
     render: Callable[[GatewayTurn, str], JSONObject]
-    stream: Callable[[GatewayTurn, str, HarnessRequest], list[str]]
+    writer: Callable[[str, str, HarnessRequest], StreamWriter]
+    """(stream id, model, request) -> the events of one streamed reply."""
     error: Callable[[str, int], JSONResponse]
 
 
 _CHAT = _Wire(parse_chat_request, render_chat_completion,
-              lambda turn, model, parsed: render_chat_stream(turn, model, parsed.stream_usage), _error)
+              lambda rid, model, parsed: ChatStream(rid, model, parsed.stream_usage), _error)
 _RESPONSES = _Wire(parse_responses_request, render_response,
-                   lambda turn, model, _: render_response_stream(turn, model), _error)
+                   lambda rid, model, _: ResponseStream(rid, model), _error)
 _MESSAGES = _Wire(parse_messages_request, render_message,
-                  lambda turn, model, _: render_message_stream(turn, model), _anthropic_error)
+                  lambda rid, model, _: MessageStream(rid, model), _anthropic_error)
 
 
-def _sse(events: list[str]) -> Response:
-    """A streamed reply, sent once the turn is classified (see `collector.harness.session`)."""
-    return Response("".join(events), media_type="text/event-stream", headers={"cache-control": "no-cache"})
+@dataclass(slots=True)
+class _Ended:
+    token: str
+    message: str
 
 
 class Gateway:
@@ -95,43 +104,62 @@ class Gateway:
 
     def __init__(self) -> None:
         self._sessions: dict[str, HarnessSession] = {}
-        self._ended: OrderedDict[str, str] = OrderedDict()
+        """Open episodes by key (the path's `/e/<key>`)."""
+        self._keys: dict[str, str] = {}
+        """Open episodes' keys by token: a token used on another episode's URL is named as such."""
+        self._ended: OrderedDict[str, _Ended] = OrderedDict()
+        self._ended_tokens: dict[str, str] = {}
+        self._streaming: set[asyncio.Task[None]] = set()
+        """Turns being streamed: kept until they end, whether or not their harness still reads."""
         self.app = Starlette(routes=[
-            Route("/v1/chat/completions", self._route(_CHAT), methods=["POST"]),
-            Route("/v1/messages", self._route(_MESSAGES), methods=["POST"]),
-            Route("/v1/responses", self._route(_RESPONSES), methods=["POST"]),
-            Route("/v1/models", self._models, methods=["GET"]),
+            Route("/e/{key}/v1/chat/completions", self._route(_CHAT), methods=["POST"]),
+            Route("/e/{key}/v1/messages", self._route(_MESSAGES), methods=["POST"]),
+            Route("/e/{key}/v1/responses", self._route(_RESPONSES), methods=["POST"]),
+            Route("/e/{key}/v1/models", self._models, methods=["GET"]),
         ])
 
     def open(self, session: HarnessSession) -> None:
-        self._sessions[session.token] = session
+        self._sessions[session.key] = session
+        self._keys[session.token] = session.key
 
     def close(self, session: HarnessSession) -> None:
-        """The episode is over: its token is refused from now on."""
-        if self._sessions.pop(session.token, None) is not None:
-            self._ended[session.token] = (f"{session.harness}: episode {session.spec.episode_id} ended; "
-                                          "this token accepts no more requests")
+        """The episode is over: its URL and its token are refused from now on."""
+        if self._sessions.pop(session.key, None) is not None:
+            self._keys.pop(session.token, None)
+            message = (f"{session.harness}: episode {session.spec.episode_id} ended; "
+                       "this endpoint accepts no more requests")
+            self._ended[session.key] = _Ended(session.token, message)
+            self._ended_tokens[session.token] = message
             while len(self._ended) > _ENDED_KEPT:
-                self._ended.popitem(last=False)
+                _, old = self._ended.popitem(last=False)
+                self._ended_tokens.pop(old.token, None)
 
     def _session(self, request: Request) -> HarnessSession:
+        """The episode the path names, if the request's token is that episode's; else `Refused`."""
         auth = request.headers.get("authorization", "")
         if auth.lower().startswith("bearer "):
             token = auth[7:].strip()
         else:  # Anthropic's SDKs send the key in its own header
             token = request.headers.get("x-api-key", "")
-        session = self._sessions.get(token)
-        if session is not None:
+        key = request.path_params["key"]
+        session = self._sessions.get(key)
+        if session is not None and hmac.compare_digest(token.encode(), session.token.encode()):
             return session
-        ended = self._ended.get(token)
+        ended = self._ended.get(key)
         if ended is not None:
-            raise Refused(ended, 403)
+            raise Refused(ended.message, 403)
+        if token in self._keys or token in self._ended_tokens:
+            raise Refused("this API key belongs to another episode than the one this URL names: use the "
+                          "base URL the collector gave this harness with its key", 403)
+        if session is None:
+            raise Refused("no episode is served at this URL: use the base URL the collector gave this "
+                          "harness", 404)
         raise Refused("unknown episode token: pass the token the collector gave this harness as its API key",
                       401)
 
-    async def _turn(self, request: Request, parse: Callable[[dict[str, Any]], HarnessRequest]) -> tuple[
-            HarnessSession, HarnessRequest, GatewayTurn]:
-        """The session, the parsed request and its turn; `BadRequest` / `Refused` for the route to write."""
+    async def _parse(self, request: Request, parse: Callable[[dict[str, Any]], HarnessRequest]) -> tuple[
+            HarnessSession, HarnessRequest]:
+        """The session and the parsed request; `BadRequest` / `Refused` for the route to write."""
         session = self._session(request)
         try:
             body: Any = json.loads(await request.body())
@@ -139,22 +167,23 @@ class Gateway:
             raise BadRequest("the request body is not JSON") from None
         if not isinstance(body, dict):
             raise BadRequest("the request body must be a JSON object")
-        parsed = parse(body)
-        return session, parsed, await session.complete(parsed)
+        return session, parse(body)
 
     def _route(self, wire: _Wire) -> Callable[[Request], Awaitable[Response]]:
         """The endpoint of one wire: parse, take the turn, write it (or the error) in the wire's shape."""
 
         async def endpoint(request: Request) -> Response:
             try:
-                session, parsed, turn = await self._turn(request, wire.parse)
+                session, parsed = await self._parse(request, wire.parse)
+                model = session.spec.model
+                if parsed.stream:
+                    writer = wire.writer("gw-" + secrets.token_hex(10), model, parsed)
+                    return await stream_reply(session.complete(parsed), writer, wire.error, self._streaming)
+                turn = await session.complete(parsed)
             except BadRequest as exc:
                 return wire.error(str(exc), 400)
             except Refused as exc:
                 return wire.error(str(exc), exc.status)
-            model = session.spec.model
-            if parsed.stream:
-                return _sse(wire.stream(turn, model, parsed))
             return JSONResponse(wire.render(turn, model))
 
         return endpoint

@@ -15,7 +15,15 @@ from typing import Any, Literal
 
 from collector.turn import Message, ToolCall, ToolSpec, Usage
 
-__all__ = ["BadRequest", "Finish", "GatewayTurn", "HarnessRequest", "Refused", "non_empty_list", "text_of"]
+__all__ = [
+    "ERROR_KINDS", "BadRequest", "Finish", "GatewayTurn", "HarnessRequest", "Refused", "non_empty_list",
+    "text_of",
+]
+
+
+#: Error types by status: the same names in OpenAI's and Anthropic's error shapes.
+ERROR_KINDS = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+               404: "not_found_error"}
 
 
 class BadRequest(Exception):

@@ -17,6 +17,7 @@ Tests: tests/harness/test_gateway_responses.py.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from typing import Any
@@ -30,10 +31,11 @@ from collector.turn import (
     SystemMessage,
     ToolResultMessage,
     ToolSpec,
+    Usage,
     UserMessage,
 )
 
-__all__ = ["parse_responses_request", "render_response", "render_response_stream"]
+__all__ = ["ResponseStream", "parse_responses_request", "render_response"]
 
 _ROLES = {"user": UserMessage, "system": SystemMessage, "developer": SystemMessage}
 
@@ -141,29 +143,115 @@ def render_response(turn: GatewayTurn, model: str, status: str | None = None) ->
     }
 
 
-def render_response_stream(turn: GatewayTurn, model: str) -> list[str]:
-    """The Responses stream events for `turn`, in the wire's order, terminal event last."""
-    events: list[str] = []
+class ResponseStream:
+    """The Responses events of one streamed reply, in the wire's order (`collector.harness.stream`).
 
-    def emit(kind: str, payload: JSONObject) -> None:
-        data = {"type": kind, "sequence_number": len(events), **payload}
-        events.append(f"event: {kind}\ndata: " + json.dumps(data, separators=(",", ":")) + "\n\n")
+    Text opens a `message` item and reasoning a `reasoning` item with one summary part, each
+    closed when the other kind of text comes or the turn ends; the returned calls' items come
+    after the turn is classified (none of a withheld turn); the terminal event is
+    `response.completed`, or `response.incomplete` for a withheld turn."""
 
-    emit("response.created", {"response": render_response(turn, model, "in_progress")})
-    emit("response.in_progress", {"response": render_response(turn, model, "in_progress")})
-    for index, (first, last) in enumerate(zip(_output(turn, False), _output(turn, True), strict=True)):
-        emit("response.output_item.added", {"output_index": index, "item": first})
-        if last["type"] == "message":
-            where = {"item_id": last["id"], "output_index": index, "content_index": 0}
-            emit("response.content_part.added", {**where, "part": _part("")})
-            emit("response.output_text.delta", {**where, "delta": turn.text, "logprobs": []})
-            emit("response.output_text.done", {**where, "text": turn.text, "logprobs": []})
-            emit("response.content_part.done", {**where, "part": _part(turn.text)})
+    def __init__(self, response_id: str, model: str) -> None:
+        self.response_id, self.model = response_id, model
+        self.sequence = 0
+        self.items: list[JSONObject] = []
+        """The output items closed so far, as the terminal event lists them."""
+        self.open: JSONObject | None = None
+        self.parts: list[str] = []
+
+    def _emit(self, kind: str, payload: JSONObject) -> str:
+        data = {"type": kind, "sequence_number": self.sequence, **payload}
+        self.sequence += 1
+        return f"event: {kind}\ndata: " + json.dumps(data, separators=(",", ":")) + "\n\n"
+
+    def _response(self, status: str) -> JSONObject:
+        blank = GatewayTurn("", [], [], "stop", Usage(), self.response_id)
+        return render_response(blank, self.model, status)
+
+    def _item(self, what: str, index: int, item: JSONObject) -> str:
+        return self._emit(f"response.output_item.{what}", {"output_index": index, "item": item})
+
+    def start(self) -> list[str]:
+        return [self._emit("response.created", {"response": self._response("in_progress")}),
+                self._emit("response.in_progress", {"response": self._response("in_progress")})]
+
+    def _where(self) -> JSONObject:
+        assert self.open is not None
+        return {"item_id": self.open["id"], "output_index": len(self.items)}
+
+    def _switch(self, kind: str) -> list[str]:
+        if self.open is not None and self.open["type"] == kind:
+            return []
+        events = self._close("completed")
+        index = len(self.items)
+        if kind == "message":
+            self.open = {"id": f"msg_{self.response_id}_{index}", "type": "message", "role": "assistant",
+                         "status": "in_progress", "content": []}
+            events.append(self._item("added", index, self.open))
+            events.append(self._emit("response.content_part.added",
+                                     {**self._where(), "content_index": 0, "part": _part("")}))
         else:
-            where = {"item_id": last["id"], "output_index": index}
-            emit("response.function_call_arguments.delta", {**where, "delta": last["arguments"]})
-            emit("response.function_call_arguments.done", {**where, "arguments": last["arguments"]})
-        emit("response.output_item.done", {"output_index": index, "item": last})
-    final = render_response(turn, model)
-    emit(f"response.{final['status']}", {"response": final})
-    return events
+            self.open = {"id": f"rs_{self.response_id}_{index}", "type": "reasoning", "summary": []}
+            events.append(self._item("added", index, self.open))
+            events.append(self._emit("response.reasoning_summary_part.added", {
+                **self._where(), "summary_index": 0, "part": {"type": "summary_text", "text": ""}}))
+        return events
+
+    def _close(self, status: str) -> list[str]:
+        if self.open is None:
+            return []
+        where, text = self._where(), "".join(self.parts)
+        item = self.open
+        if item["type"] == "message":
+            events = [self._emit("response.output_text.done", {**where, "content_index": 0, "text": text,
+                                                               "logprobs": []}),
+                      self._emit("response.content_part.done", {**where, "content_index": 0,
+                                                                "part": _part(text)})]
+            item = {**item, "status": status, "content": [_part(text)]}
+        else:
+            part = {"type": "summary_text", "text": text}
+            events = [self._emit("response.reasoning_summary_text.done", {**where, "summary_index": 0,
+                                                                          "text": text}),
+                      self._emit("response.reasoning_summary_part.done", {**where, "summary_index": 0,
+                                                                          "part": part})]
+            item = {**item, "summary": [part]}
+        events.append(self._item("done", len(self.items), item))
+        self.items.append(item)
+        self.open, self.parts = None, []
+        return events
+
+    def text(self, delta: str) -> list[str]:
+        events = self._switch("message")
+        self.parts.append(delta)
+        events.append(self._emit("response.output_text.delta", {**self._where(), "content_index": 0,
+                                                                "delta": delta, "logprobs": []}))
+        return events
+
+    def reasoning(self, delta: str) -> list[str]:
+        events = self._switch("reasoning")
+        self.parts.append(delta)
+        events.append(self._emit("response.reasoning_summary_text.delta",
+                                 {**self._where(), "summary_index": 0, "delta": delta}))
+        return events
+
+    def finish(self, turn: GatewayTurn) -> list[str]:
+        events = self._close("incomplete" if turn.finish_reason == "length" else "completed")
+        for item in _output(dataclasses.replace(turn, text=""), True):
+            index = len(self.items)
+            where = {"item_id": item["id"], "output_index": index}
+            added = {**item, "status": "in_progress", "arguments": ""}
+            arguments = item["arguments"]
+            events.append(self._item("added", index, added))
+            events.append(self._emit("response.function_call_arguments.delta", {**where, "delta": arguments}))
+            events.append(self._emit("response.function_call_arguments.done",
+                                     {**where, "arguments": arguments}))
+            events.append(self._item("done", index, item))
+            self.items.append(item)
+        final = {**render_response(turn, self.model), "id": "resp_" + self.response_id, "output": self.items}
+        events.append(self._emit(f"response.{final['status']}", {"response": final}))
+        return events
+
+    def fail(self, message: str, status: int) -> list[str]:
+        """An `error` event (the SDKs raise on it); no terminal event follows."""
+        error = {"type": "gateway_error", "code": str(status), "message": message}
+        return [self._emit("error", {"code": str(status), "message": message, "param": None, "error": error})]

@@ -45,7 +45,7 @@ from collector.config import LoopConfig
 from collector.episode.loop import EpisodeSpec, record_episode
 from collector.errors import ConfigError
 from collector.harness.env import BASE_ENV, HarnessEnv, HarnessSettings, task_text
-from collector.harness.gateway import Gateway
+from collector.harness.gateway import Gateway, episode_root
 from collector.harness.session import HarnessSession
 from collector.providers.base import Provider
 from collector.record.episode import Episode, EpisodeError
@@ -163,13 +163,16 @@ async def _reward(settings: HarnessSettings, spec: EpisodeSpec, workdir: Path, f
 
 
 async def run_harness_episode(spec: EpisodeSpec, provider: Provider, env: HarnessEnv, loop: LoopConfig,
-                              gateway: Gateway, root: str) -> Episode:
-    """Run one harness episode to its end and return its record (see the module docstring)."""
+                              gateway: Gateway, server_root: str) -> Episode:
+    """Run one harness episode to its end and return its record (see the module docstring).
+
+    `server_root` is the gateway server's; the harness is given the episode's own root under it."""
     started = time.perf_counter()
     settings = env.settings
     session = HarnessSession(spec, provider, loop, enforce=settings.enforce_stop_rules,
                              harness=settings.label)
     gateway.open(session)
+    root = episode_root(server_root, session)
     base = Path(tempfile.mkdtemp(prefix=f"harness-{spec.episode_id[:12]}-", dir=settings.workdir_root))
     workdir = base / "work"
     workdir.mkdir()

@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import re
 import secrets
 
 from collector.config import LoopConfig
@@ -87,6 +88,9 @@ class HarnessSession:
     def __init__(self, spec: EpisodeSpec, provider: Provider, settings: LoopConfig, *, enforce: bool = True,
                  harness: str = "harness") -> None:
         self.token = "ep-" + secrets.token_urlsafe(24)
+        # The episode's own path on the gateway (`/e/<key>`): its id, readable in a log, and a
+        # random tail so that a rerun of the same episode id never reuses an ended URL.
+        self.key = re.sub(r"[^A-Za-z0-9_.-]", "_", spec.episode_id)[:40] + "-" + secrets.token_hex(4)
         self.spec = spec
         self.provider = provider
         self.settings = settings

@@ -49,6 +49,7 @@ from collector.providers.common import (
 )
 from collector.providers.finish import finish_class
 from collector.providers.http import Headers, Http, Sleep
+from collector.providers.relay import current_relay
 from collector.providers.servercut import or_server_cut
 from collector.providers.splice import encode_spliced
 from collector.providers.sse import SSEEvent
@@ -207,10 +208,11 @@ class AnthropicProvider:
         self._streaming = endpoint.streaming
 
     async def complete(self, request: TurnRequest) -> Turn:
-        body = encode_spliced(build_anthropic_body(request, self._streaming), "messages", request.wire_cache)
+        streaming = self._streaming or current_relay() is not None
+        body = encode_spliced(build_anthropic_body(request, streaming), "messages", request.wire_cache)
         cap = request.max_output_tokens
         extra = request.params.extra_headers
-        once = self._stream_once if self._streaming else self._post_once
+        once = self._stream_once if streaming else self._post_once
         return await or_server_cut(request, self._http.retrying(lambda: once(body, cap, extra)))
 
     async def _post_once(self, body: bytes, cap: int, extra: Headers) -> Turn:
@@ -272,7 +274,8 @@ class _AnthropicStream:
     """Blocks by index (text pieces, or a tool_use with its json fragments), reason and usage."""
 
     __slots__ = (
-        "blocks", "input_tokens", "model", "output_tokens", "response_id", "stop_details", "stop_reason"
+        "blocks", "input_tokens", "model", "output_tokens", "relay", "response_id", "stop_details",
+        "stop_reason",
     )
 
     def __init__(self) -> None:
@@ -284,6 +287,7 @@ class _AnthropicStream:
         self.output_tokens = 0
         self.response_id: str | None = None
         self.model: str | None = None
+        self.relay = current_relay()
 
     def feed(self, data: Any, http: Http) -> bool:
         """Apply one event; True at `message_stop`."""
@@ -295,8 +299,12 @@ class _AnthropicStream:
                 dtype = delta.get("type")
                 if dtype == "text_delta":
                     block[2].append(delta.get("text") or "")
+                    if self.relay is not None:
+                        self.relay.text(self, delta.get("text") or "")
                 elif dtype == "thinking_delta":
                     block[2].append(delta.get("thinking") or "")
+                    if self.relay is not None:
+                        self.relay.reasoning(self, delta.get("thinking") or "")
                 elif dtype == "signature_delta":
                     block[1] = {**block[1], "signature": delta.get("signature") or ""}
                 elif dtype == "input_json_delta":

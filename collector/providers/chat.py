@@ -47,6 +47,7 @@ from collector.providers.common import (
 )
 from collector.providers.finish import finish_class
 from collector.providers.http import Headers, Http, Sleep
+from collector.providers.relay import current_relay
 from collector.providers.servercut import or_server_cut
 from collector.providers.splice import encode_spliced
 from collector.providers.sse import SSEEvent
@@ -260,11 +261,12 @@ class ChatProvider:
             return await self.complete(request)
 
     async def _complete(self, request: TurnRequest) -> Turn:
-        built = build_chat_body(request, self._cap_field, self._streaming)
+        streaming = self._streaming or current_relay() is not None
+        built = build_chat_body(request, self._cap_field, streaming)
         body = encode_spliced(built, "messages", request.wire_cache)
         cap = request.max_output_tokens
         extra = request.params.extra_headers
-        once = self._stream_once if self._streaming else self._post_once
+        once = self._stream_once if streaming else self._post_once
         return await or_server_cut(request, self._http.retrying(lambda: once(body, cap, extra)))
 
     async def _post_once(self, body: bytes, cap: int, extra: Headers) -> Turn:
@@ -358,6 +360,7 @@ class _ChatStream:
         "reasoning_text",
         "reasoning_tokens",
         "refusal",
+        "relay",
         "response_id",
         "text",
         "token_ids",
@@ -381,6 +384,7 @@ class _ChatStream:
         self.reasoning_text: list[str] = []
         self.reasoning_tokens = 0
         self.metadata: Any = None
+        self.relay = current_relay()
 
     def feed(self, chunk: Any, http: Http) -> None:
         # Called once per token on real servers: the common chunk (one choice, one short delta)
@@ -407,6 +411,8 @@ class _ChatStream:
                 content = delta.get("content")
                 if content and isinstance(content, str):
                     self.text.append(content)
+                    if self.relay is not None:
+                        self.relay.text(self, content)
                 tool_calls = delta.get("tool_calls")
                 if tool_calls:
                     self._calls(tool_calls)
@@ -417,6 +423,8 @@ class _ChatStream:
                 if thought:
                     self.reasoning = True
                     self.reasoning_text.append(thought)
+                    if self.relay is not None:
+                        self.relay.reasoning(self, thought)
             logprobs = choice.get("logprobs")
             if logprobs:
                 _logprobs_of(logprobs, self.logprobs, self.logprob_ids)

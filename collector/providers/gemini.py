@@ -54,6 +54,7 @@ from collector.providers.common import (
 )
 from collector.providers.finish import finish_class
 from collector.providers.http import Headers, Http, Sleep
+from collector.providers.relay import current_relay
 from collector.providers.servercut import or_server_cut
 from collector.providers.splice import encode_spliced
 from collector.providers.sse import SSEEvent
@@ -175,7 +176,7 @@ class _Reply:
     """Parts of candidate 0 gathered over one body or many stream chunks."""
 
     __slots__ = ("block_reason", "calls", "finish", "logprobs", "model", "reasoning", "reasoning_items",
-                 "reasoning_tokens", "response_id", "text", "text_signature", "usage")
+                 "reasoning_tokens", "relay", "response_id", "text", "text_signature", "usage")
 
     def __init__(self) -> None:
         self.text: list[str] = []
@@ -190,6 +191,7 @@ class _Reply:
         self.reasoning_items: list[JSONObject] = []
         self.reasoning_tokens = 0
         self.text_signature: str | None = None
+        self.relay = current_relay()
 
     def feed(self, chunk: Any, http: Http) -> None:
         if chunk.get("error"):
@@ -226,11 +228,15 @@ class _Reply:
                 self.calls.append(call)
             elif isinstance(part.get("text"), str) and not part.get("thought"):
                 self.text.append(part["text"])
+                if self.relay is not None:
+                    self.relay.text(self, part["text"])
                 if isinstance(part.get("thoughtSignature"), str):
                     self.text_signature = part["thoughtSignature"]
             elif part.get("thought"):
                 self.reasoning = True
                 self.reasoning_items.append(dict(part))
+                if self.relay is not None and isinstance(part.get("text"), str):
+                    self.relay.reasoning(self, part["text"])
         result = candidate.get("logprobsResult")
         if isinstance(result, dict):
             for entry in result.get("chosenCandidates") or ():
@@ -295,18 +301,19 @@ class GeminiProvider:
         self._base = endpoint.base_url.rstrip("/") + "/v1beta/models/"
         self._streaming = endpoint.streaming
 
-    def _url(self, model: str) -> str:
+    def _url(self, model: str, streaming: bool) -> str:
         model = model.removeprefix("models/")
-        if self._streaming:
+        if streaming:
             return f"{self._base}{model}:streamGenerateContent?alt=sse"
         return f"{self._base}{model}:generateContent"
 
     async def complete(self, request: TurnRequest) -> Turn:
         body = encode_spliced(build_gemini_body(request), "contents", request.wire_cache)
-        url = self._url(request.model)
+        streaming = self._streaming or current_relay() is not None
+        url = self._url(request.model, streaming)
         cap = request.max_output_tokens
         extra = request.params.extra_headers
-        once = self._stream_once if self._streaming else self._post_once
+        once = self._stream_once if streaming else self._post_once
         return await or_server_cut(request, self._http.retrying(lambda: once(url, body, cap, extra)))
 
     async def _post_once(self, url: str, body: bytes, cap: int, extra: Headers) -> Turn:

@@ -52,6 +52,7 @@ from collector.providers.common import (
 )
 from collector.providers.finish import finish_class
 from collector.providers.http import Headers, Http, Sleep
+from collector.providers.relay import current_relay
 from collector.providers.servercut import or_server_cut
 from collector.providers.splice import encode_spliced
 from collector.providers.sse import SSEEvent
@@ -355,10 +356,11 @@ class ResponsesProvider:
         self._streaming = endpoint.streaming
 
     async def complete(self, request: TurnRequest) -> Turn:
-        body = encode_spliced(build_responses_body(request, self._streaming), "input", request.wire_cache)
+        streaming = self._streaming or current_relay() is not None
+        body = encode_spliced(build_responses_body(request, streaming), "input", request.wire_cache)
         cap = request.max_output_tokens
         extra = request.params.extra_headers
-        once = self._stream_once if self._streaming else self._post_once
+        once = self._stream_once if streaming else self._post_once
         return await or_server_cut(request, self._http.retrying(lambda: once(body, cap, extra)))
 
     async def _post_once(self, body: bytes, cap: int, extra: Headers) -> Turn:
@@ -384,6 +386,7 @@ class ResponsesProvider:
     async def _consume(self, events: AsyncIterator[SSEEvent]) -> tuple[_Reply, bool]:
         reply = _Reply()
         items = _Items()
+        relay = current_relay()
         async for event in events:
             try:
                 data = json.loads(event.data)
@@ -404,7 +407,11 @@ class ResponsesProvider:
                 elif kind == "response.output_text.delta":
                     slot = items.find(data) or items.open(data, None)
                     slot.text.append(data.get("delta") or "")
+                    if relay is not None:
+                        relay.text(reply, data.get("delta") or "")
                     _logprobs_into(data.get("logprobs"), reply.logprobs)
+                elif kind == "response.reasoning_summary_text.delta" and relay is not None:
+                    relay.reasoning(reply, data.get("delta") or "")  # the summary itself comes whole, done
                 elif kind == "response.refusal.delta":
                     reply.refusal.append(data.get("delta") or "")
                 elif kind in _TERMINAL:

@@ -16,7 +16,7 @@ from collector.config import LoopConfig
 from collector.envs.arithmetic import ArithmeticEnv
 from collector.envs.base import Task
 from collector.episode.loop import EpisodeSpec
-from collector.harness.gateway import Gateway
+from collector.harness.gateway import Gateway, episode_root
 from collector.harness.session import HarnessSession
 from collector.providers import build_provider
 from collector.providers.base import Endpoint, Provider
@@ -35,8 +35,9 @@ CELLS = (
 )
 CALCULATOR_PARAMETERS = {"type": "object", "properties": {"expression": {"type": "string"}}}
 
-#: Runs one harness against the gateway: (gateway's ASGI app, episode token, task, working dir).
-Drive = Callable[[Any, str, Task, Path], Awaitable[None]]
+#: Runs one harness against the gateway: (gateway's ASGI app, the episode's root URL on it
+#: (`http://gateway/e/<key>`), episode token, task, working dir).
+Drive = Callable[[Any, str, str, Task, Path], Awaitable[None]]
 
 
 class Seen:
@@ -88,7 +89,8 @@ async def sweep(
                 gateway.open(session)
                 workdir = tmp_path / f"{model}-{budget}-{i}"
                 workdir.mkdir(parents=True)
-                await drive(gateway.app, session.token, task, workdir)
+                root = episode_root("http://gateway", session)
+                await drive(gateway.app, root, session.token, task, workdir)
                 gateway.close(session)
                 ran = logged(workdir)
                 cut_ids = {c.id for t in provider.turns if t.is_length for c in t.tool_calls}
@@ -106,14 +108,15 @@ async def post_twice(
     task: Task,
     auth: Callable[[str], dict[str, str]],
 ) -> tuple[HarnessSession, httpx.Response, httpx.Response]:
-    """One episode's first request and the same request again: (its session, both replies)."""
+    """One episode's first request and the same request again, at `path` under the episode's root:
+    (its session, both replies)."""
     gateway = Gateway()
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(0))) as sim:
         spec = EpisodeSpec(run_id="r", model=model, provider_kind="sim", budget=budget, task=task)
         session = HarnessSession(spec, build_provider("chat", Endpoint("http://sim/v1"), sim), LoopConfig())
         gateway.open(session)
         async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=gateway.app), base_url="http://gw"
+            transport=httpx.ASGITransport(app=gateway.app), base_url=episode_root("http://gw", session)
         ) as c:
             first = await c.post(path, json=body, headers=auth(session.token))
             again = await c.post(path, json=body, headers=auth(session.token))

@@ -29,11 +29,11 @@ MESSAGES = "/v1/messages"
 
 
 def _drive(stream: bool) -> Any:
-    async def drive(app: Any, token: str, task: Task, workdir: Path) -> None:
+    async def drive(app: Any, root: str, token: str, task: Task, workdir: Path) -> None:
         # The `anthropic` SDK is built on httpx2 (its own fork of httpx), with the same ASGI transport.
         http = httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app))
         async with AsyncAnthropic(
-            base_url="http://gateway", api_key=token, http_client=http, max_retries=0
+            base_url=root, api_key=token, http_client=http, max_retries=0
         ) as c:
             with contextlib.suppress(PermissionDeniedError):  # the episode ended and the loop asked again
                 await anthropic_tool_loop.run(c, str(task.prompt), workdir, stream=stream)

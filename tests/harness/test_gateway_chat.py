@@ -33,10 +33,10 @@ CHAT = "/v1/chat/completions"
 
 
 def _drive(stream: bool) -> Any:
-    async def drive(app: Any, token: str, task: Task, workdir: Path) -> None:
+    async def drive(app: Any, root: str, token: str, task: Task, workdir: Path) -> None:
         http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app))
         async with AsyncOpenAI(
-            base_url="http://gateway/v1", api_key=token, http_client=http, max_retries=0
+            base_url=root + "/v1", api_key=token, http_client=http, max_retries=0
         ) as c:
             with contextlib.suppress(PermissionDeniedError):  # the episode ended and the loop asked again
                 await openai_tool_loop.run(c, str(task.prompt), workdir, stream=stream)
@@ -114,7 +114,7 @@ def test_a_rewritten_history_is_marked_where_it_happened() -> None:
     """A request that does not extend what the harness sent before marks its turn `history_rewritten`."""
     from collector.config import LoopConfig
     from collector.episode.loop import EpisodeSpec
-    from collector.harness.gateway import Gateway
+    from collector.harness.gateway import Gateway, episode_root
     from collector.harness.session import HarnessSession
     from collector.providers import build_provider
     from collector.providers.base import Endpoint
@@ -131,7 +131,7 @@ def test_a_rewritten_history_is_marked_where_it_happened() -> None:
             gateway.open(session)
             first = [{"role": "user", "content": task.prompt}]
             async with httpx.AsyncClient(
-                transport=httpx.ASGITransport(app=gateway.app), base_url="http://gw"
+                transport=httpx.ASGITransport(app=gateway.app), base_url=episode_root("http://gw", session)
             ) as c:
                 body = {"model": "m", "tools": openai_tool_loop.TOOLS, "messages": first}
                 message = (await c.post(CHAT, json=body, headers=bearer(session.token))).json()

@@ -34,9 +34,9 @@ RUNNER_TASKS = ArithmeticEnv(num_tasks=60, seed=3).tasks()
 RUNNER_CELLS = (("sim-hidden-cut", 36), ("sim-hidden-cut", 44), ("sim-hidden-cut", 48), ("sim-terse", 16))
 
 
-async def _drive(app: Any, token: str, task: Task, workdir: Path) -> None:
+async def _drive(app: Any, root: str, token: str, task: Task, workdir: Path) -> None:
     http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app))
-    async with AsyncOpenAI(base_url="http://gateway/v1", api_key=token, http_client=http, max_retries=0) as c:
+    async with AsyncOpenAI(base_url=root + "/v1", api_key=token, http_client=http, max_retries=0) as c:
         # The episode ended and the Runner asked again (403), or it gave up on an empty reply.
         with contextlib.suppress(PermissionDeniedError, AgentsException):
             await agents_runner.run(c, str(task.prompt), workdir)
