@@ -148,7 +148,10 @@ class Gateway:
         ended = self._ended.get(key)
         if ended is not None:
             raise Refused(ended.message, 403)
-        if token in self._keys or token in self._ended_tokens:
+        ended_message = self._ended_tokens.get(token)
+        if ended_message is not None:
+            raise Refused(ended_message, 403)
+        if token in self._keys:
             raise Refused("this API key belongs to another episode than the one this URL names: use the "
                           "base URL the collector gave this harness with its key", 403)
         if session is None:

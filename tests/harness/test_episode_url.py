@@ -85,6 +85,7 @@ def test_after_an_episode_ends_its_url_and_its_token_are_refused() -> None:
     assert own.status_code == 403
     assert "ended" in own.json()["error"]["message"]
     assert elsewhere.status_code == 403
+    assert "ended" in elsewhere.json()["error"]["message"]
     assert token not in own.text + elsewhere.text
     assert live.status_code == 200
 
