@@ -8,10 +8,11 @@ upstream may be any wire, and its own reasoning items are the adapter's business
 
 Outbound, the `GatewayTurn` becomes a `message`: a text block, the returned calls as
 `tool_use` blocks, and `stop_reason` `end_turn`, `tool_use` or `max_tokens` (the wire's own
-truncation signal for a withheld turn). Streamed, the same blocks as Messages events, written
-once the turn is classified: no `input_json_delta` of a withheld call is ever sent.
+truncation signal for a withheld turn). Streamed, the same blocks as Messages events
+(`MessageStream`): the text as it comes, the `tool_use` blocks once the turn is classified
+(`collector.harness.stream`): no `input_json_delta` of a withheld call is ever sent.
 
-Tests: tests/harness/test_gateway_anthropic.py.
+Tests: tests/harness/test_gateway_anthropic.py, tests/harness/test_stream.py.
 """
 
 from __future__ import annotations

@@ -10,9 +10,10 @@ Outbound, the `GatewayTurn` the session decided on is rendered as a `chat.comple
 turn's text, the calls returned to the harness (none when they were withheld) and the finish
 reason the session chose (`length` for a withheld turn: the wire's own truncation signal).
 The assistant message goes through the Chat adapter's own `chat_messages`, so a call is
-replayed to the harness exactly as the collector would replay it to a server.
+replayed to the harness exactly as the collector would replay it to a server. Streamed,
+`ChatStream` writes the chunks as the turn comes (`collector.harness.stream`).
 
-Tests: tests/harness/test_gateway_chat.py.
+Tests: tests/harness/test_gateway_chat.py, tests/harness/test_stream.py.
 """
 
 from __future__ import annotations

@@ -10,9 +10,10 @@ Agents SDK does by default). Only `function` tools are taken.
 Outbound, a `response`: a `message` item with the text, the returned calls as
 `function_call` items, and `status: "incomplete"` with `incomplete_details.reason:
 "max_output_tokens"` for a withheld turn (the wire's own truncation signal). Streamed, the
-Responses events in their order, written once the turn is classified.
+Responses events in their order (`ResponseStream`): the text as it comes, the calls once
+the turn is classified (`collector.harness.stream`).
 
-Tests: tests/harness/test_gateway_responses.py.
+Tests: tests/harness/test_gateway_responses.py, tests/harness/test_stream.py.
 """
 
 from __future__ import annotations

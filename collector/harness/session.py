@@ -27,6 +27,10 @@ recording proxy does: every call goes back to the harness with the wire's own fi
 That mode exists to show what the stop rules prevent; the record still says where the
 episode would have ended.
 
+A streamed request is the same turn: the route sets a relay around `complete`
+(`collector.harness.stream`) through which the adapter passes the text on as it reads it; the
+calls are written only from the `GatewayTurn` this returns.
+
 Tests: tests/harness/test_gateway_chat.py, tests/system/harness/test_harness_run.py.
 """
 
