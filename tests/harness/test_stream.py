@@ -16,16 +16,20 @@ from typing import Any
 import httpx
 import pytest
 from anthropic import AsyncAnthropic
-from openai import AsyncOpenAI
+from openai import APIError, AsyncOpenAI
 
 from collector.config import LoopConfig
 from collector.episode.loop import EpisodeSpec
+from collector.errors import ProviderUnavailable
 from collector.harness.gateway import Gateway, GatewayServer, episode_root
 from collector.harness.session import HarnessSession
 from collector.harness.stream import TurnRelay
 from collector.providers import build_provider
 from collector.providers.base import Endpoint, RetryPolicy
+from collector.providers.relay import current_relay
+from collector.providers.scripted import ScriptedProvider, call, calls
 from collector.stop import StopReason
+from collector.turn import Turn, TurnRequest
 from tests.harness.helpers import CALCULATOR_PARAMETERS, TASKS
 
 #: A bound on a wait that only a broken gateway makes long (it would never end otherwise).
@@ -258,3 +262,57 @@ def test_a_retry_whose_text_departs_from_what_was_sent_is_not_relayed() -> None:
     relay.text(retry, "the answer")
     assert relay.queue.qsize() == 1
     assert relay.rest_of_text("Sure, the answer") == ""
+
+
+class _TextThenFailure:
+    """An adapter that streams some text, then fails for good (its retries spent)."""
+
+    kind = "chat"
+
+    async def complete(self, request: TurnRequest) -> Turn:
+        relay = current_relay()
+        assert relay is not None
+        relay.text(self, FIRST_TEXT)
+        raise ProviderUnavailable("chat: stream ended without [DONE]")
+
+
+async def _chat_over_asgi(app: Any, root: str, token: str) -> Seen:
+    seen = Seen()
+    http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app))
+    async with AsyncOpenAI(base_url=root + "/v1", api_key=token, http_client=http, max_retries=0) as client:
+        stream: Any = await client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "12*7?"}], stream=True)
+        try:
+            async for chunk in stream:
+                if chunk.choices:
+                    seen.text += chunk.choices[0].delta.content or ""
+                    seen.call_events += len(chunk.choices[0].delta.tool_calls or ())
+                    seen.finish = chunk.choices[0].finish_reason or seen.finish
+        except APIError as exc:
+            seen.finish = f"error: {exc.message}"
+    return seen
+
+
+async def _one_turn(provider: Any) -> tuple[Seen, HarnessSession]:
+    """One streamed Chat turn through the gateway's app (in process: the reply arrives whole)."""
+    gateway = Gateway()
+    spec = EpisodeSpec(run_id="r", model="m", provider_kind="chat", budget=64, task=TASKS[0])
+    session = HarnessSession(spec, provider, LoopConfig())
+    gateway.open(session)
+    return await _chat_over_asgi(gateway.app, episode_root("http://gateway", session), session.token), session
+
+
+def test_an_upstream_that_does_not_stream_gives_its_text_in_one_delta_then_its_calls() -> None:
+    """With an adapter that returns whole turns, the streamed reply still carries the text, then the calls."""
+    provider = ScriptedProvider([calls(call("calculator", {"expression": "12*7"}), text="Computing.",
+                                       output_tokens=10)])
+    seen, _ = asyncio.run(_one_turn(provider))
+    assert (seen.text, seen.call_events, seen.finish) == ("Computing.", 1, "tool_calls")
+
+
+def test_a_provider_failure_after_the_text_began_is_the_wires_error_event() -> None:
+    """An upstream failing after some text ends the stream in an error the SDK raises; the episode ends."""
+    seen, session = asyncio.run(_one_turn(_TextThenFailure()))
+    assert seen.text == FIRST_TEXT
+    assert seen.finish == "error: harness: the provider failed: ProviderUnavailable"
+    assert session.reason is StopReason.ERROR
