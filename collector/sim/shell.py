@@ -85,9 +85,9 @@ def shell_plan(match: re.Match[str], message: str, since: list[HistoryItem], too
             arguments = item[3] if isinstance(item[3], dict) else {}
             issued[item[1]] = arguments.get(ARGUMENT)
             tries += 1
-        elif item[0] == "result" and item[1] in issued and done < len(commands):
-            if issued[item[1]] == commands[done] and _succeeded(item[3], item[4]):
-                done, tries = done + 1, 0
+        elif (item[0] == "result" and item[1] in issued and done < len(commands)
+              and issued[item[1]] == commands[done] and _succeeded(item[3], item[4])):
+            done, tries = done + 1, 0
     if done == len(commands):
         return Plan(answer=f"Wrote {int(match['a']) + int(match['b'])} to {match['file']}.", task="shell")
     if tries >= MAX_ATTEMPTS:

@@ -1,4 +1,4 @@
-"""The simulator works a shell task as a coding harness needs: real bash commands, then the harness's finishing command."""
+"""The simulator works a coding harness's shell task: real bash commands, then the finishing command."""
 
 from __future__ import annotations
 
@@ -39,7 +39,8 @@ BASH_TOOL = {
 def mini_swe_agent_instance(task: str) -> str:
     """The first user message mini-swe-agent sends, rendered from its installed tool-calling config."""
     spec = importlib.util.find_spec("minisweagent")  # the file only: importing it writes a config dir
-    assert spec is not None and spec.submodule_search_locations
+    assert spec is not None
+    assert spec.submodule_search_locations
     config = yaml.safe_load((Path(spec.submodule_search_locations[0]) / "config" / "mini.yaml").read_text())
     template = jinja2.Template(config["agent"]["instance_template"], undefined=jinja2.StrictUndefined)
     return template.render(task=task, system="Linux", release="6.1", version="#1", machine="x86_64")
@@ -73,7 +74,7 @@ def test_a_prompt_without_a_finishing_command_gets_the_work_then_an_answer() -> 
 
 
 def test_a_failed_or_wrong_command_is_issued_again_then_given_up() -> None:
-    """A non-zero exit status, or a command that is not the one due, does not count: the due command comes again, four times at most."""
+    """A failed command, or one not due, does not count: the due command comes again, four calls at most."""
     history: list[tuple[Any, ...]] = [("user", TASK)]
     failures = [
         '{"returncode": 1, "output": "bash: answer.txt: Permission denied"}',  # mini.yaml's observation
@@ -82,7 +83,7 @@ def test_a_failed_or_wrong_command_is_issued_again_then_given_up() -> None:
     for i, result in enumerate(failures):
         assert dict(decide(history, BASH).calls[0].arguments) == {"command": WORK}
         _ran(history, WORK, result, f"f{i}")
-    _ran(history, "echo $((17 + 26)) > answer.txt", '{"returncode": 0, "output": ""}', "w")  # a wrong argument
+    _ran(history, "echo $((17 + 26)) > answer.txt", '{"returncode": 0, "output": ""}', "w")  # wrong argument
     assert dict(decide(history, BASH).calls[0].arguments) == {"command": WORK}
     _ran(history, WORK, "error: disk full", "e")
     assert len([h for h in history if h[0] == "call"]) == MAX_ATTEMPTS
@@ -92,7 +93,7 @@ def test_a_failed_or_wrong_command_is_issued_again_then_given_up() -> None:
 
 
 def test_shell_turns_are_cut_at_the_truths_rate_and_a_cap_of_their_size_cuts_after_whole_arguments() -> None:
-    """Each shell turn has a fixed size, so its cut rate is the truth's; a cap of exactly that size cuts it with whole arguments."""
+    """A shell turn has a fixed size: cut at the truth's rate; a cap of its size cuts after its arguments."""
     prompt = mini_swe_agent_instance(TASK)
     history: list[tuple[Any, ...]] = [("user", prompt)]
     plans = [decide(history, BASH)]
@@ -102,7 +103,8 @@ def test_shell_turns_are_cut_at_the_truths_rate_and_a_cap_of_their_size_cuts_aft
     for plan in plans:  # sim-perfect writes no preamble: a cap of the call's size cuts right after it
         size = plan_fixed_tokens("sim-perfect", plan)
         cut = generate(plan, PRESETS["sim-perfect"], size, random.Random(0))
-        assert cut.cut and cut.calls[0].arguments_done  # the end-of-turn token did not fit
+        assert cut.cut  # the end-of-turn token did not fit
+        assert cut.calls[0].arguments_done
         assert not generate(plan, PRESETS["sim-perfect"], size + 1, random.Random(0)).cut
     model, budget, n = "sim-hidden-cut", 48, 2000
     truth = turn_cut_probability(model, budget, "call", plan_fixed_tokens(model, plans[0]))

@@ -54,7 +54,7 @@ def _executed_from_cut_turns(tmp_path: Path, episode: Episode) -> list[str]:
 
 
 def test_mini_swe_agent_runs_as_episodes_and_never_runs_a_command_of_a_cut_turn(tmp_path: Path) -> None:
-    """At budgets that cut its turns mini-swe-agent never runs a cut turn's command; at a large budget it solves the task."""
+    """mini-swe-agent never runs a command of a cut turn; at a large budget it solves the task."""
     episodes = _run(tmp_path)
     assert len(episodes) == 2 * 3  # one task, two models, three budgets
     logged = 0
@@ -80,7 +80,7 @@ def test_mini_swe_agent_runs_as_episodes_and_never_runs_a_command_of_a_cut_turn(
 
 
 def test_without_the_stop_rules_mini_swe_agent_runs_the_command_of_a_cut_turn(tmp_path: Path) -> None:
-    """With the gateway only recording, mini-swe-agent runs the whole call of a turn the cap cut: the rules are what stop it."""
+    """With the gateway only recording, mini-swe-agent runs a cut turn's call: the rules are what stop it."""
     episodes = _run(tmp_path, 'sweep.models=["sim-perfect"]', "sweep.budgets=[15, 18]",
                     "env.options.enforce_stop_rules=false")
     by_budget = {e.budget: e for e in episodes}
