@@ -11,7 +11,8 @@ over its tasks of the probability that the call turn or the answer turn is cut
 `sim-hidden-cut` reports a cut call as `tool_calls`: a gateway that missed hidden cuts, or
 let an episode run on past its cut turn, would show another rate. The same acceptance rule
 as the loop's own ground-truth test (tests/run/test_ground_truth.py): every truth inside its
-cell's 99.9% Wilson interval, at most one outside the 95% interval the table reports.
+cell's 99.9% Wilson interval, at most one outside the 95% interval the table reports
+(tests/truth_cells.py).
 
 400 episodes, about a minute of CPU.
 """
@@ -21,10 +22,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from collector.analysis.stats import compute_stats, wilson_interval
+from collector.analysis.stats import compute_stats
 from collector.cli import main
 from collector.envs.arithmetic import ArithmeticEnv
 from collector.sim.truth import answer_tokens_for, call_tokens_for, episode_truncation_probability
+from tests.truth_cells import cells_off_truth
 
 ROOT = Path(__file__).resolve().parents[3]
 CONFIG = ROOT / "configs" / "harness_openai.toml"
@@ -63,17 +65,9 @@ def test_a_harness_sweeps_truncation_table_agrees_with_the_simulators_truth(tmp_
     cells = {(g.key["model"], g.key["budget"]): g for g in result.groups}
     assert set(cells) == {(m, b) for m in MODELS for b in BUDGETS}
     graded = [(str(t.metadata["expression"]), str(t.metadata["answer"])) for t in tasks]
-    outside_95, outside_999 = [], []
-    for (model, budget), group in sorted(cells.items()):
+    for group in cells.values():
         assert group.episodes == TASKS
         assert group.valid == TASKS  # no harness crashed: every episode counts
-        truth = _truth(model, budget, graded)
-        low, high = group.truncation_interval
-        wide_low, wide_high = wilson_interval(group.truncated, group.valid, z=3.29)
-        where = f"{model}@{budget}: truth {truth:.3f}, measured {group.truncation_rate:.3f}"
-        if not low <= truth <= high:
-            outside_95.append(where)
-        if not wide_low <= truth <= wide_high:
-            outside_999.append(where)
+    outside_95, outside_999 = cells_off_truth(cells, lambda model, budget: _truth(model, budget, graded))
     assert not outside_999, outside_999
     assert len(outside_95) <= 1, outside_95
