@@ -6,7 +6,7 @@ This is mini-swe-agent's `hello_world` set-up with its tool-calling config (`min
 output starts with `COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`) and a `LocalEnvironment` that
 runs each command with `bash` in a subshell of the working directory. Only what a run needs
 is changed: the model is the gateway's (`OPENAI_BASE_URL`, `OPENAI_API_KEY`), cost tracking
-is off (the gateway's models have no price), the step limit is the task's, and each command
+is off (the gateway's models have no price), the step limit is 8, and each command
 is logged before it runs (one JSON line per execution in `executions.jsonl`: the id of the
 tool call it came from, and the command), next to mini-swe-agent's own trajectory
 (`trajectory.json`).
@@ -60,7 +60,7 @@ class LoggedEnvironment(LocalEnvironment):
 def main(task: str, step_limit: int = 8) -> int:
     config = yaml.safe_load((builtin_config_dir / "mini.yaml").read_text())
     model = LitellmModel(
-        model_name="openai/" + os.environ.get("MSWEA_MODEL_NAME", "gateway"),  # the gateway picks the model
+        model_name="openai/gateway",  # LiteLLM's OpenAI route; the gateway answers with the cell's model
         model_kwargs={
             **config["model"].get("model_kwargs", {}),
             "api_base": os.environ["OPENAI_BASE_URL"],
