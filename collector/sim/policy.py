@@ -1,7 +1,8 @@
 """The simulated policy: what the model *means* to do next, whatever the wire format.
 
 It really works the built-in environments' tasks (the shared prompt spec in issue 3): it
-finds the last user message that matches one of the task templates, looks at the calls made
+finds the last user message that matches one of the task templates (a shell task's bash
+commands are planned by `collector.sim.shell`), looks at the calls made
 since then and their results, and either calls the tools that are still needed or answers
 from the results. A result that reads as an error (the collector's "not executed" or
 "arguments were malformed" results, Anthropic `is_error`, Gemini `{"error": ...}`) does not
@@ -24,6 +25,8 @@ from typing import Any
 
 from collector.sim.explore import explore
 from collector.sim.plans import MAX_ATTEMPTS, HistoryItem, Plan, PlannedCall, tally
+from collector.sim.shell import TEMPLATE as SHELL_TEMPLATE
+from collector.sim.shell import shell_plan
 
 __all__ = ["MAX_ATTEMPTS", "HistoryItem", "Plan", "PlannedCall", "decide"]
 
@@ -42,6 +45,7 @@ _TEMPLATES: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"Order (?P<order_id>\S+) for customer (?P<customer_id>\S+) needs a refund of (?P<amount>\d+) "
         r"dollars; refunds over 500 need approval first\.")),
     ("lookup", re.compile(r"What is the status of order (?P<order_id>[^\s?]+)\?")),
+    ("shell", SHELL_TEMPLATE),  # bash commands through a coding harness's tool (collector.sim.shell)
 )
 
 def _needed_calls(task: str, m: re.Match[str]) -> tuple[PlannedCall, ...]:
@@ -114,6 +118,8 @@ def decide(history: list[HistoryItem], tools: frozenset[str],
             break
     if match is None:
         return explore(history, tools, schemas)
+    if task == "shell":
+        return shell_plan(match, history[start][1], history[start + 1:], tools)
     needed = _needed_calls(task, match)
     if any(c.name not in tools for c in needed):
         return Plan(answer="I do not have the tools this request needs.", task=task)
