@@ -1,22 +1,25 @@
-"""Harness gateway overhead: CPU per proxied turn and turns/s, against the collector's own loop.
+"""Harness gateway overhead: CPU per proxied turn, and turns/s against direct and the loop.
 
-The same arithmetic episodes (`bench-zero` or `bench-lat`-like latency set per request) run
-two ways against one simulator in its own process, interleaved round by round:
+The same arithmetic episodes (`bench-zero`, the reply latency set per request) against one
+simulator in its own process, every variant interleaved round by round in one run:
 
-- ``loop``: `run_episode`, the collector's own loop (adapter, tools, records);
-- ``gateway``: a `HarnessSession` per episode on a `GatewayServer` in this process, the
-  harnesses (bare httpx calculator loops, `bench.harness_driver`) in a child process; each
-  session's record is built as the worker builds it (`run_harness_episode`'s `record_episode`).
+- ``loop``: `run_episode`, the collector's own loop (adapter, tools, records), in this process;
+- ``direct``: the harnesses (bare httpx calculator loops, `bench.harness_driver`, one child
+  process) straight to the simulator, sending what the gateway would add (the cell's cap, the
+  seed, the latency and seed headers): how fast the same agents run without the gateway;
+- ``gateway``: the same harness process through a `GatewayServer` in this process, a
+  `HarnessSession` per episode, each opened, closed and recorded as the worker does;
+- ``litellm`` (when its venv exists, `../shared/tools/real-gateway/setup_gateway.sh`): the same
+  harness process through LiteLLM's proxy to the same simulator; CPU per request only.
 
-CPU per turn is `time.process_time()` of this process over the turns it served: the loop's
-work in one case, the gateway's (uvicorn's HTTP, parsing, the session, the adapter, the
-record) in the other. Turns/s at `--latency-ms` (50 by default) compares their throughput:
-target gateway >= 0.9 of direct. When LiteLLM's proxy is installed
-(`../shared/tools/real-gateway/setup_gateway.sh`, its own venv), a third variant, ``litellm``,
-sends the same harness requests through it to the same simulator, and its process tree's CPU
-per request is set beside the gateway's: target gateway <= 1/5 of LiteLLM's.
+CPU per turn is `time.process_time()` of this process (the loop's work, or the gateway's:
+uvicorn's HTTP, parsing, the session, the adapter, the record), LiteLLM's process tree's;
+each row also holds the harness process's CPU per request, the simulator's CPU per turn and
+the request latency percentiles the harness saw. Targets: gateway / litellm CPU <= 0.2, and
+gateway / direct turns/s >= 0.9 at `--latency-ms` (50), printed over the in-flight counts of
+`--curve` (1, 4, 16, 32) so the reader sees where each path saturates.
 
-    .venv/bin/python -m bench.harness_gateway [--episodes 200] [--in-flight 32] [--rounds 3]
+    .venv/bin/python -m bench.harness_gateway [--episodes 200] [--in-flight 16] [--rounds 3]
 """
 
 from __future__ import annotations
