@@ -349,16 +349,26 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "direct": med("direct", n0, 0, "sim_cpu_ms_per_turn"),
         "gateway": med("gateway", n0, 0, "sim_cpu_ms_per_turn"),
     })
+    def paired(n: int) -> float:
+        """The median over rounds of gateway / direct within one round: the two ran back to back,
+        so a load that changes between rounds moves both (the ratio of medians mixes rounds)."""
+        by_round: dict[int, dict[str, float]] = {}
+        for row in rows:
+            if row["in_flight"] == n and row["latency_ms"] == args.latency_ms:
+                by_round.setdefault(row["round"], {})[row["variant"]] = row["turns_per_s"]
+        return round(median([r["gateway"] / r["direct"] for r in by_round.values()]), 3)
+
     for n in curve:
         tps = {v: med(v, n, args.latency_ms, "turns_per_s") for v in VARIANTS}
         summary.append({
             "measure": f"turns/s, {args.latency_ms} ms replies, {n} in flight",
             **tps,
             "gateway/direct": ratio(tps["gateway"], tps["direct"]),
+            "gateway/direct by round": paired(n),
             "gateway/loop": ratio(tps["gateway"], tps["loop"]),
         })
-    columns = ["measure", "loop", "direct", "gateway", "litellm", "gateway/direct", "gateway/loop",
-               "gateway/litellm"]
+    columns = ["measure", "loop", "direct", "gateway", "litellm", "gateway/direct", "gateway/direct by round",
+               "gateway/loop", "gateway/litellm"]
     summary = [{c: row.get(c, "") for c in columns} for row in summary]
 
     def spread(variant: str, n: int) -> str:
