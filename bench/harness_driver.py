@@ -1,7 +1,8 @@
 """The harnesses of `bench.harness_gateway`: many calculator tool loops in one child process.
 
 Says `ready` once imported, then reads one line of JSON from stdin:
-`{"base_url", "in_flight", "model"?, "body"?, "episodes": [{"token", "prompt", "headers"?, "body"?}]}`,
+`{"base_url", "in_flight", "model"?, "body"?, "episodes": [{"token", "prompt", "base_url"?, "headers"?,
+"body"?}]}`,
 runs every episode's loop against `base_url` (a bare httpx client, the least a harness can
 spend), and prints one line of JSON: the requests sent, this process's CPU seconds over them,
 and the request latencies' percentiles (ms) as the harness saw them. `body` (the job's, then
@@ -78,8 +79,9 @@ async def main() -> None:
 
         async def one(e: dict[str, Any]) -> int:
             async with gate:
-                return await episode(client, job["base_url"], e, job.get("model", "m"), job.get("body", {}),
-                                     latencies)
+                base_url = e.get("base_url", job["base_url"])  # an episode's own root, where it has one
+                model, extra = job.get("model", "m"), job.get("body", {})
+                return await episode(client, base_url, e, model, extra, latencies)
 
         counts = await asyncio.gather(*(one(e) for e in job["episodes"]))
     print(json.dumps({"requests": sum(counts), "cpu_s": time.process_time() - cpu0,

@@ -138,7 +138,10 @@ async def run_gateway(specs: list[EpisodeSpec], in_flight: int, sim_root: str) -
     job = {
         "base_url": server.root + "/v1",
         "in_flight": in_flight,
-        "episodes": [{"token": s.token, "prompt": s.spec.task.prompt} for s in sessions],
+        "episodes": [
+            {"token": s.token, "prompt": s.spec.task.prompt, "base_url": _episode_base_url(server.root, s)}
+            for s in sessions
+        ],
     }
     clock, out = await _harnesses(job)
     for session in sessions:  # what the worker does at each episode's end
@@ -155,6 +158,14 @@ async def run_gateway(specs: list[EpisodeSpec], in_flight: int, sim_root: str) -
     turns = sum(len(s.state.turns) for s in sessions)
     assert out["requests"] == turns, "every request the harnesses sent was a turn"
     return Run(clock, turns, out)
+
+
+def _episode_base_url(server_root: str, session: HarnessSession) -> str:
+    """The harness's OpenAI base URL: the episode's own root (`/e/<key>/v1`) where the gateway
+    serves each episode under one, the server's `/v1` where it tells episodes by token alone
+    (both gateways exist until the branch that moves to per-episode roots is merged)."""
+    key = getattr(session, "key", None)
+    return f"{server_root}/e/{key}/v1" if key else f"{server_root}/v1"
 
 
 async def _harnesses(job: dict[str, Any]) -> tuple[Clock, dict[str, Any]]:
