@@ -22,7 +22,7 @@ if __package__ in (None, ""):
 from bench.common import RESULTS, machine, table
 
 BENCHES = ("overhead", "concurrency", "shards", "stats", "memory", "peer", "history", "e2e", "driver",
-           "admission", "tokenin", "pools")
+           "admission", "tokenin", "pools", "harness_gateway")
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
