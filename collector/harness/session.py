@@ -46,7 +46,8 @@ from collector.config import LoopConfig
 from collector.envs.base import Task
 from collector.episode.loop import EpisodeSpec
 from collector.episode.notices import CUT, MALFORMED_END, SIBLING_END
-from collector.episode.state import EpisodeState, redactor_for
+from collector.episode.redact import Redactor
+from collector.episode.state import EpisodeState
 from collector.episode.tokens import TokenTracker
 from collector.episode.verdict import Fault, FaultStreak, classify_turn, over_limits
 from collector.errors import ContextOverflow, ProtocolViolation, ProviderError
@@ -101,8 +102,12 @@ class HarnessSession:
         self.enforce = enforce
         self.harness = harness
         # The episode's own token is a credential too: a harness that echoes it into a
-        # message must not put it in a shard.
-        redactor = redactor_for(settings.redaction, (*spec.credentials, self.token))
+        # message must not put it in a shard. Its redactor is the episode's own, not one of the
+        # worker's shared ones (`redactor_for` keeps each credential set for the process's life:
+        # with a fresh token per episode, that was one redactor kept per episode ever served).
+        redaction = settings.redaction
+        redactor = Redactor(redaction.secret_keys, redaction.keep_raw_fragments,
+                            (*spec.credentials, self.token))
         self.state = EpisodeState(Task(spec.task.id, []), settings, redactor)
         params = spec.sampling
         if params.seed is None:
