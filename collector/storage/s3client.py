@@ -28,7 +28,8 @@ MD5 ETag of a single-part PUT), and the bytes themselves when the ETag is not an
 Ours: the write succeeded (its ETag is returned). Another's: `PreconditionFailed`. Unreadable:
 an `OutputError` whose outcome is unknown (the caller keeps whatever the write may name).
 
-Tests: tests/storage/test_objectstore.py, tests/storage/test_s3_retries.py.
+Tests: tests/storage/test_objectstore.py, tests/storage/test_s3_retries.py,
+tests/storage/test_s3client_sessions.py.
 """
 
 from __future__ import annotations
