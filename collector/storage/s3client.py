@@ -28,7 +28,8 @@ MD5 ETag of a single-part PUT), and the bytes themselves when the ETag is not an
 Ours: the write succeeded (its ETag is returned). Another's: `PreconditionFailed`. Unreadable:
 an `OutputError` whose outcome is unknown (the caller keeps whatever the write may name).
 
-Tests: tests/storage/test_objectstore.py, tests/storage/test_s3_retries.py.
+Tests: tests/storage/test_objectstore.py, tests/storage/test_s3_retries.py,
+tests/storage/test_s3client_sessions.py.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ import hashlib
 import logging
 import os
 import random
+import threading
 import time
 from collections.abc import Callable, Iterator
 from email.utils import parsedate_to_datetime
@@ -104,9 +106,34 @@ def make_client(purpose: str = "an s3:// output", *, connect_timeout_s: float = 
         retries={"max_attempts": _MAX_ATTEMPTS, "mode": "standard"},
     )
     try:
-        return boto3.session.Session().client("s3", config=config)
+        return _session(boto3).client("s3", config=config)
     except Exception as e:  # noqa: BLE001 - a bad region or profile: one line, whatever botocore raised
         raise OutputError(f"cannot create an S3 client: {scrub(f'{type(e).__name__}: {e}')}") from None
+
+
+_loader: Any = None
+_loader_lock = threading.Lock()
+
+
+def _session(boto3: Any) -> Any:
+    """A fresh boto3 session (credentials, region and endpoint read from the environment as it is
+    now) whose botocore loader of the service descriptions is shared with the others: parsing
+    S3's model and endpoint rules anew was most of a client's cost (~0.1 s of CPU), paid by
+    every store, reader and worker that builds one. The descriptions are read-only data of the
+    installed botocore; the sessions stay apart (a boto3 session is not shared between threads)."""
+    import botocore.session  # type: ignore[import-untyped]
+
+    global _loader
+    core = botocore.session.get_session()
+    with _loader_lock:
+        if _loader is None:
+            _loader = core.get_component("data_loader")
+    core.register_component("data_loader", _loader)
+    session = boto3.session.Session(botocore_session=core)
+    with _loader_lock:
+        # boto3 adds its own data directory to the loader of every session it makes: once will do.
+        _loader.search_paths[:] = list(dict.fromkeys(_loader.search_paths))
+    return session
 
 
 def describe(e: BaseException) -> tuple[str, str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from functools import partial
 from typing import Any
 
 import httpx
@@ -23,6 +24,7 @@ from collector.sim.presets import PRESETS
 from collector.sim.truth import binomial_interval, plan_fixed_tokens, turn_cut_probability
 from collector.stop import StopReason
 from tests.docblocks import README, blocks
+from tests.sim.curve import nearest_budget
 
 PROMPT = "Ship 3 boxes of 'blue widgets' to zone eu by 2026-03-01, then confirm."
 
@@ -259,9 +261,9 @@ def test_measured_cut_rate_of_explored_turns_matches_truth(model: str) -> None:
     preset = PRESETS[model]
     for plan, step in ((call_plan, "call"), (answer_plan, "answer")):
         fixed = plan_fixed_tokens(model, plan)
-        curve = {b: turn_cut_probability(model, b, step, fixed) for b in range(1, 2000)}  # type: ignore[arg-type]
-        budget = min(curve, key=lambda b: (abs(curve[b] - 0.5), b))
-        truth = curve[budget]
+        cut_probability = partial(turn_cut_probability, model, step=step, fixed_tokens=fixed)
+        budget = nearest_budget(cut_probability, 0.5, 1, 2000)
+        truth = cut_probability(budget)
         assert 0.2 < truth < 0.8 or truth in (0.0, 1.0)  # a step function has no middle
         cuts = sum(generate(plan, preset, budget, random.Random(budget * 31 + i)).cut for i in range(N))
         lo, hi = binomial_interval(truth, N)

@@ -20,14 +20,17 @@ from collector.sim.truth import (
     turn_cut_probability,
 )
 from tests.sim.conftest import ARITH, chat_body
+from tests.sim.curve import nearest_budget
 
 N = 2000
 
 
 def _budgets(model: str, step: str) -> list[int]:
     """Three budgets whose truth is nearest 0.8, 0.5 and 0.2 (or the step's edges for a step function)."""
-    curve = {b: turn_cut_probability(model, b, step) for b in range(1, 600)}  # type: ignore[arg-type]
-    return sorted({min(curve, key=lambda b: (abs(curve[b] - target), b)) for target in (0.8, 0.5, 0.2)})
+    def truth(budget: int) -> float:
+        return turn_cut_probability(model, budget, step)  # type: ignore[arg-type]
+
+    return sorted({nearest_budget(truth, target, 1, 600) for target in (0.8, 0.5, 0.2)})
 
 
 @pytest.mark.parametrize("step", ["call", "answer"])
