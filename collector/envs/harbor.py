@@ -29,11 +29,14 @@ reward), `RewardMissing`, `RewardUnparsable` (text, NaN, outside [0, 1]); so are
 `ImageBuildFailed` and `SandboxStartFailed` at the start. The sandbox is stopped however the
 episode ended (`close`).
 
-Containers carry `collector.run_id` and `collector.episode_id` labels; when the environment
-is built for a run (`prepare_run`, called by the worker with the run id) it removes whatever a
-killed earlier attempt of that run left behind.
+Containers carry `collector.run_id` and `collector.episode_id` labels. The run's driver calls
+`remove_leftovers(run_id)` when it starts, which removes whatever a killed earlier attempt of
+that run left behind, and again when it ends, once its workers are stopped: a container whose
+creation was still in the daemon's hands when that attempt died lands after the first sweep,
+and no container of a run outlives the run that finishes it.
 
-Tests: tests/envs/test_harbor.py, tests/system/harbor/test_docker.py.
+Tests: tests/envs/test_harbor.py, tests/system/harbor/test_docker.py,
+tests/system/harbor/test_docker_resume.py.
 """
 
 from __future__ import annotations

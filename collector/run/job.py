@@ -40,7 +40,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Coroutine, Sequence
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -125,6 +125,17 @@ def run_job(
     with signals_interrupt() as signals:
         pool = pool or default_pool(cfg)
         return _run_job(cfg, address, show_progress, on_commit, retry_errors, pool, signals)
+
+
+def _sweep(leftovers: Callable[[str], Coroutine[Any, Any, int]], run_id: str) -> list[str]:
+    """Remove the run's sandboxes at its end; a sweep that fails is a warning, never the
+    run's outcome (it must not hide the error that may be ending the run)."""
+    try:
+        asyncio.run(leftovers(run_id))
+    except Exception as exc:  # noqa: BLE001 - any failure of the backend's clean-up is reported
+        return [f"the run's sandboxes could not be removed at its end ({type(exc).__name__}: {exc}); "
+                f"the next run of it removes them"]
+    return []
 
 
 def _run_job(
@@ -216,7 +227,15 @@ def _run_job(
                     driver.commit(force=True)
                 finally:
                     driver.close_progress()
-                    driver.stop_workers()
+                    try:
+                        driver.stop_workers()
+                    finally:
+                        if leftovers is not None:
+                            # Swept again once no worker of this run is left: a sandbox whose
+                            # creation was still in the daemon's hands when the killed attempt
+                            # died (or when an episode of this one gave up on it: a start cut by
+                            # its timeout, a stop past its own) lands after the first sweep.
+                            result.warnings += _sweep(leftovers, plan.run_id)
         if tracking is not None:
             result.warnings += tracking.warnings
         result.elapsed_s = time.monotonic() - started

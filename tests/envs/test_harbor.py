@@ -8,14 +8,15 @@ from pathlib import Path
 import pytest
 
 from collector.cli import main
-from collector.config import LoopConfig
+from collector.config import LoopConfig, load_config
 from collector.envs.base import Task
 from collector.envs.harbor import HarborEnvironment, parse_reward
 from collector.episode.loop import EpisodeSpec, run_episode
-from collector.errors import RewardUnparsable
+from collector.errors import RewardUnparsable, SandboxStartFailed
 from collector.providers.scripted import ScriptedProvider, calls, cut, text
 from collector.providers.scripted import call as scripted_call
 from collector.record.shards import read_shard
+from collector.run.job import run_job
 from collector.stop import StopReason
 from collector.storage.manifest import committed_shard_paths
 from collector.turn import Turn
@@ -144,6 +145,60 @@ def test_a_run_of_the_own_tasks_commits_every_episode_with_its_outcome(tmp_path:
         ("image-fails", 64): ("error", 0.0, "ImageBuildFailed"),
         ("image-fails", 4096): ("error", 0.0, "ImageBuildFailed"),
     }
+
+
+def harbor_config(tmp_path: Path, path: Path = EXAMPLES) -> Path:
+    config = tmp_path / "harbor.toml"
+    config.write_text(
+        'name = "harbor_test"\n[provider]\nkind = "sim"\n'
+        '[sweep]\nmodels = ["sim-perfect"]\nbudgets = [4096]\n'
+        f'[env]\nname = "harbor"\n[env.options]\npath = "{path}"\nbackend = "local_no_isolation"\n'
+        f'[ray]\npool = "in_process"\nworkers = 1\n[output]\npath = "{tmp_path / "run"}"\n'
+    )
+    return config
+
+
+def committed_count(run: Path) -> int:
+    return sum(read_shard(p, ["episode_id"]).num_rows for p in committed_shard_paths(run))
+
+
+def test_the_run_sweeps_its_sandboxes_when_it_starts_and_again_once_every_episode_is_done(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second sweep finds what a create still in flight at the first one left (its
+    system test: tests/system/harbor/test_docker_resume.py); it runs after the last commit."""
+    seen: list[tuple[str, int]] = []
+
+    async def sweep(self: HarborEnvironment, run_id: str) -> int:
+        seen.append((run_id, committed_count(tmp_path / "run")))
+        return 0
+
+    monkeypatch.setattr(HarborEnvironment, "remove_leftovers", sweep)
+    result = run_job(load_config(harbor_config(tmp_path, EXAMPLES / "shell-steps")), show_progress=False)
+    assert result.committed == 1
+    assert seen == [(result.run_id, 0), (result.run_id, 1)]
+
+
+def test_a_sweep_that_fails_at_the_end_is_a_warning_not_the_run_s_outcome(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The episodes are committed; the warning says the next run removes what is left."""
+    sweeps = 0
+
+    async def sweep(self: HarborEnvironment, run_id: str) -> int:
+        nonlocal sweeps
+        sweeps += 1
+        if sweeps == 2:
+            raise SandboxStartFailed("docker is not answering")
+        return 0
+
+    monkeypatch.setattr(HarborEnvironment, "remove_leftovers", sweep)
+    result = run_job(load_config(harbor_config(tmp_path, EXAMPLES / "shell-steps")), show_progress=False)
+    assert result.committed == 1
+    assert [w for w in result.warnings if "sandboxes" in w] == [
+        "the run's sandboxes could not be removed at its end (SandboxStartFailed: docker is not "
+        "answering); the next run of it removes them"
+    ]
 
 
 def test_tasks_prompt_is_the_instruction(tmp_path: Path) -> None:
