@@ -19,7 +19,9 @@ a few seconds later as a backstop); the images need `bash` and `timeout` (Harbor
 Output is read as it comes and held to its head and tail (`max_output_bytes`), so a flood
 never fills the worker's memory. A daemon or container that goes away mid-episode is
 `SandboxLost`. `stop` is ``docker rm -f``; `remove_labelled` removes every container carrying
-the given labels, running or not.
+the given labels, running or not. A start that fails or is cancelled removes what the daemon
+made of it so far; a create the daemon finishes only later (its client killed: a cancelled
+start, a SIGKILLed driver) is removed by the run's sweep at its end (`collector.run.job`).
 
 Tests: tests/system/harbor/test_docker.py (a real daemon; `scripts/system-setup` starts one).
 """
@@ -230,17 +232,25 @@ class DockerBackend(SandboxBackend):
             options += ["--cpus", f"{task.cpus:g}"]
         if task.memory_mb is not None:
             options += ["--memory", f"{task.memory_mb}m"]
-        code, output, _ = await docker(
-            "run",
-            "-d",
-            *options,
-            "--entrypoint",
-            "sh",
-            tag,
-            "-c",
-            "while :; do sleep 3600; done",
-            timeout_s=120.0,
-        )
+        try:
+            code, output, _ = await docker(
+                "run",
+                "-d",
+                *options,
+                "--entrypoint",
+                "sh",
+                tag,
+                "-c",
+                "while :; do sleep 3600; done",
+                timeout_s=120.0,
+            )
+        except BaseException:
+            # Cancelled mid-start (the episode's time to open ran out): the client is killed,
+            # but what the daemon already created is this episode's, removed here. A create
+            # it finishes later still carries the run's label: the run's end sweeps it.
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self.remove_labelled(labels))
+            raise
         text = output.decode("utf-8", "replace").strip()
         if code != 0:
             await self.remove_labelled(labels)  # a half-created container is not left behind

@@ -4,6 +4,8 @@ episode, typed outcomes, cached images, and no container left behind."""
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -111,6 +113,37 @@ def test_a_resumed_run_removes_the_containers_a_killed_run_left(tmp_path: Path) 
     assert len(containers(f"{RUN_LABEL}=sys-dead-run")) == 1
     assert asyncio.run(env.remove_leftovers("sys-dead-run")) == 1
     assert containers(f"{RUN_LABEL}=sys-dead-run") == []
+
+
+def test_a_start_cancelled_once_its_container_exists_removes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The episode's time to open ran out while `docker run` was under way: no container stays."""
+    real = shutil.which("docker")
+    assert real is not None
+    created = tmp_path / "created"
+    # A `docker run` whose container exists but whose client has not returned yet.
+    (tmp_path / "docker").write_text(
+        f'#!/bin/sh\nif [ "$1" = run ]; then\n    "{real}" "$@" >/dev/null && touch "{created}"\n'
+        f'    exec sleep 3600\nfi\nexec "{real}" "$@"\n'
+    )
+    (tmp_path / "docker").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    task = read_task(EXAMPLES / "shell-steps")
+
+    async def scenario() -> None:
+        start = asyncio.create_task(
+            DockerBackend().start(task, {RUN_LABEL: "sys-cancelled-start", EPISODE_LABEL: "ep"})
+        )
+        while not created.exists():  # the event: the container is there, the start not returned
+            assert not start.done(), start
+            await asyncio.sleep(0.05)
+        start.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await start
+
+    asyncio.run(asyncio.wait_for(scenario(), 120))
+    assert containers(f"{RUN_LABEL}=sys-cancelled-start") == []
 
 
 def test_validate_tasks_on_docker_finds_the_broken_tasks_and_leaves_no_container(
