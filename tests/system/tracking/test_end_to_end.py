@@ -2,15 +2,16 @@
 neither holds a planted secret.
 
 One run of the simulator through the CLI (`python -m collector run --in-process`: the trackers
-live in the driver, so Ray's start-up would only add seconds and no coverage), both trackers on. Read back: the `.wandb` file with `tests.tracking.wandbfile` (the
-records W&B's service wrote: history, summary, config, artifacts), the MLflow store with
-`MlflowClient`. Planted: an API key in the provider's key variable, user info and a `?key=`
-credential in the provider's base URL (the simulator ignores it; the config keeps it), the same
-URL on the command line (the process's argv, which W&B's metadata would capture), and W&B's own
-key in `WANDB_API_KEY`. Every file under W&B's directories (run dir, artifact staging, cache,
-config) and the MLflow store is searched decoded (`tests.faults.secret_scan.leaks_in`: JSON
-strings, Arrow, bytes), and so is every reassembled record of the `.wandb` file (a string may
-straddle one of its block boundaries).
+live in the driver, so Ray's start-up would only add seconds and no coverage), both trackers on.
+Read back: the `.wandb` file with `tests.tracking.wandbfile` (the records W&B's service wrote:
+history, summary, config, artifacts), the MLflow store with `MlflowClient`. Planted: an API key
+in the provider's key variable, user info and a `?key=` credential in the provider's base URL
+(the simulator ignores it; the config keeps it), the same URL on the command line (the process's
+argv, which W&B's metadata would capture), and W&B's own key in `WANDB_API_KEY`. Every file
+under W&B's directories (run dir, artifact staging, cache, config) and the MLflow store is
+searched decoded (`tests.faults.secret_scan.leaks_in`: JSON strings, Arrow, bytes), and so is
+every reassembled record of the `.wandb` file (a string may straddle one of its block
+boundaries).
 """
 
 from __future__ import annotations
