@@ -1,4 +1,4 @@
-"""The reasoning-gym and OpenEnv demo configs on the simulator, run in process (`run --in-process`):
+"""The reasoning-gym, OpenEnv and TRL demo configs on the simulator, run in process (`run --in-process`):
 what a user trying them without a key sees (docs/environments.md).
 
 The OpenEnv demo's server is examples/openenv_guess as it ships, served on loopback in a thread
@@ -88,3 +88,32 @@ def test_the_reasoning_gym_demo_on_the_simulator_is_graded_and_never_scores_a_cu
         if StopReason(row["stop_reason"]) is StopReason.DONE:
             assert "<answer>" not in (finals[-1] or "")
             assert row["reward"] == 0.0
+
+
+def test_the_trl_demo_runs_as_written_and_stats_reads_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """configs/trl_demo.toml as it ships (but for its pool: the class runs the same in a Ray
+    worker, which tests/system's Ray tests cover for any environment): the class's tools are
+    called, the reward function scores the episodes it should, the 24-token budget ends
+    episodes as `length` (never `error`), and `collector stats` prints a row per model and budget."""
+    run_dir = tmp_path / "run"
+    assert main(["run", str(CONFIGS / "trl_demo.toml"), "--in-process", "--quiet",
+                 "--set", f"output.path={run_dir}"]) == 0
+    capsys.readouterr()
+    assert main(["stats", str(run_dir)]) == 0
+    stats = capsys.readouterr().out
+    rows = _rows(run_dir)
+    assert len(rows) == 48
+    reasons = {r["stop_reason"] for r in rows}
+    assert "error" not in reasons
+    assert {"done", "length"} <= reasons
+    assert all(r["env"] == "trl:trl_shop.env:ShopEnv" for r in rows)
+    done = [r for r in rows if r["stop_reason"] == "done" and r["task_id"] == "reserve-a17"]
+    assert done
+    assert any(r["reward"] == 1.0 for r in done)
+    executed = {c["name"] for r in rows for c in r["executed_tool_calls"]}
+    assert executed == {"check_stock", "reserve"}
+    for model in ("sim-terse", "sim-sloppy"):
+        for budget in (24, 256):
+            assert any(line.split()[:2] == [model, str(budget)] for line in stats.splitlines()), stats

@@ -10,6 +10,13 @@ by a test in a subprocess can attach to it.
 The tests that use it are marked `ray` here, and `scripts/test` runs them in a pytest run of
 their own without xdist (`-m ray -p no:xdist`): one cluster, started once; two clusters on two
 cores would each starve the other's episodes. The rest of the tier runs on two workers.
+
+A test marked `ray` that does not use this cluster starts Ray nodes of its own (a two-node
+cluster, the loopback recipe, a `collector run` with its embedded cluster): it is marked
+`own_cluster` too, here. Those need no session cluster, so they can run serially in a pytest
+run of their own (`-m own_cluster -p no:xdist`) beside the session cluster's
+(`-m "ray and not own_cluster" -p no:xdist`): much of their time is waiting on their
+clusters (a node's death, a start timeout), time the session cluster's tests can use.
 """
 
 from __future__ import annotations
@@ -24,10 +31,13 @@ import pytest
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test that uses the session's Ray cluster `ray` (module docstring)."""
+    """Mark every test that uses the session's Ray cluster `ray`, and every other `ray` test
+    `own_cluster` (module docstring)."""
     for item in items:
         if "ray_cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.ray)
+        elif item.get_closest_marker("ray") is not None:
+            item.add_marker(pytest.mark.own_cluster)
 
 
 @pytest.fixture(scope="session")

@@ -1,16 +1,17 @@
 """`collector run --set tracking...` logs to an offline W&B run and an MLflow file store, and
 neither holds a planted secret.
 
-One run of the simulator through the CLI (`python -m collector run`, its own embedded Ray
-cluster), both trackers on. Read back: the `.wandb` file with `tests.tracking.wandbfile` (the
-records W&B's service wrote: history, summary, config, artifacts), the MLflow store with
-`MlflowClient`. Planted: an API key in the provider's key variable, user info and a `?key=`
-credential in the provider's base URL (the simulator ignores it; the config keeps it), the same
-URL on the command line (the process's argv, which W&B's metadata would capture), and W&B's own
-key in `WANDB_API_KEY`. Every file under W&B's directories (run dir, artifact staging, cache,
-config) and the MLflow store is searched decoded (`tests.faults.secret_scan.leaks_in`: JSON
-strings, Arrow, bytes), and so is every reassembled record of the `.wandb` file (a string may
-straddle one of its block boundaries).
+One run of the simulator through the CLI (`python -m collector run --in-process`: the trackers
+live in the driver, so Ray's start-up would only add seconds and no coverage), both trackers on.
+Read back: the `.wandb` file with `tests.tracking.wandbfile` (the records W&B's service wrote:
+history, summary, config, artifacts), the MLflow store with `MlflowClient`. Planted: an API key
+in the provider's key variable, user info and a `?key=` credential in the provider's base URL
+(the simulator ignores it; the config keeps it), the same URL on the command line (the process's
+argv, which W&B's metadata would capture), and W&B's own key in `WANDB_API_KEY`. Every file
+under W&B's directories (run dir, artifact staging, cache, config) and the MLflow store is
+searched decoded (`tests.faults.secret_scan.leaks_in`: JSON strings, Arrow, bytes), and so is
+every reassembled record of the `.wandb` file (a string may straddle one of its block
+boundaries).
 """
 
 from __future__ import annotations
@@ -54,9 +55,8 @@ path = "{run_dir}"
 """
 
 
-# A separate process with its own Ray cluster, whose workers see the planted key variable (the
-# session's cluster would not); in the Ray group, so it never runs beside that cluster.
-@pytest.mark.ray
+# A separate process (W&B's service and the argv it would capture are a process's), its workers in
+# that process (`--in-process`): they see the planted key variable, and no Ray cluster is started.
 @pytest.mark.timeout(240)
 def test_a_run_is_logged_to_wandb_offline_and_mlflow_with_no_secret(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
@@ -76,7 +76,7 @@ def test_a_run_is_logged_to_wandb_offline_and_mlflow_with_no_secret(
     # The collector allows MLflow's file store in its own process; this one reads it back.
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     store = tmp_path / "mlruns"
-    args = ["run", str(config), "--quiet",
+    args = ["run", str(config), "--quiet", "--in-process",
             "--set", "tracking.wandb.project=collector-test",
             "--set", f"tracking.mlflow.tracking_uri='{store.as_uri()}'",
             "--set", "tracking.mlflow.experiment=truncation",
