@@ -46,10 +46,11 @@ def user_env() -> dict[str, str]:
     return env
 
 
-def start_and_wait_for_a_commit(config: Path, run_dir: Path) -> subprocess.Popen[str]:
-    """Start `collector run` and return once its manifest names a shard (episodes are in flight)."""
+def start_and_wait_for_a_commit(config: Path, run_dir: Path, *options: str) -> subprocess.Popen[str]:
+    """Start `collector run` (with `options`, e.g. `--in-process`) and return once its manifest
+    names a shard (episodes are in flight)."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "collector", "run", str(config), "--quiet"],
+        [sys.executable, "-m", "collector", "run", str(config), "--quiet", *options],
         env=user_env(), cwd=config.parent, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )
     guard = time.monotonic() + WAIT_GUARD_S

@@ -36,9 +36,13 @@ README = REPO / "README.md"
 MY_ENV_README = REPO / "examples" / "my_env" / "README.md"
 TEMPLATE = REPO / "tests" / "analysis" / "chatml_tools.jinja"
 BIN = Path(sys.executable).parent
-#: Applied to every `collector run` shown: the same sweep's shape, a few seconds of work.
+#: Applied to every `collector run` shown: the same sweep's shape, a few seconds of work, its
+#: workers in process (`--in-process`): what is checked is the run directory the readers' commands
+#: read, which is the same whichever pool wrote it, and a Ray start (about 13 s, in every xdist
+#: worker that sets up `root`) would add nothing. A user's `collector run` on the embedded
+#: cluster is tests/system/run/test_embedded_cluster.py's and test_cli_process.py's.
 SHRINK = ["--set", 'sweep.models=["sim-terse","sim-verbose"]', "--set", "sweep.budgets=[32,256]",
-          "--set", "samples_per_task=1", "--set", "env.tasks=5"]
+          "--set", "samples_per_task=1", "--set", "env.tasks=5", "--in-process"]
 #: Marks the block that reads a bucket (docs/clusters.md): run against a loopback S3 server elsewhere.
 S3_MARK = "<!-- run by tests/system/storage/test_s3_readme.py against a local S3 server -->"
 #: A generous guard against a hung command, never a measurement.

@@ -151,8 +151,11 @@ def start_run(tmp_path: Path, run_dir: str, env: dict[str, str], samples: int,
               tasks: int) -> subprocess.Popen[str]:
     config = tmp_path / "sweep.toml"
     config.write_text(SWEEP.format(run_dir=run_dir, samples=samples, tasks=tasks))
-    return subprocess.Popen([sys.executable, "-m", "collector", "run", str(config), "--quiet"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    # Workers in process: the follower is the subject, the writer only has to be a live run in
+    # another process (a Ray start would add about 13 s and nothing the follower sees).
+    argv = [sys.executable, "-m", "collector", "run", str(config), "--quiet", "--in-process"]
+    return subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            cwd=tmp_path)
 
 
 def wait_for_first_commit(run: Path, writer: subprocess.Popen[str]) -> None:

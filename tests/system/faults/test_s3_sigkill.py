@@ -125,9 +125,20 @@ def _ids_of(bucket: S3Bucket, key: str) -> list[str]:
     return [str(i) for i in table.column("episode_id").to_pylist()]
 
 
-def _glob_ids(bucket: S3Bucket) -> list[str]:
-    """What a plain reader of data/ counts (a listing, no manifest), with repeats."""
-    return [i for key in bucket.keys("run/data/") for i in _ids_of(bucket, key)]
+def _glob_ids(bucket: S3Bucket, read: dict[tuple[str, str], list[str]]) -> list[str]:
+    """What a plain reader of data/ counts (a listing, no manifest), with repeats. `read` holds
+    the ids of every (key, ETag) already read: data/ grows by a few shards per child run and is
+    read twice after each, so only new or replaced objects are fetched (the ETag is the content's
+    MD5: a forget's new content under an old key has a new one)."""
+    ids: list[str] = []
+    pages = bucket.client.get_paginator("list_objects_v2").paginate(Bucket=bucket.name, Prefix="run/data/")
+    for page in pages:
+        for obj in page.get("Contents", []):
+            seen = (obj["Key"], obj["ETag"])
+            if seen not in read:
+                read[seen] = _ids_of(bucket, obj["Key"])
+            ids += read[seen]
+    return ids
 
 
 def _committed_paths(bucket: S3Bucket) -> set[str]:
@@ -157,11 +168,12 @@ def test_sigkill_at_any_s3_request_never_loses_or_duplicates(s3_bucket: S3Bucket
     env = {**os.environ, **s3_bucket.env(), "PYTHONPATH": str(ROOT)}
     count = 40
     uri = s3_bucket.uri()
+    read: dict[tuple[str, str], list[str]] = {}
     for first, kind, n, when in _KILLS:
         args = [uri, str(first), str(count), kind, str(n), when]
         proc = subprocess.run([sys.executable, "-c", _KILLER, *args], cwd=ROOT, env=env, timeout=120)
         assert proc.returncode == -signal.SIGKILL, f"no kill at {kind} #{n} {when} (rc {proc.returncode})"
-        seen = _glob_ids(s3_bucket)
+        seen = _glob_ids(s3_bucket, read)
         assert len(seen) == len(set(seen)), f"data/ counts a row twice after a kill at {kind} #{n} {when}"
         named = _committed_paths(s3_bucket)
         with S3RunStore.open(uri, "fp", {}, "arrow", 3) as st:
@@ -169,7 +181,7 @@ def test_sigkill_at_any_s3_request_never_loses_or_duplicates(s3_bucket: S3Bucket
             assert set(seen) <= committed, "a plain reader saw a row the resume collects again"
             assert named <= {e["path"] for e in st.shards}, f"a committed shard was lost ({kind} #{n} {when})"
             assert not [w for w in st.warnings if "corrupt" in w]
-            rows = _glob_ids(s3_bucket)
+            rows = _glob_ids(s3_bucket, read)
             assert len(rows) == len(set(rows))
             assert set(rows) == committed
             assert not s3_bucket.keys("run/.collector/tmp/")
@@ -177,4 +189,4 @@ def test_sigkill_at_any_s3_request_never_loses_or_duplicates(s3_bucket: S3Bucket
     with S3RunStore.open(uri, "fp", {}, "arrow", 3) as st:
         assert 0 < len(st.committed_ids()) < len(work)  # the kills landed mid-run
         st.commit(work)
-    assert sorted(_glob_ids(s3_bucket)) == sorted(e.episode_id for e in work)
+    assert sorted(_glob_ids(s3_bucket, read)) == sorted(e.episode_id for e in work)
