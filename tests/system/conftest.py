@@ -9,7 +9,7 @@ by a test in a subprocess can attach to it.
 
 The tests that use it are marked `ray` here, and `scripts/test` runs them in a pytest run of
 their own without xdist (`-m ray -p no:xdist`): one cluster, started once; two clusters on two
-cores would each starve the other's episodes. The rest of the tier runs on two workers.
+cores would each starve the other's episodes. The rest of the tier runs on three workers.
 
 A test marked `ray` that does not use this cluster starts Ray nodes of its own (a two-node
 cluster, the loopback recipe, a `collector run` with its embedded cluster): it is marked
