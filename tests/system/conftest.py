@@ -9,14 +9,13 @@ by a test in a subprocess can attach to it.
 
 The tests that use it are marked `ray` here, and `scripts/test` runs them in a pytest run of
 their own without xdist (`-m ray -p no:xdist`): one cluster, started once; two clusters on two
-cores would each starve the other's episodes. The rest of the tier runs on three workers.
+cores would each starve the other's episodes. The rest of the tier runs on two workers.
 
 A test marked `ray` that does not use this cluster starts Ray nodes of its own (a two-node
 cluster, the loopback recipe, a `collector run` with its embedded cluster): it is marked
-`own_cluster` too, here. Those need no session cluster, so they can run serially in a pytest
-run of their own (`-m own_cluster -p no:xdist`) beside the session cluster's
-(`-m "ray and not own_cluster" -p no:xdist`): much of their time is waiting on their
-clusters (a node's death, a start timeout), time the session cluster's tests can use.
+`own_cluster` too, here (`-m own_cluster` selects them alone). `scripts/test` runs them in
+the same serial run as the session cluster's tests: in a run of their own beside it, their
+clusters and the session's starved each other's start-up on two cores (a worker start timed out).
 """
 
 from __future__ import annotations
@@ -29,11 +28,26 @@ from collections.abc import Iterator
 
 import pytest
 
+#: What the session's loopback S3 server (moto's werkzeug threads, tests/s3server.py) leaves when a
+#: client process a test SIGKILLs dies mid-request: its request thread's error and the socket it
+#: held, reported whenever they are collected, in whichever test then runs (seen once in CI, in a
+#: test that kills nothing). A leak of the test's subject is in its own process, not here; the
+#: default tier, where the collector's sockets live, keeps these warnings as errors.
+_KILLED_CLIENTS_LEFTOVERS = (  # (a colon separates a filter's fields: "." stands for the message's)
+    "ignore:Exception in thread .*process_request_thread:pytest.PytestUnhandledThreadExceptionWarning",
+    "ignore:Exception ignored in thread started by. .*process_request_thread:"
+    "pytest.PytestUnraisableExceptionWarning",
+    "ignore:Exception ignored in. <socket.socket .*laddr=.'127.0.0.1':"
+    "pytest.PytestUnraisableExceptionWarning",
+)
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark every test that uses the session's Ray cluster `ray`, and every other `ray` test
-    `own_cluster` (module docstring)."""
+    `own_cluster` (module docstring); every test tolerates what killed S3 clients leave."""
     for item in items:
+        for spec in _KILLED_CLIENTS_LEFTOVERS:
+            item.add_marker(pytest.mark.filterwarnings(spec))
         if "ray_cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.ray)
         elif item.get_closest_marker("ray") is not None:
