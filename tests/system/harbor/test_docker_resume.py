@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -50,6 +51,22 @@ def labelled(run: str) -> list[str]:
     return out.stdout.split()
 
 
+def sigkill_on(child: subprocess.Popen[bytes], event: Callable[[], bool], what: str) -> None:
+    """SIGKILL the run's process group once `event()` holds (`what` names the event); a guard of
+    two minutes against a run that never gets there, never a measurement."""
+    try:
+        deadline = time.monotonic() + 120
+        while not event():
+            assert child.poll() is None, f"the run ended before {what}"
+            assert time.monotonic() < deadline, f"no {what} within two minutes"
+            time.sleep(0.05)
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+
+
 def test_a_resumed_run_removes_what_a_sigkilled_driver_left_and_commits_every_episode(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -65,17 +82,8 @@ def test_a_resumed_run_removes_what_a_sigkilled_driver_left_and_commits_every_ep
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    try:
-        deadline = time.monotonic() + 120
-        while not labelled(run):  # the event: a container of this run exists, an episode is in flight
-            assert child.poll() is None, "the run ended before any container was seen"
-            assert time.monotonic() < deadline, "no container of the run appeared"
-            time.sleep(0.05)
-        os.killpg(child.pid, signal.SIGKILL)
-        child.wait()
-    finally:
-        if child.poll() is None:
-            os.killpg(child.pid, signal.SIGKILL)
+    # The event: a container of this run exists, an episode is in flight.
+    sigkill_on(child, lambda: bool(labelled(run)), "a container of the run appeared")
     assert labelled(run), "the killed run left no container: nothing to clean up"
     monkeypatch.chdir(REPO)
     assert main(["run", "configs/harbor_demo.toml", *overrides]) == 0
@@ -113,17 +121,8 @@ def test_a_container_the_daemon_creates_after_the_resumed_runs_first_sweep_is_re
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    try:
-        deadline = time.monotonic() + 120
-        while not (hold / "in-flight").exists():  # the event: a `docker run` is in the daemon's hands
-            assert child.poll() is None, "the run ended before any container was asked for"
-            assert time.monotonic() < deadline, "no `docker run` of the run was seen"
-            time.sleep(0.05)
-        os.killpg(child.pid, signal.SIGKILL)
-        child.wait()
-    finally:
-        if child.poll() is None:
-            os.killpg(child.pid, signal.SIGKILL)
+    # The event: a `docker run` is in the daemon's hands.
+    sigkill_on(child, (hold / "in-flight").exists, "a `docker run` of the run was asked for")
     assert labelled(run) == [], "the held create landed early: the race is not the one under test"
 
     sweeps = 0
