@@ -38,12 +38,12 @@ LOOPBACK = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
 #: Ray's variable for clusters confined to one machine (named for Windows and macOS, where it is
 #: the default): "0" there makes Ray take loopback as this machine's node address.
 LOCAL_CLUSTER = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
-#: `ray start`, keeping the node address as given: Ray's CLI otherwise replaces 127.0.0.1 by
-#: the machine's address (`resolve_ip_for_localhost`), and a node whose address is not
-#: loopback has its servers listen on every interface.
 #: Ray's GCS settings (read from its environment) for noticing a dead node: a check every
 #: second, dead after three failures in a row (Ray's defaults: every 3 s, five failures).
 HEALTH_CHECKS = {"RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "3"}
+#: `ray start`, keeping the node address as given: Ray's CLI otherwise replaces 127.0.0.1 by
+#: the machine's address (`resolve_ip_for_localhost`), and a node whose address is not
+#: loopback has its servers listen on every interface.
 RAY_START = [sys.executable, "-c",
              "import sys, ray._private.services as s; s.resolve_ip_for_localhost = lambda host: host; "
              "from ray.scripts.scripts import main; sys.argv[0] = 'ray'; main()", "start"]
