@@ -159,8 +159,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.one is not None:
         print(json.dumps(_measure_one(json.loads(args.one))))
         return {}
-    sizes, cells = ([0, 100], [1, 8]) if not args.quick else ([0], [1])
-    if args.quick:
+    sizes, cells, writers = ([0, 100], [1, 8], (False, True)) if not args.quick else ([0], [1], (True,))
+    if args.quick:  # one configuration in one child: each starts a Ray node of its own
         args.episodes = 60
     args.rounds = 1
     rows = []
@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with SimProcess() as sim:
         for pad_kb in sizes:
             for n_cells in cells:
-                for worker_writes in (False, True):
+                for worker_writes in writers:
                     spec = {"root": sim.root, "episodes": args.episodes, "cells": n_cells,
                             "pad_kb": pad_kb, "worker_writes": worker_writes}
                     proc = subprocess.run([sys.executable, "-m", "bench.driver", "--one", json.dumps(spec)],
