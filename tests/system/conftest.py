@@ -11,11 +11,13 @@ The tests that use it are marked `ray` here, and `scripts/test` runs them in a p
 their own without xdist (`-m ray -p no:xdist`): one cluster, started once; two clusters on two
 cores would each starve the other's episodes. The rest of the tier runs on two workers.
 
-A test marked `ray` that does not use this cluster starts Ray nodes of its own (a two-node
-cluster, the loopback recipe, a `collector run` with its embedded cluster): it is marked
-`own_cluster` too, here (`-m own_cluster` selects them alone). `scripts/test` runs them in
-the same serial run as the session cluster's tests: in a run of their own beside it, their
-clusters and the session's starved each other's start-up on two cores (a worker start timed out).
+A test marked `ray` that does not use this cluster starts Ray nodes of its own with `ray start`
+(a two-node cluster, the loopback recipe): it is marked `own_cluster` too, here (`-m
+own_cluster` selects them alone). `scripts/test` runs them in the same serial run as the
+session cluster's tests: in a run of their own beside it, their clusters and the session's
+starved each other's start-up on two cores (a worker start timed out). A `collector run` with
+its embedded cluster (one node, started and stopped by the run: the demos, the README's
+commands, the CLI's signals) is not marked: those run with the rest of the tier.
 """
 
 from __future__ import annotations

@@ -8,17 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from collector.cli import main
 from collector.record.shards import read_shard
 from collector.stop import StopReason
 from collector.storage.manifest import committed_shard_paths
 
 ROOT = Path(__file__).resolve().parents[2]
-
-pytestmark = [pytest.mark.ray]
-
 
 
 def test_openenv_demo_runs_end_to_end_through_the_cli(tmp_path: Path) -> None:

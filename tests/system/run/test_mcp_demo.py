@@ -12,15 +12,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-import pytest
-
 from collector.cli import main
 from collector.record.shards import read_shard
 from collector.storage.manifest import committed_shard_paths
 
 ROOT = Path(__file__).resolve().parents[3]
 
-pytestmark = pytest.mark.ray
 
 
 def test_mcp_demo_runs_end_to_end_through_the_cli(tmp_path: Path) -> None:
