@@ -58,7 +58,7 @@ def test_a_harness_sweeps_truncation_table_agrees_with_the_simulators_truth(tmp_
         "run", str(CONFIG), "--in-process", "--quiet",
         "--set", f'output.path="{run}"', "--set", f'env.task_file="{task_file}"',
         "--set", f"sweep.models={json.dumps(MODELS)}", "--set", f"sweep.budgets={BUDGETS}",
-        "--set", f'env.options.command=["{{python}}", "{LOOP}", "{{task}}"]',
+        "--set", f'env.options.command=["{{python}}", "-S", "{LOOP}", "{{task}}"]',
         "--set", "ray.episodes_in_flight=16",
     ]) == 0
     result = compute_stats(run, by=("model", "budget"))
