@@ -19,7 +19,6 @@ import json
 import os
 import socket
 import sys
-from pathlib import Path
 from typing import Any
 
 TOOLS = [
@@ -69,7 +68,8 @@ def main(task: str, steps: int = 8) -> None:
         message = ask(messages)
         messages.append(message)
         if not message.get("tool_calls"):
-            Path("answer.txt").write_text(message.get("content") or "")
+            with open("answer.txt", "w") as answer:  # open, not pathlib: its import is start-up too
+                answer.write(message.get("content") or "")
             return
         for call in message["tool_calls"]:
             try:
@@ -78,7 +78,7 @@ def main(task: str, steps: int = 8) -> None:
             except (ValueError, KeyError, TypeError, SyntaxError) as exc:
                 result = f"error: {type(exc).__name__}"
             else:
-                with Path("executions.jsonl").open("a") as log:
+                with open("executions.jsonl", "a") as log:
                     entry = {"id": call["id"], "name": "calculator", "arguments": arguments}
                     log.write(json.dumps(entry) + "\n")
             messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
