@@ -15,9 +15,8 @@ cell's 99.9% Wilson interval, at most one outside the 95% interval the table rep
 (tests/truth_cells.py).
 
 400 episodes, about 30 s of CPU, nearly all of it the episodes' processes (the loop and its
-supervisor, collector/harness/reaper.py). Not fewer: a gateway that missed the hidden cuts
-would move the sim-hidden-cut cells' rates down by about 0.15, which this rule catches about
-nine times in ten at 100 tasks a cell, six in ten at 50 (a binomial simulation of the rule).
+supervisor, collector/harness/reaper.py). Not fewer: the intervals widen as one over the root
+of the tasks per cell, and with them the wrong rates this rule lets pass.
 """
 
 from __future__ import annotations
