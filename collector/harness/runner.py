@@ -94,13 +94,30 @@ def harness_environment(settings: HarnessSettings, token: str, root: str, workdi
 
 
 def _group_alive(pgid: int) -> bool:
+    """Whether a process of the group still runs. Zombies do not count: the supervisor's own
+    SIGKILL (reaper.py) orphans the harness it has not reaped, and the orphan waits for init,
+    which may reap it late or, as PID 1 of a container without an init, never; counted, each
+    stopped harness would cost its episode the whole `grace_s`."""
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # a member that changed its user: still there
         return True
-    return True
+    try:
+        entries = os.listdir("/proc")
+    except OSError:  # no /proc: the signal's answer is all there is
+        return True
+    for entry in entries:
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):  # gone since the listing
+                continue
+            if fields[0] != "Z" and int(fields[2]) == pgid:
+                return True
+    return False
 
 
 async def stop_group(process: asyncio.subprocess.Process, grace_s: float) -> None:

@@ -7,6 +7,7 @@ runner, so these tests belong to the system tier.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import sys
@@ -23,11 +24,17 @@ from collector.record.shards import episodes_from_table, episodes_to_table
 from collector.run.plan import plan_work
 from collector.run.simlaunch import provider_urls
 from collector.run.worker import EpisodeWorker, WorkerSetup
+from collector.sim.truth import call_tokens_for
 from collector.stop import StopReason
 
 ROOT = Path(__file__).resolve().parents[3]
 LOOP = ROOT / "examples" / "harnesses" / "openai_tool_loop.py"
 MISBEHAVING = Path(__file__).with_name("misbehaving_harness.py")
+CUT = 9
+"""The SDK loops' cutting budget: the length of their one task's call (arith-0000, `7 - 7`)."""
+CUT_SEED = 7
+"""An episode seed whose sim-hidden-cut draw at CUT has no preamble, on every SDK loop's
+requests (the simulator's reply is a function of its seed and the request)."""
 
 
 def _config(
@@ -66,14 +73,17 @@ def _config(
     )
 
 
-def _run(cfg: RunConfig) -> list[Episode]:
+def _run(cfg: RunConfig, seed: int | None = None) -> list[Episode]:
+    """The plan's episodes run by one worker; with `seed`, every episode has that seed instead
+    of one derived from the run id (which hashes the temporary paths: a new draw every run)."""
     plan = plan_work(cfg)
+    items = [item if seed is None else dataclasses.replace(item, seed=seed) for item in plan.items]
 
     async def run() -> list[Episode]:
         with provider_urls(plan.providers, cfg.seed) as urls:
             worker = EpisodeWorker(WorkerSetup(cfg, plan.run_id, urls, "w"))
             try:
-                return await worker.run_batch(list(plan.items))
+                return await worker.run_batch(items)
             finally:
                 await worker.close()
 
@@ -101,26 +111,32 @@ def test_an_sdk_tool_loop_runs_as_episodes_and_never_runs_a_call_of_a_cut_turn(
 ) -> None:
     """Each harness episode is one shard row; no execution the harness logged comes from a cut turn.
 
-    Budget 16 cuts most episodes, often inside a call (sim-hidden-cut reports those cuts as
-    `tool_calls`): those cut calls are what the harness must never run. Budget 400 finishes.
-    Each harness is a process that imports its SDK (about a second of CPU), hence 16 episodes."""
+    At budget 9 the task's one call is exactly 9 tokens (`call_tokens_for`), so a turn that
+    starts with it is cut with the call whole and only its end missing: a call the harness
+    runs if the gateway lets it through. sim-perfect (no preamble, for every seed) reports that
+    cut as `length`; sim-hidden-cut as `tool_calls`, with the episodes' seed pinned to one whose
+    draw has no preamble either (the cut turn's record below says so). At budget 400 both
+    finish, each running its call: four episodes, each harness a process that imports its SDK
+    (one to three seconds of CPU), every one of them needed."""
     command = [sys.executable, str(LOOP.parent / loop[0]), *loop[1:]]
-    cfg = _config(tmp_path, command, ["sim-hidden-cut", "sim-terse"], [16, 400], tasks=4)
-    episodes = _run(cfg)
-    assert len(episodes) == 4 * 2 * 2
+    cfg = _config(tmp_path, command, ["sim-perfect", "sim-hidden-cut"], [CUT, 400], tasks=1)
+    (task,) = ArithmeticEnv(num_tasks=1, seed=5).tasks()
+    for model in ("sim-perfect", "sim-hidden-cut"):
+        assert call_tokens_for(model, [("calculator", {"expression": task.metadata["expression"]})]) == CUT
+    episodes = _run(cfg, seed=CUT_SEED)
+    assert len(episodes) == 2 * 2
     back = episodes_from_table(episodes_to_table(episodes))  # the shard row, and back
     assert [e.episode_id for e in back] == [e.episode_id for e in episodes]
-    reasons = {e.stop_reason for e in back}
-    assert StopReason.LENGTH in reasons
-    assert StopReason.DONE in reasons
     logged = 0
     for episode in back:
-        discarded = {t.index for t in episode.turns if t.discarded}
-        returned = {c.call_id for c in episode.executed_tool_calls}
-        assert not {c.turn_index for c in episode.executed_tool_calls} & discarded
+        # Cut: a length signal on its record, whether or not the gateway withheld the turn.
+        cut_turns = {t.index for t in episode.turns if t.discarded or t.length_signals}
+        turn_of = {c.call_id: c.turn_index for c in episode.executed_tool_calls}
+        assert not set(turn_of.values()) & cut_turns  # the gateway returned no call of a cut turn
         log = _workdir(tmp_path, episode) / "executions.jsonl"
         ran = [json.loads(line)["id"] for line in log.read_text().splitlines()] if log.exists() else []
-        assert set(ran) <= returned  # everything the harness ran was a call the gateway returned
+        assert set(ran) <= set(turn_of)  # everything the harness ran was a call the gateway returned
+        assert not {turn_of[i] for i in ran} & cut_turns  # ...and none of a cut turn
         logged += len(ran)
         if episode.stop_reason is StopReason.LENGTH:
             assert episode.turns[-1].discarded
@@ -130,7 +146,13 @@ def test_an_sdk_tool_loop_runs_as_episodes_and_never_runs_a_call_of_a_cut_turn(
             asked = None if loop[0] == "agents_runner.py" else 4096  # the Runner asks for no cap
             assert all(t.harness_asked_cap == asked for t in episode.turns)
             assert all(t.max_output_tokens == episode.budget for t in episode.turns)
-    assert logged >= 6
+    assert logged == 2  # each finished episode ran its call; the cut ones ran nothing
+    # What made those checks bite: both cells at CUT end on a cut turn holding the whole call,
+    # one cut reported, one hidden; both at 400 finish.
+    cut = {e.model: e.turns[-1] for e in back if e.stop_reason is StopReason.LENGTH}
+    assert {m: (t.raw_finish_reason, t.num_tool_calls, t.output_tokens) for m, t in cut.items()} == {
+        "sim-perfect": ("length", 1, CUT), "sim-hidden-cut": ("tool_calls", 1, CUT)}
+    assert {e.stop_reason for e in back if e.budget == 400} == {StopReason.DONE}
 
 
 def _alive(pid: int) -> bool:
