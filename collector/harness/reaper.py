@@ -36,7 +36,7 @@ def _die_with_parent(parent: int) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
-def _members(group: int) -> int:
+def live_members(group: int) -> int:
     """Live processes of the group (this one included), from /proc; zombies do not count."""
     count = 0
     for entry in os.listdir("/proc"):
@@ -58,7 +58,7 @@ def main(argv: list[str]) -> int:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(group, signal.SIGTERM)
         deadline = time.monotonic() + float(grace)
-        while time.monotonic() < deadline and _members(group) > 1:
+        while time.monotonic() < deadline and live_members(group) > 1:
             time.sleep(0.05)
         os.killpg(group, signal.SIGKILL)
 

@@ -46,6 +46,7 @@ from collector.episode.loop import EpisodeSpec, record_episode
 from collector.errors import ConfigError
 from collector.harness.env import BASE_ENV, HarnessEnv, HarnessSettings, task_text
 from collector.harness.gateway import Gateway, episode_root
+from collector.harness.reaper import live_members
 from collector.harness.session import HarnessSession
 from collector.providers.base import Provider
 from collector.record.episode import Episode, EpisodeError
@@ -105,19 +106,9 @@ def _group_alive(pgid: int) -> bool:
     except PermissionError:  # a member that changed its user: still there
         return True
     try:
-        entries = os.listdir("/proc")
+        return live_members(pgid) > 0
     except OSError:  # no /proc: the signal's answer is all there is
         return True
-    for entry in entries:
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):  # gone since the listing
-                continue
-            if fields[0] != "Z" and int(fields[2]) == pgid:
-                return True
-    return False
 
 
 async def stop_group(process: asyncio.subprocess.Process, grace_s: float) -> None:
