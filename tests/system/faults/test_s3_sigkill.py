@@ -6,8 +6,6 @@ import json
 import os
 import random
 import signal
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -18,8 +16,18 @@ from collector.storage.manifest import fold_records
 from collector.storage.s3store import S3RunStore
 from tests.record.factory import make_batch
 from tests.s3server import S3Bucket
+from tests.system.forkserver import Zygote
 
 ROOT = Path(__file__).resolve().parents[3]
+
+# What every child imports, done once in the zygote that forks them (tests/system/forkserver.py),
+# with a client built once: botocore's parsed description of S3 is shared by the clients each child
+# builds (collector.storage.s3client._session), as a long-lived process shares it.
+_WARM = """
+from collector.storage import commit, s3client, s3store
+from tests.record import factory
+s3client.make_client()
+"""
 
 # The child: a writer whose boto3 client dies (SIGKILL to itself) right before or after its
 # n-th S3 request of one kind. A test-only wrapper around the client, nothing in production code.
@@ -169,22 +177,23 @@ def test_sigkill_at_any_s3_request_never_loses_or_duplicates(s3_bucket: S3Bucket
     count = 40
     uri = s3_bucket.uri()
     read: dict[tuple[str, str], list[str]] = {}
-    for first, kind, n, when in _KILLS:
-        args = [uri, str(first), str(count), kind, str(n), when]
-        proc = subprocess.run([sys.executable, "-c", _KILLER, *args], cwd=ROOT, env=env, timeout=120)
-        assert proc.returncode == -signal.SIGKILL, f"no kill at {kind} #{n} {when} (rc {proc.returncode})"
-        seen = _glob_ids(s3_bucket, read)
-        assert len(seen) == len(set(seen)), f"data/ counts a row twice after a kill at {kind} #{n} {when}"
-        named = _committed_paths(s3_bucket)
-        with S3RunStore.open(uri, "fp", {}, "arrow", 3) as st:
-            committed = st.committed_ids()
-            assert set(seen) <= committed, "a plain reader saw a row the resume collects again"
-            assert named <= {e["path"] for e in st.shards}, f"a committed shard was lost ({kind} #{n} {when})"
-            assert not [w for w in st.warnings if "corrupt" in w]
-            rows = _glob_ids(s3_bucket, read)
-            assert len(rows) == len(set(rows))
-            assert set(rows) == committed
-            assert not s3_bucket.keys("run/.collector/tmp/")
+    with Zygote(_WARM, env=env, cwd=ROOT) as zygote:
+        for first, kind, n, when in _KILLS:
+            rc = zygote.run(_KILLER, uri, str(first), str(count), kind, str(n), when)
+            assert rc == -signal.SIGKILL, f"no kill at {kind} #{n} {when} (rc {rc})"
+            seen = _glob_ids(s3_bucket, read)
+            assert len(seen) == len(set(seen)), f"data/ counts a row twice after a kill at {kind} #{n} {when}"
+            named = _committed_paths(s3_bucket)
+            with S3RunStore.open(uri, "fp", {}, "arrow", 3) as st:
+                committed = st.committed_ids()
+                assert set(seen) <= committed, "a plain reader saw a row the resume collects again"
+                lost = named - {e["path"] for e in st.shards}
+                assert not lost, f"a committed shard was lost ({kind} #{n} {when})"
+                assert not [w for w in st.warnings if "corrupt" in w]
+                rows = _glob_ids(s3_bucket, read)
+                assert len(rows) == len(set(rows))
+                assert set(rows) == committed
+                assert not s3_bucket.keys("run/.collector/tmp/")
     work = make_batch(_KILLS[-1][0] + count + 5)
     with S3RunStore.open(uri, "fp", {}, "arrow", 3) as st:
         assert 0 < len(st.committed_ids()) < len(work)  # the kills landed mid-run
