@@ -32,11 +32,21 @@ from types import TracebackType
 
 REPO = Path(__file__).resolve().parents[2]
 
+#: The warm-up of a zygote whose children write run stores: the imports, and a first conversion
+#: of episodes to a table (pyarrow imports numpy and pandas on its first one: 0.3 s a child).
+STORES = """
+from collector.record.shards import episodes_to_table
+from collector.storage import commit, local
+from tests.record.factory import make_batch
+episodes_to_table(make_batch(2))
+"""
+
 _ZYGOTE = textwrap.dedent(
     """
-    import json, os, sys, traceback
+    import json, os, sys, threading, traceback
 
     exec(compile(sys.argv[1], "<warm>", "exec"), {"__name__": "__warm__"})
+    assert threading.active_count() == 1, "the warm-up started a thread: a fork would copy it mid-step"
     reply = os.fdopen(os.dup(1), "w")  # the protocol; stdout itself becomes the children's stderr
     os.dup2(2, 1)
     for line in sys.stdin:

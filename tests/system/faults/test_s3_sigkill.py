@@ -16,16 +16,15 @@ from collector.storage.manifest import fold_records
 from collector.storage.s3store import S3RunStore
 from tests.record.factory import make_batch
 from tests.s3server import S3Bucket
-from tests.system.forkserver import Zygote
+from tests.system.forkserver import STORES, Zygote
 
 ROOT = Path(__file__).resolve().parents[3]
 
 # What every child imports, done once in the zygote that forks them (tests/system/forkserver.py),
 # with a client built once: botocore's parsed description of S3 is shared by the clients each child
 # builds (collector.storage.s3client._session), as a long-lived process shares it.
-_WARM = """
-from collector.storage import commit, s3client, s3store
-from tests.record import factory
+_WARM = STORES + """
+from collector.storage import s3client, s3store
 s3client.make_client()
 """
 

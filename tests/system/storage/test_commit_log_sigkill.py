@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 from collector.analysis.check import check_run
@@ -16,6 +14,7 @@ from collector.storage.manifest import (
 )
 from tests.record.factory import make_batch
 from tests.storage.test_commit_log import _KILLER, _KILLS, ROOT, glob_ids, manifest_ids
+from tests.system.forkserver import STORES, Zygote
 
 
 def test_sigkill_anywhere_in_commits_forgets_and_compactions(tmp_path: Path) -> None:
@@ -24,21 +23,21 @@ def test_sigkill_anywhere_in_commits_forgets_and_compactions(tmp_path: Path) -> 
     the manifest, the glob and the store agree."""
     run = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    for first, kill_at, counted in _KILLS:
-        proc = subprocess.run([sys.executable, "-c", _KILLER, str(run), str(first), str(kill_at), counted],
-                              cwd=ROOT, env=env, timeout=120)
-        assert proc.returncode in (-signal.SIGKILL, 3)
-        seen = glob_ids(run) if (run / DATA_DIR).exists() else []
-        assert len(seen) == len(set(seen)), f"a glob counts a row twice after a kill at {kill_at}"
-        with LocalRunStore.open(run, "fp", {}, "arrow", 3) as st:
-            committed = st.committed_ids()
-            assert set(seen) <= committed, f"a glob saw a row the resume runs again (kill at {kill_at})"
-            rows = manifest_ids(run)
-            assert len(rows) == len(set(rows))
-            assert set(rows) == committed
-            assert sorted(glob_ids(run)) == sorted(rows)
-            assert not list(run.rglob("*.tmp"))
-        assert check_run(run).ok
+    with Zygote(STORES, env=env, cwd=ROOT) as zygote:
+        for first, kill_at, counted in _KILLS:
+            rc = zygote.run(_KILLER, str(run), str(first), str(kill_at), counted)
+            assert rc in (-signal.SIGKILL, 3)
+            seen = glob_ids(run) if (run / DATA_DIR).exists() else []
+            assert len(seen) == len(set(seen)), f"a glob counts a row twice after a kill at {kill_at}"
+            with LocalRunStore.open(run, "fp", {}, "arrow", 3) as st:
+                committed = st.committed_ids()
+                assert set(seen) <= committed, f"a glob saw a row the resume runs again (kill at {kill_at})"
+                rows = manifest_ids(run)
+                assert len(rows) == len(set(rows))
+                assert set(rows) == committed
+                assert sorted(glob_ids(run)) == sorted(rows)
+                assert not list(run.rglob("*.tmp"))
+            assert check_run(run).ok
     work = make_batch(55)
     with LocalRunStore.open(run, "fp", {}, "arrow", 3) as st:
         st.commit(work)

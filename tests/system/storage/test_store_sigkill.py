@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow.dataset as ds
@@ -15,6 +13,7 @@ import pytest
 from collector.storage.local import LocalRunStore
 from tests.record.factory import make_batch
 from tests.storage.test_store import _KILLER, _KILLS, ROOT, all_rows
+from tests.system.forkserver import STORES, Zygote
 
 
 @pytest.mark.parametrize(
@@ -42,20 +41,20 @@ def test_sigkill_at_any_moment_never_loses_or_duplicates(tmp_path: Path, fmt: st
             return []
         return dataset.to_table(columns=["episode_id"]).column("episode_id").to_pylist()
 
-    for first, kill_at, when in _KILLS:
-        args = [str(run), str(first), str(count), str(kill_at), fmt, when, mode]
-        proc = subprocess.run([sys.executable, "-c", _KILLER, *args], cwd=ROOT, env=env, timeout=120)
-        assert proc.returncode == -signal.SIGKILL
-        seen = glob_ids()
-        assert len(seen) == len(set(seen)), f"a glob counts a row twice after a kill at {kill_at} {when}"
-        with LocalRunStore.open(run, "fp", {}, fmt, 3) as st:  # type: ignore[arg-type]
-            committed = st.committed_ids()
-            assert set(seen) <= committed, "a glob reader saw a row the resume collects again"
-            rows = all_rows(run)
-            assert len(rows) == len(set(rows))
-            assert committed == set(rows)
-            assert sorted(glob_ids()) == sorted(rows)  # nothing committed stays out of sight
-            assert not list(run.rglob("*.tmp"))
+    with Zygote(STORES, env=env, cwd=ROOT) as zygote:
+        for first, kill_at, when in _KILLS:
+            args = [str(run), str(first), str(count), str(kill_at), fmt, when, mode]
+            assert zygote.run(_KILLER, *args) == -signal.SIGKILL
+            seen = glob_ids()
+            assert len(seen) == len(set(seen)), f"a glob counts a row twice after a kill at {kill_at} {when}"
+            with LocalRunStore.open(run, "fp", {}, fmt, 3) as st:  # type: ignore[arg-type]
+                committed = st.committed_ids()
+                assert set(seen) <= committed, "a glob reader saw a row the resume collects again"
+                rows = all_rows(run)
+                assert len(rows) == len(set(rows))
+                assert committed == set(rows)
+                assert sorted(glob_ids()) == sorted(rows)  # nothing committed stays out of sight
+                assert not list(run.rglob("*.tmp"))
     work = make_batch(45 + count)
     with LocalRunStore.open(run, "fp", {}, fmt, 3) as st:  # type: ignore[arg-type]
         assert 0 < len(st.committed_ids()) < len(work)  # the kills landed mid-run
