@@ -3,7 +3,7 @@ scripts need once, then forks a fresh process per run of a script and reports it
 
 A sweep that kills a writer at a dozen points used to start a dozen interpreters, each
 importing pyarrow, the collector and (for S3) boto3 before doing a second of work: most of the
-sweep's time was spent importing. A forked child starts from the zygote's state after those
+sweep's CPU was spent importing. A forked child starts from the zygote's state after those
 imports (and whatever warm-up the caller asks for), runs the script as `python -c` would, with
 its own `sys.argv`, and dies or exits on its own: the test sees its exit status as a
 `subprocess.run` returncode (-9 for a SIGKILL). The zygote runs no script itself, so every
@@ -56,6 +56,7 @@ _ZYGOTE = textwrap.dedent(
         pid = os.fork()
         if pid == 0:  # the child: the script as `python -c script *argv` runs it, then out
             code = 0
+            os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # the jobs are the zygote's, not its input
             try:
                 sys.argv = ["-c", *job["argv"]]
                 exec(compile(job["script"], "<string>", "exec"), {"__name__": "__main__"})

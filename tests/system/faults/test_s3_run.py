@@ -51,24 +51,21 @@ def write_config(tmp_path: Path, path: str, worker_writes: str = '"auto"') -> Pa
     return config
 
 
-# Which pool each collection runs on. The workers' writes run on Ray: there a shard is written by a
-# Ray worker process, which reaches the bucket with the credentials and endpoint of its own
-# environment, as a real cluster's nodes do. The driver's writes, and every rerun (its subject is
-# the resume through the store: "12 from earlier runs", which a run resumes whichever pool wrote
-# it), run on the in-process pool: the same driver, store and commits without a Ray start (8-10 s
-# of CPU each). Driver-side writes on Ray are the local runs' (tests/system/run).
-@pytest.mark.parametrize(("worker_writes", "writer", "pool"), [
-    ('"auto"', "worker", ()),
-    ("false", "driver", ("--in-process",)),
-], ids=['"auto"-worker', "false-driver"])
+# On the in-process pool (`--in-process`): the subject is the CLI's run into a bucket (its
+# commits, table, check, resume and the secrets kept out), the same driver, store, sink and
+# commits as on Ray without a Ray start (8-10 s of CPU each). Ray workers writing a bucket's
+# shards from their own environment, as a real cluster's nodes do, are the Ray tests':
+# test_driver_sigkill.py[s3-worker-writes] (every id once, written by the workers, after kills)
+# and test_worker_write_kill.py (a Ray worker killed holding its pending object).
+@pytest.mark.parametrize(("worker_writes", "writer"), [('"auto"', "worker"), ("false", "driver")])
 def test_collector_run_into_s3_commits_every_episode_once_and_resumes(
-    tmp_path: Path, s3_bucket: S3Bucket, worker_writes: str, writer: str, pool: tuple[str, ...]
+    tmp_path: Path, s3_bucket: S3Bucket, worker_writes: str, writer: str
 ) -> None:
     """A run into a bucket commits all 12 episodes once and prints their statistics, written by
-    the workers (the default for object storage, Ray workers here) or by the driver; `collector
-    check` passes on the bucket; the rerun has nothing to run; no secret stored."""
+    the workers (the default for object storage) or by the driver; `collector check` passes on
+    the bucket; the rerun has nothing to run; no secret stored."""
     config = write_config(tmp_path, s3_bucket.uri(), worker_writes)
-    first = run_collector(config, s3_bucket.env(), *pool)
+    first = run_collector(config, s3_bucket.env(), "--in-process")
     assert first.returncode == 0, first.stderr
     assert "12/12 episodes committed" in first.stderr
     table = [line.split() for line in first.stdout.splitlines() if line.startswith("sim-terse")]
