@@ -11,6 +11,7 @@ import pyarrow.dataset as ds
 import pytest
 
 from collector.storage.local import LocalRunStore
+from collector.storage.manifest import NotARunDirectory, read_manifest
 from tests.record.factory import make_batch
 from tests.storage.test_store import _KILLER, _KILLS, ROOT, all_rows
 from tests.system.forkserver import STORES, Zygote
@@ -28,12 +29,20 @@ def test_sigkill_at_any_moment_never_loses_or_duplicates(tmp_path: Path, fmt: st
     After each kill, before anything reopens the dir, a plain pyarrow dataset over the tree
     (no manifest) must see each id at most once and only ids the reopened store reports as
     committed (so a resume will not collect them again); after the reopen it sees exactly
-    those.
+    those, and every shard the manifest and its log named before the reopen (committed, even
+    when the kill stopped its move into data/) is still committed.
     """
     run = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     count = 40
     glob_format = "ipc" if fmt == "arrow" else "parquet"
+
+    def named_shards() -> set[str]:
+        """What a reader holds committed now: the manifest with its log, without any recovery."""
+        try:
+            return {entry["path"] for entry in read_manifest(run)["shards"]}
+        except NotARunDirectory:  # killed before the run's first manifest
+            return set()
 
     def glob_ids() -> list[str]:
         dataset = ds.dataset(run, format=glob_format) if run.exists() else None
@@ -47,7 +56,9 @@ def test_sigkill_at_any_moment_never_loses_or_duplicates(tmp_path: Path, fmt: st
             assert zygote.run(_KILLER, *args) == -signal.SIGKILL
             seen = glob_ids()
             assert len(seen) == len(set(seen)), f"a glob counts a row twice after a kill at {kill_at} {when}"
+            named = named_shards()
             with LocalRunStore.open(run, "fp", {}, fmt, 3) as st:  # type: ignore[arg-type]
+                assert named <= {e["path"] for e in st.shards}, f"committed shard lost ({kill_at} {when})"
                 committed = st.committed_ids()
                 assert set(seen) <= committed, "a glob reader saw a row the resume collects again"
                 rows = all_rows(run)
