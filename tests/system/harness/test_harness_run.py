@@ -7,11 +7,14 @@ runner, so these tests belong to the system tier.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ctypes
 import dataclasses
 import json
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -164,8 +167,36 @@ def _alive(pid: int) -> bool:
         return f.read().rsplit(")", 1)[1].split()[0] != "Z"
 
 
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+@contextlib.contextmanager
+def _reaping_late() -> Iterator[None]:
+    """This process as the subreaper of the descendants orphaned meanwhile, reaping none of them
+    until the end: what PID 1 of a container without an init does (its orphans stay zombies)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0, os.strerror(ctypes.get_errno())
+    try:
+        yield
+    finally:
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+        with contextlib.suppress(ChildProcessError):  # the orphans it took in, now zombies
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+
+
+def _state_and_parent(pid: int) -> tuple[str, int]:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return fields[0], int(fields[1])
+
+
 def test_a_harness_that_hangs_after_a_cut_is_stopped_with_its_children(tmp_path: Path) -> None:
-    """The gateway ends the episode at the cut turn; the harness and the child it forked are both stopped."""
+    """The gateway ends the episode at the cut turn; the harness and the child it forked are both
+    stopped, and the episode does not wait out `grace_s` on what is left of them: zombies that an
+    ancestor which never reaps (a container's PID 1 without an init; here this process as their
+    subreaper) keeps in the process table."""
+    grace_s = 60
     cfg = _config(
         tmp_path,
         [sys.executable, str(MISBEHAVING), "hang-after-cut", "{task}"],
@@ -173,16 +204,22 @@ def test_a_harness_that_hangs_after_a_cut_is_stopped_with_its_children(tmp_path:
         [8],
         tasks=1,
         timeout_s=120,
+        grace_s=grace_s,
     )
-    started = time.monotonic()
-    (episode,) = _run(cfg)
-    assert time.monotonic() - started < 60  # not the harness's 300 s, nor the limit's 120 s
+    with _reaping_late():
+        started = time.monotonic()
+        (episode,) = _run(cfg)
+        elapsed = time.monotonic() - started
+        child = int((_workdir(tmp_path, episode) / "child.pid").read_text())
+        deadline = time.monotonic() + 5
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(child)
+        # The case this test is for: the forked child outlived its parents as a zombie of ours.
+        assert _state_and_parent(child) == ("Z", os.getpid())
     assert episode.stop_reason is StopReason.LENGTH
-    child = int((_workdir(tmp_path, episode) / "child.pid").read_text())
-    deadline = time.monotonic() + 5
-    while _alive(child) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not _alive(child)
+    # Not the harness's 300 s, nor the limit's 120 s, nor the grace's 60 s spent on zombies.
+    assert elapsed < grace_s, f"the stopped harness's episode took {elapsed:.0f} s"
 
 
 @pytest.mark.parametrize(
