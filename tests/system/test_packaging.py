@@ -101,7 +101,10 @@ def test_init_writes_a_starter_project_that_runs(installed: Path, tmp_path: Path
     assert again.returncode == 2
     assert "already exists" in again.stderr
     assert again.stderr.count("\n") == 1
-    run = _run(installed, ["run", "config.toml", "--quiet", "--set", "ray.workers=1"], cwd=proj)
+    # In process: what is tested is the project `init` writes, run by the installed collector.
+    # The starter on Ray workers (its `python_path`) is tests/system/envs/test_init_process.py's,
+    # and Ray workers importing the installed package test_installed_collector_runs_the_demo_from_anywhere's.
+    run = _run(installed, ["run", "config.toml", "--quiet", "--in-process"], cwd=proj)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "sim-sloppy" in run.stdout
     assert _run(installed, ["check", "runs/starter"], cwd=proj).returncode == 0
