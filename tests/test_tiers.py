@@ -70,3 +70,30 @@ def test_every_marker_selects_a_test_and_no_pytest_internal_is_written() -> None
                 for target in node.targets:
                     assert not (isinstance(target, ast.Attribute) and target.attr.startswith("_")), (
                         f"{conftest.relative_to(TESTS)}:{node.lineno} writes {target.attr}")
+
+
+def _module_scoped_fixtures(path: Path) -> list[str]:
+    """The names of the fixtures `path` declares with `scope="module"`."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.FunctionDef):
+            for decorator in node.decorator_list:
+                if isinstance(decorator, ast.Call) and any(
+                    k.arg == "scope" and isinstance(k.value, ast.Constant) and k.value.value == "module"
+                    for k in decorator.keywords
+                ):
+                    found.append(node.name)
+    return found
+
+
+def test_every_system_module_with_a_module_fixture_runs_on_one_worker() -> None:
+    """A system-tier module whose tests share a module-scoped fixture is listed in
+    SHARED_SETUP_MODULES, so the tier's scheduler sends its tests to one xdist worker and the
+    fixture (a demo run, a wheel, a cluster) is built once, not once a worker."""
+    from tests.system.conftest import SHARED_SETUP_MODULES
+
+    modules = [p for p in SYSTEM.rglob("test_*.py") if _module_scoped_fixtures(p)]
+    sharing = {p.relative_to(TESTS.parent).as_posix() for p in modules}
+    assert sharing, "no system module shares a module-scoped fixture: the check would check nothing"
+    assert sharing - SHARED_SETUP_MODULES == set(), "list these in SHARED_SETUP_MODULES"
+    assert SHARED_SETUP_MODULES - sharing == set(), "these modules no longer share a module-scoped fixture"

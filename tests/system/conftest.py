@@ -27,8 +27,10 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
+from xdist.scheduler import LoadScopeScheduling
 
 #: What the session's loopback S3 server (moto's werkzeug threads, tests/s3server.py) leaves when a
 #: client process a test SIGKILLs dies mid-request: its request thread's error and the socket it
@@ -42,6 +44,36 @@ _KILLED_CLIENTS_LEFTOVERS = (  # (a colon separates a filter's fields: "." stand
     "ignore:Exception ignored in. <socket.socket .*laddr=.'127.0.0.1':"
     "pytest.PytestUnraisableExceptionWarning",
 )
+
+
+#: The modules whose tests share an expensive module-scoped fixture (a demo run and the runs the
+#: docs show, a wheel and its venv, a run on the embedded cluster, a server): all of a module's
+#: tests go to one xdist worker, which builds the fixture once (tests/test_tiers.py checks that
+#: every system module with a module-scoped fixture is listed). xdist's own `xdist_group`
+#: marker cannot do it on pytest 9 (its `--dist loadgroup` renames the item through an
+#: attribute pytest 9 no longer reads), so the scheduler below does.
+SHARED_SETUP_MODULES = frozenset({
+    "tests/system/test_readme.py",
+    "tests/system/test_packaging.py",
+    "tests/system/run/test_embedded_cluster.py",
+    "tests/system/envs/test_mcp.py",
+    "tests/system/faults/test_two_nodes.py",
+})
+
+
+class _SharedSetupScheduling(LoadScopeScheduling):
+    """`--dist load` (each test a unit of work), but the tests of a module that shares a
+    module-scoped fixture are one unit."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        module = nodeid.split("::", 1)[0]
+        return module if module in SHARED_SETUP_MODULES else nodeid
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> LoadScopeScheduling | None:
+    """The system tier's scheduler under `-n N` (xdist's public hook for one); None (xdist's own)
+    for any other `--dist` asked for explicitly."""
+    return _SharedSetupScheduling(config, log) if config.getvalue("dist") == "load" else None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

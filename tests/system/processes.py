@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
+
 from collector.errors import OutputError
 from collector.storage.manifest import MANIFEST, read_manifest
 
@@ -68,3 +70,21 @@ def start_and_wait_for_a_commit(config: Path, run_dir: Path, *options: str) -> s
         time.sleep(0.05)
     process.kill()
     raise AssertionError("no shard committed")
+
+
+#: The addresses a socket may listen on and stay private to this machine.
+LOOPBACK = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
+
+
+def listening(pid: int) -> list[tuple[str, str, int]]:
+    """(process name, address, port) of every listening inet socket of `pid` and its descendants."""
+    root = psutil.Process(pid)
+    found = []
+    for proc in [root, *root.children(recursive=True)]:
+        try:
+            name = proc.name()
+            found += [(name, c.laddr.ip, c.laddr.port) for c in proc.net_connections(kind="inet")
+                      if c.status == psutil.CONN_LISTEN]
+        except psutil.Error:
+            continue  # a worker that ended meanwhile listens nowhere
+    return found
