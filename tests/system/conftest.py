@@ -70,6 +70,7 @@ class _SharedSetupScheduling(LoadScopeScheduling):
         return module if module in SHARED_SETUP_MODULES else nodeid
 
 
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: unknown to a run without xdist (`-p no:xdist`)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> LoadScopeScheduling | None:
     """The system tier's scheduler under `-n N` (xdist's public hook for one); None (xdist's own)
     for any other `--dist` asked for explicitly."""
