@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import IO
 
 import psutil
 
@@ -48,12 +49,14 @@ def user_env() -> dict[str, str]:
     return env
 
 
-def start_and_wait_for_a_commit(config: Path, run_dir: Path, *options: str) -> subprocess.Popen[str]:
-    """Start `collector run` (with `options`, e.g. `--in-process`) and return once its manifest
-    names a shard (episodes are in flight)."""
+def start_and_wait_for_a_commit(
+    config: Path, run_dir: Path, *options: str, quiet: bool = True, stderr: IO[str] | int = subprocess.PIPE
+) -> subprocess.Popen[str]:
+    """Start `collector run` (with `options`, e.g. `--in-process`; `--quiet` unless `quiet` is
+    False, its stderr to `stderr`) and return once its manifest names a shard (episodes are in flight)."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "collector", "run", str(config), "--quiet", *options],
-        env=user_env(), cwd=config.parent, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        [sys.executable, "-m", "collector", "run", str(config), *(["--quiet"] if quiet else []), *options],
+        env=user_env(), cwd=config.parent, text=True, stdout=subprocess.PIPE, stderr=stderr,
     )
     guard = time.monotonic() + WAIT_GUARD_S
     manifest = run_dir / MANIFEST

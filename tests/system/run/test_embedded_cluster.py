@@ -17,18 +17,13 @@ from __future__ import annotations
 
 import dataclasses
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-from collector.errors import OutputError
-from collector.storage.manifest import MANIFEST, read_manifest
 from tests.checking import committed_ids
-from tests.system.processes import LOOPBACK, SLOW, WAIT_GUARD_S, listening, user_env
+from tests.system.processes import LOOPBACK, SLOW, WAIT_GUARD_S, listening, start_and_wait_for_a_commit
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -63,19 +58,8 @@ def embedded_run(tmp_path_factory: pytest.TempPathFactory) -> EmbeddedRun:
     config.write_text(SLOW.format(run_dir=run_dir))
     stderr_path = tmp_path / "stderr.txt"
     with open(stderr_path, "w") as stderr:
-        process = subprocess.Popen([sys.executable, "-m", "collector", "run", str(config)], env=user_env(),
-                                   cwd=tmp_path, text=True, stdout=subprocess.PIPE, stderr=stderr)
+        process = start_and_wait_for_a_commit(config, run_dir, quiet=False, stderr=stderr)
     try:
-        guard = time.monotonic() + WAIT_GUARD_S
-        while True:  # the event: a committed shard (the worker is up and running episodes)
-            assert process.poll() is None, stderr_path.read_text()
-            assert time.monotonic() < guard, "no shard committed"
-            try:
-                if (run_dir / MANIFEST).exists() and read_manifest(run_dir)["shards"]:
-                    break
-            except (OSError, ValueError, KeyError, OutputError):
-                pass  # not written yet, or being replaced
-            time.sleep(0.05)
         tree, sockets = commands(process.pid), listening(process.pid)
     finally:
         process.send_signal(signal.SIGTERM)
