@@ -38,16 +38,18 @@ class _Guard:
     """The default-tier test running now (None: a system test, or between tests)."""
 
 
-def _refuse_processes(event: str, args: tuple[Any, ...]) -> None:
-    if _Guard.test is not None and event in PROCESS_EVENTS:
+def _refuse_processes(event: str, args: tuple[Any, ...], guard: type[_Guard] = _Guard) -> None:
+    # `guard` is bound here: at interpreter shutdown this module's globals are cleared to None
+    # while the hook, which cannot be removed, still sees the processes Ray starts then.
+    if guard.test is not None and event in PROCESS_EVENTS:
         what = " ".join(str(a) for a in args[:2])[:200]
         raise ProcessStartRefused(
-            f"{_Guard.test} is in the default tier, which starts no process ({event}: {what}); "
+            f"{guard.test} is in the default tier, which starts no process ({event}: {what}); "
             "run it in process, or move it to tests/system/"
         )
 
 
-sys.addaudithook(_refuse_processes)  # an audit hook cannot be removed: it checks _Guard.test
+sys.addaudithook(_refuse_processes)  # an audit hook cannot be removed: it checks the test running now
 
 
 def in_system_tier(item: pytest.Item) -> bool:

@@ -19,6 +19,7 @@ from collector.run.worker import EpisodeWorker, WorkerSetup
 from collector.sim.truth import binomial_interval, thinking_fills_cap_probability
 from collector.storage.local import LocalRunStore
 from tests.run.helpers import small_config
+from tests.untraced import untraced
 
 SETTINGS = [{"effort": "low"}, {"thinking_budget": 16}]
 
@@ -80,7 +81,8 @@ def test_a_budget_by_reasoning_sweep_shows_thinking_cuts_per_cell_at_their_truth
             finally:
                 await worker.close()
 
-    episodes = asyncio.run(run())
+    with untraced():  # samples over lines the other tests cover (tests/untraced.py)
+        episodes = asyncio.run(run())
     stats = aggregate(episodes_to_table(episodes), ("model", "budget", "reasoning"))
     assert {(g.key["budget"], g.key["reasoning"]) for g in stats.groups} == {
         (b, s) for b in budgets for s in ("effort=low", "budget=16")

@@ -33,6 +33,7 @@ from collector.sim.truth import (
 )
 from tests.run.helpers import small_config
 from tests.run.tool_env import LookupAndEmail
+from tests.untraced import untraced
 
 MODEL = "sim-tools"
 BUDGETS = [32, 128, 256, 512]
@@ -61,7 +62,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
                        env__name="tests.run.tool_env:LookupAndEmail", env__tasks=None,
                        env__options={"num_tasks": 8}, samples_per_task=SAMPLES,
                        ray__episodes_in_flight=32, ray__batch_size=32, output__rows_per_shard=512)
-    run_job(cfg, show_progress=False)
+    with untraced():  # a sample's worth of episodes over lines every job test covers
+        run_job(cfg, show_progress=False)
     return root / "run"
 
 

@@ -15,6 +15,7 @@ import pytest
 from collector.analysis.toolstats import ToolStatsResult, compute_tool_stats
 from collector.run.job import run_job
 from tests.run.helpers import small_config
+from tests.untraced import untraced
 
 WIRES = ("chat", "responses", "anthropic", "gemini")
 
@@ -27,7 +28,8 @@ def per_wire(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ToolStatsRes
         cfg = small_config(root / wire, sweep__models=["sim-tools"], sweep__budgets=[64, 160],
                            env__name="support_desk", env__tasks=10, samples_per_task=4,
                            provider__sim_transport=wire, provider__streaming=True)
-        run_job(cfg, show_progress=False)
+        with untraced():  # samples over lines the other tests cover (tests/untraced.py)
+            run_job(cfg, show_progress=False)
         out[wire] = compute_tool_stats(root / wire)
     return out
 

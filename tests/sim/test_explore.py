@@ -25,6 +25,7 @@ from collector.sim.truth import binomial_interval, plan_fixed_tokens, turn_cut_p
 from collector.stop import StopReason
 from tests.docblocks import README, blocks
 from tests.sim.curve import nearest_budget
+from tests.untraced import untraced
 
 PROMPT = "Ship 3 boxes of 'blue widgets' to zone eu by 2026-03-01, then confirm."
 
@@ -265,7 +266,8 @@ def test_measured_cut_rate_of_explored_turns_matches_truth(model: str) -> None:
         budget = nearest_budget(cut_probability, 0.5, 1, 2000)
         truth = cut_probability(budget)
         assert 0.2 < truth < 0.8 or truth in (0.0, 1.0)  # a step function has no middle
-        cuts = sum(generate(plan, preset, budget, random.Random(budget * 31 + i)).cut for i in range(N))
+        with untraced():  # samples over lines the other tests cover (tests/untraced.py)
+            cuts = sum(generate(plan, preset, budget, random.Random(budget * 31 + i)).cut for i in range(N))
         lo, hi = binomial_interval(truth, N)
         assert lo <= cuts <= hi, (model, step, budget, truth, cuts)
 
@@ -281,7 +283,8 @@ def test_http_explored_turns_cut_and_break_at_the_preset_rates() -> None:
     body = _chat(
         model, budget, [{"role": "user", "content": PROMPT}], [_chat_tool(n, p) for n, p in SCHEMAS.items()]
     )
-    gens = [simulate(11, "chat", body, sim_seed=str(i)) for i in range(N)]
+    with untraced():  # samples over lines the other tests cover (tests/untraced.py)
+        gens = [simulate(11, "chat", body, sim_seed=str(i)) for i in range(N)]
     lo, hi = binomial_interval(truth, N)
     assert lo <= sum(g.cut for g in gens) <= hi
     whole = [g for g in gens if g.calls and g.calls[-1].closed]

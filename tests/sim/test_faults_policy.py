@@ -63,6 +63,19 @@ def test_policy_calls_the_right_tools_then_answers(
         assert "shipped" in answer.answer
 
 
+@pytest.mark.parametrize(
+    ("result", "answer"),
+    [("  449\n", "449"), ("449 (rounded)", "449 (rounded)"), ('{"result": "449"}', "449"),
+     ("[449]", "[449]")],
+)
+def test_the_arithmetic_answer_is_the_calculators_result_or_its_json_string(result: str, answer: str) -> None:
+    """A harness's calculator may return plain text, a bare number or a JSON object: the answer
+    is the text (stripped), or the object's status/output/result string."""
+    history = [("user", ARITH), ("call", "c0", "calculator", None),
+               ("result", "c0", "calculator", result, False)]
+    assert decide(history, TOOLS).answer == answer
+
+
 def test_policy_reissues_after_an_error_result_and_gives_up_eventually() -> None:
     """A "not executed" result makes the model call again; after four tries it answers instead."""
     history: list[tuple[Any, ...]] = [("user", REFUND)]

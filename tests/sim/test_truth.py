@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import json
 import random
 
 import httpx
@@ -10,6 +12,7 @@ import pytest
 
 from collector.sim.app import simulate
 from collector.sim.generate import generate
+from collector.sim.plans import PlannedCall
 from collector.sim.policy import Plan
 from collector.sim.presets import PRESETS, LengthDist
 from collector.sim.truth import (
@@ -21,6 +24,7 @@ from collector.sim.truth import (
 )
 from tests.sim.conftest import ARITH, chat_body
 from tests.sim.curve import nearest_budget
+from tests.untraced import untraced
 
 N = 2000
 
@@ -45,7 +49,8 @@ def test_measured_cut_rate_matches_truth(model: str, step: str) -> None:
         assert len(budgets) == 3
     for budget in budgets:
         truth = turn_cut_probability(model, budget, step)  # type: ignore[arg-type]
-        cuts = sum(generate(plan, preset, budget, random.Random(budget * 7919 + i)).cut for i in range(N))
+        with untraced():  # samples over lines the other tests cover (tests/untraced.py)
+            cuts = sum(generate(plan, preset, budget, random.Random(budget * 7919 + i)).cut for i in range(N))
         lo, hi = binomial_interval(truth, N)
         assert lo <= cuts <= hi, (model, step, budget, truth, cuts)
 
@@ -57,6 +62,22 @@ def test_call_step_truncation_falls_smoothly_with_budget() -> None:
         assert all(a >= b for a, b in itertools.pairwise(curve))
         assert turn_cut_probability(model, 16, "call") > 0.3
         assert turn_cut_probability(model, 256, "call") < 0.05
+
+
+def test_a_wrong_argument_changes_one_number_or_string_by_one_character() -> None:
+    """A preset's error draw (a wrong value, not broken JSON) bumps a number's last digit or flips
+    a string's first letter; a call with no number or string argument is sent as planned."""
+    preset = dataclasses.replace(PRESETS["sim-perfect"], error_rate=1.0)
+    cases = [
+        ((("order_id", "A-1001"),), {"order_id": "A-1002"}),
+        ((("amount", 750),), {"amount": 751}),
+        ((("reason", "late"),), {"reason": "Late"}),
+        ((("labels", ["a"]), ("urgent", True)), {"labels": ["a"], "urgent": True}),
+    ]
+    for arguments, sent in cases:
+        plan = Plan(calls=(PlannedCall("tool", arguments),))
+        (call,) = generate(plan, preset, 4096, random.Random(3)).calls
+        assert json.loads(call.arguments) == sent, arguments
 
 
 def test_episode_probability_combines_turns() -> None:

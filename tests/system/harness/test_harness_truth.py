@@ -29,6 +29,7 @@ from collector.cli import main
 from collector.envs.arithmetic import ArithmeticEnv
 from collector.sim.truth import answer_tokens_for, call_tokens_for, episode_truncation_probability
 from tests.truth_cells import cells_off_truth
+from tests.untraced import untraced
 
 ROOT = Path(__file__).resolve().parents[3]
 CONFIG = ROOT / "configs" / "harness_openai.toml"
@@ -56,13 +57,15 @@ def test_a_harness_sweeps_truncation_table_agrees_with_the_simulators_truth(tmp_
     task_file = tmp_path / "tasks.jsonl"
     task_file.write_text("".join(json.dumps({"id": t.id, "prompt": t.prompt}) + "\n" for t in tasks))
     run = tmp_path / "run"
-    assert main([
-        "run", str(CONFIG), "--in-process", "--quiet",
-        "--set", f'output.path="{run}"', "--set", f'env.task_file="{task_file}"',
-        "--set", f"sweep.models={json.dumps(MODELS)}", "--set", f"sweep.budgets={BUDGETS}",
-        "--set", f'env.options.command=["{{python}}", "-S", "{LOOP}", "{{task}}"]',
-        "--set", "ray.episodes_in_flight=16",
-    ]) == 0
+    with untraced():  # samples over lines the other tests cover (tests/untraced.py)
+        status = main([
+            "run", str(CONFIG), "--in-process", "--quiet",
+            "--set", f'output.path="{run}"', "--set", f'env.task_file="{task_file}"',
+            "--set", f"sweep.models={json.dumps(MODELS)}", "--set", f"sweep.budgets={BUDGETS}",
+            "--set", f'env.options.command=["{{python}}", "-S", "{LOOP}", "{{task}}"]',
+            "--set", "ray.episodes_in_flight=16",
+        ])
+    assert status == 0
     result = compute_stats(run, by=("model", "budget"))
     cells = {(g.key["model"], g.key["budget"]): g for g in result.groups}
     assert set(cells) == {(m, b) for m in MODELS for b in BUDGETS}
