@@ -4,10 +4,11 @@ the same lines as the first few.
 A test that compares a measured rate with the simulator's truth draws hundreds to thousands
 of episodes or replies through code the other tests already cover line by line and branch by
 branch. Under the coverage tracer those draws cost two to four times their CPU (the full run
-traces every test: scripts/test), and they add no line or branch to what is measured: the
-full run's report is the same with them untraced (the closing note of the issue that added
-this module lists the comparison). So the test draws its samples inside `untraced()`, and
-what it checks them with (the statistics, the tables) stays traced.
+traces every test: scripts/test), and they add no line or branch to what is measured: when
+this module came in, the only lines they alone reached (four, CHANGELOG) got direct tests, and
+the full run's report was otherwise unchanged. So the test draws its samples inside
+`untraced()`, and what it checks them with (the statistics, the tables) stays traced. A new
+statistical test may do the same once its draws reach nothing the report would lose.
 
 Without coverage running (`scripts/test --fast`, a plain `pytest`), `untraced()` does nothing.
 """
@@ -22,13 +23,15 @@ import coverage
 
 @contextlib.contextmanager
 def untraced() -> Iterator[None]:
-    """Stop the coverage measurement of this process for the block, then start it again."""
-    running = coverage.Coverage.current()
-    if running is None:
-        yield
-        return
-    running.stop()
+    """Stop every coverage measurement running in this process for the block, then start them
+    again. Every one: an xdist worker runs two (pytest-cov starts a second one there), and
+    stopping the newest resumes the one under it."""
+    stopped: list[coverage.Coverage] = []
+    while (running := coverage.Coverage.current()) is not None:
+        running.stop()
+        stopped.append(running)
     try:
         yield
     finally:
-        running.start()
+        for measurement in reversed(stopped):
+            measurement.start()

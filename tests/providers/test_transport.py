@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import socket
+import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import httpx
@@ -98,13 +100,18 @@ async def test_chunked_and_close_delimited_bodies() -> None:
     assert second.content == b"until close"
 
 
-async def test_stale_keep_alive_connection_is_replaced() -> None:
-    """A kept-alive connection the server closed after its reply is not reused to fail a request."""
+@pytest.mark.parametrize("ending", ["close", "reset"])
+async def test_stale_keep_alive_connection_is_replaced(ending: str) -> None:
+    """A kept-alive connection the server closed (or reset) after its reply is not reused to
+    fail a request."""
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await _read_request(reader)
         writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
         await writer.drain()
+        if ending == "reset":  # SO_LINGER 0: the close sends RST, and the next read fails with ECONNRESET
+            writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                                       struct.pack("ii", 1, 0))
         writer.close()  # closes without saying `connection: close`
 
     server, url = await _serve(handle)
