@@ -64,6 +64,38 @@ async def test_keep_alive_reuses_one_connection(echo: tuple[str, list[int]]) -> 
     assert len(connections) == 1
 
 
+@pytest.mark.parametrize(
+    ("version", "connection", "reused"),
+    [("1.1", "close", False), ("1.1", "keep-alive", True), ("1.0", "keep-alive", True), ("1.0", None, False)],
+)
+async def test_the_connection_header_decides_whether_the_connection_is_kept(
+    version: str, connection: str | None, reused: bool
+) -> None:
+    """`connection: close` ends a 1.1 connection after its reply, `keep-alive` keeps a 1.0 one;
+    without the header 1.1 keeps and 1.0 closes. A connection the server keeps is reused."""
+    handlers: list[asyncio.Task[None]] = []
+    header = b"" if connection is None else b"connection: %s\r\n" % connection.encode()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        handlers.append(asyncio.current_task())  # type: ignore[arg-type]  # a handler runs as a task
+        try:
+            while True:
+                await _read_request(reader)
+                writer.write(b"HTTP/%s 200 OK\r\ncontent-length: 2\r\n%s\r\nok" % (version.encode(), header))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+            await writer.wait_closed()
+
+    server, url = await _serve(handle)
+    async with server:
+        async with httpx.AsyncClient(transport=StreamTransport()) as client:
+            replies = [await client.post(url, content=b"x") for _ in range(3)]
+        await asyncio.gather(*handlers)  # each connection's end, seen by the server once the client closed it
+    assert [r.content for r in replies] == [b"ok"] * 3
+    assert len(handlers) == (1 if reused else 3)
+
+
 async def test_concurrent_requests_open_connections_not_queues(echo: tuple[str, list[int]]) -> None:
     """Concurrent requests each get a connection at once, and every body comes back intact."""
     url, connections = echo

@@ -259,6 +259,17 @@ def test_the_harness_never_sees_the_provider_key(tmp_path: Path, monkeypatch: py
     assert seen["OPENAI_BASE_URL"].startswith("http://127.0.0.1:")
 
 
+def test_a_harness_workdir_is_removed_after_its_episode_unless_kept(tmp_path: Path) -> None:
+    """Without `keep_workdir` (the default) nothing of an episode's working directory is left."""
+    loop = Path(__file__).with_name("stdlib_tool_loop.py")
+    cfg = _config(tmp_path, [sys.executable, "-S", str(loop), "{task}"], ["sim-perfect"], [400], tasks=2,
+                  keep_workdir=False)
+    episodes = _run(cfg)
+    assert [e.stop_reason for e in episodes] == [StopReason.DONE] * 2
+    assert all(e.executed_tool_calls for e in episodes)  # each ran its call in its directory
+    assert list((tmp_path / "work").iterdir()) == []
+
+
 def test_a_sigkill_of_the_worker_takes_its_harness_and_the_harness_children_with_it(tmp_path: Path) -> None:
     """With the worker killed by SIGKILL mid-episode, its harness and the child it forked die too."""
     import signal
