@@ -5,8 +5,8 @@ A test that compares a measured rate with the simulator's truth draws hundreds t
 of episodes or replies through code the other tests already cover line by line and branch by
 branch. Under the coverage tracer those draws cost two to four times their CPU (the full run
 traces every test: scripts/test), and they add no line or branch to what is measured: when
-this module came in, the only lines they alone reached (four, CHANGELOG) got direct tests, and
-the full run's report was otherwise unchanged. So the test draws its samples inside
+this module came in, the few lines only they reached got direct tests (CHANGELOG), and the
+full run's report was otherwise unchanged. So the test draws its samples inside
 `untraced()`, and what it checks them with (the statistics, the tables) stays traced. A new
 statistical test may do the same once its draws reach nothing the report would lose.
 
